@@ -1,0 +1,3 @@
+"""logmetrics: turn the logs of an LLM serving stack into Prometheus metrics."""
+
+__version__ = "0.1.0"

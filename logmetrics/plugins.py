@@ -1,0 +1,184 @@
+"""The parser contract and the plugin finder.
+
+A parser is a small class: a ``name``, the paths or container names it ``claims``, an optional
+cheap substring ``prefilter``, an optional ``sniff(first_lines) -> score`` for auto-routing, and
+``parse(record) -> iterable of events``. One instance serves one stream, so it may keep bounded
+per-stream state (the model name, a request's start line). It never touches the store, the clock or
+the registry: time comes with the record.
+
+Built-in parsers and third-party ones are found the same way, through the ``logmetrics.parsers``
+entry-point group; ``--plugin path.py`` and ``--plugin module:Class`` become the same kind of
+entry. Every parser is validated when it is loaded; a bad one is refused with a message that names
+it and the problem, never half-loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import ClassVar
+
+from logmetrics.catalog import BY_NAME, COMMON_LABELS, Family
+from logmetrics.events import Event
+from logmetrics.records import CONTINUATION, Batch, Record, split_records
+
+GROUP = "logmetrics.parsers"
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+
+
+class Parser:
+    """Base class of every parser plugin; subclasses set ``name`` and implement ``parse``."""
+
+    name: ClassVar[str] = ""
+    #: Globs (fnmatch) matched against a stream's path, file name or container/source name.
+    claims: ClassVar[tuple[str, ...]] = ()
+    #: Substrings; a record that contains none of them is not given to ``parse`` (empty: no filter).
+    prefilter: ClassVar[tuple[str, ...]] = ()
+    #: Lines that continue the record above them (matched at the start of a line).
+    continuation: ClassVar[re.Pattern[str]] = CONTINUATION
+    #: Extra metric families of this plugin's own, each named ``<name>_...``.
+    metrics: ClassVar[tuple[Family, ...]] = ()
+    #: Substrings of a process command line that identify this backend's processes (psutil).
+    process_names: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """How sure this parser is that ``lines`` (a stream's first lines) are its own, 0-1."""
+        return 0.0
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """Events for one record. Pure apart from this instance's bounded per-stream state."""
+        raise NotImplementedError
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
+        """Events for a batch of whole records, and how many records matched.
+
+        The default splits the batch into records and calls ``parse`` on each; a parser may
+        override it with a faster scan of the whole text that gives the same events.
+        """
+        events: list[Event] = []
+        matched = 0
+        pre = self.prefilter
+        for text in split_records(batch.text, self.continuation):
+            if pre and not any(p in text for p in pre):
+                continue
+            before = len(events)
+            events.extend(self.parse(Record(text, batch.time)))
+            if len(events) > before:
+                matched += 1
+        return events, matched
+
+
+@dataclass(frozen=True)
+class ParserEntry:
+    """A loaded, validated parser class and where it came from."""
+
+    name: str
+    cls: type[Parser]
+    origin: str
+
+
+class PluginError(Exception):
+    """A plugin that cannot be loaded; the message names the plugin and the problem."""
+
+
+def validate(cls: object, origin: str) -> ParserEntry:
+    """Check a parser class against the contract, or raise ``PluginError``."""
+    label = getattr(cls, "__name__", repr(cls))
+    if not (inspect.isclass(cls) and issubclass(cls, Parser)):
+        raise PluginError(f"plugin {label} ({origin}): not a subclass of logmetrics.plugins.Parser")
+    name = cls.name
+    who = f"plugin {name or label!r} ({origin})"
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise PluginError(f"{who}: name must match [a-z][a-z0-9_]* (at most 32 characters), got {name!r}")
+    if cls.parse is Parser.parse and cls.parse_batch is Parser.parse_batch:
+        raise PluginError(f"{who}: implements neither parse() nor parse_batch()")
+    for attr in ("claims", "prefilter", "process_names"):
+        value = getattr(cls, attr)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+            raise PluginError(f"{who}: {attr} must be a tuple of non-empty strings")
+    if not isinstance(cls.continuation, re.Pattern) or not isinstance(cls.continuation.pattern, str):
+        raise PluginError(f"{who}: continuation must be a compiled str regular expression")
+    for fam in cls.metrics:
+        if not isinstance(fam, Family):
+            raise PluginError(f"{who}: metrics must hold logmetrics.catalog.Family values, got {fam!r}")
+        if not fam.name.startswith(name + "_"):
+            raise PluginError(f"{who}: metric {fam.name!r} must be named {name}_...")
+        if fam.name in BY_NAME:
+            raise PluginError(f"{who}: metric {fam.name!r} is already in the catalog")
+        if fam.kind not in ("counter", "gauge", "histogram"):
+            raise PluginError(f"{who}: metric {fam.name!r} has unknown type {fam.kind!r}")
+        if fam.kind == "counter" and not fam.name.endswith("_total"):
+            raise PluginError(f"{who}: counter {fam.name!r} must end in _total")
+        if fam.kind == "histogram" and (not fam.buckets or list(fam.buckets) != sorted(set(fam.buckets))):
+            raise PluginError(f"{who}: histogram {fam.name!r} needs increasing buckets")
+        for lab in fam.labels:
+            if not LABEL_RE.match(lab) or lab in COMMON_LABELS or lab.startswith("__"):
+                raise PluginError(f"{who}: metric {fam.name!r} has a bad label name {lab!r}")
+    return ParserEntry(name, cls, origin)
+
+
+def _load_file(path: Path, attr: str | None) -> list[ParserEntry]:
+    if not path.is_file():
+        raise PluginError(f"plugin {str(path)!r}: no such file")
+    modname = "logmetrics_plugin_" + re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"plugin {str(path)!r}: cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a broken plugin must not take the engine down with a traceback
+        raise PluginError(f"plugin {str(path)!r}: import failed: {type(exc).__name__}: {exc}") from exc
+    origin = f"file {path}"
+    if attr:
+        return [validate(getattr(module, attr, None), origin)]
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, Parser) and obj is not Parser
+             and obj.__module__ == modname]
+    if not found:
+        raise PluginError(f"plugin {str(path)!r}: defines no subclass of logmetrics.plugins.Parser")
+    return [validate(cls, origin) for cls in found]
+
+
+def load_spec(spec: str) -> list[ParserEntry]:
+    """Load ``--plugin`` SPEC: ``path/to/file.py``, ``path.py:Class`` or ``module:Class``."""
+    target, _, attr = spec.partition(":") if not spec.endswith(".py") else (spec, "", "")
+    if target.endswith(".py") or "/" in target:
+        return _load_file(Path(target), attr or None)
+    if not attr:
+        raise PluginError(f"plugin {spec!r}: expected path/to/file.py or module:Class")
+    try:
+        module = importlib.import_module(target)
+    except Exception as exc:  # same reason as above: report, do not crash
+        raise PluginError(f"plugin {spec!r}: import failed: {type(exc).__name__}: {exc}") from exc
+    return [validate(getattr(module, attr, None), f"module {spec}")]
+
+
+def discover(extra: Iterable[str] = ()) -> dict[str, ParserEntry]:
+    """All parsers: the entry-point group first, then ``--plugin`` specs (which may override)."""
+    found: dict[str, ParserEntry] = {}
+    for ep in entry_points(group=GROUP):
+        dist = ep.dist.name if ep.dist is not None else "?"
+        origin = f"entry point {ep.value} ({dist})"
+        try:
+            cls = ep.load()
+        except Exception as exc:  # one broken installed plugin is reported, not fatal to the list
+            raise PluginError(f"plugin {ep.name!r} ({origin}): import failed: {type(exc).__name__}: {exc}") from exc
+        entry = validate(cls, origin)
+        if entry.name != ep.name:
+            raise PluginError(f"plugin {ep.name!r} ({origin}): entry point name differs from its name {entry.name!r}")
+        found[entry.name] = entry
+    for spec in extra:
+        for entry in load_spec(spec):
+            found[entry.name] = entry
+    return found
