@@ -1,0 +1,51 @@
+"""CPU and memory of the backends' processes, found by command line with psutil at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import psutil
+
+Sample = tuple[str, tuple[str, ...], float]
+
+
+class ProcessWatcher:
+    """Sums CPU seconds and resident memory of the processes whose command line names a backend."""
+
+    def __init__(self, patterns: Mapping[str, tuple[str, ...]], *, min_interval: float = 5.0) -> None:
+        self.patterns = {b: p for b, p in patterns.items() if p}
+        self.min_interval = min_interval
+        self._at = -1e9
+        self._cached: list[Sample] = []
+
+    def samples(self) -> tuple[list[Sample], list[Sample]]:
+        """(counter samples, gauge samples), refreshed at most every ``min_interval`` seconds."""
+        if not self.patterns:
+            return [], []
+        now = time.monotonic()
+        if now - self._at >= self.min_interval:
+            self._at = now
+            self._cached = self._scan()
+        cpu = [s for s in self._cached if s[0] == "backend_process_cpu_seconds_total"]
+        mem = [s for s in self._cached if s[0] == "backend_process_resident_memory_bytes"]
+        return cpu, mem
+
+    def _scan(self) -> list[Sample]:
+        cpu: dict[str, float] = {}
+        rss: dict[str, float] = {}
+        for proc in psutil.process_iter(["cmdline", "cpu_times", "memory_info"]):
+            cmd = " ".join(proc.info.get("cmdline") or ())
+            if not cmd or "logmetrics" in cmd:
+                continue
+            for backend, pats in self.patterns.items():
+                if any(p in cmd for p in pats):
+                    times, mem = proc.info.get("cpu_times"), proc.info.get("memory_info")
+                    if times is not None:
+                        cpu[backend] = cpu.get(backend, 0.0) + times.user + times.system
+                    if mem is not None:
+                        rss[backend] = rss.get(backend, 0.0) + mem.rss
+                    break
+        out: list[Sample] = [("backend_process_cpu_seconds_total", (b, "local"), v) for b, v in cpu.items()]
+        out += [("backend_process_resident_memory_bytes", (b, "local"), v) for b, v in rss.items()]
+        return out

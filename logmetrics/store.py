@@ -1,0 +1,135 @@
+"""The store: plain Python values that events update, one lock taken per batch.
+
+No ``prometheus_client`` metric object is touched per line; the exposition reads a snapshot of
+this store at scrape time. Label values that come from log text pass through a cardinality guard:
+per family and label a bounded set of values, overflow folded into ``__other__`` and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from logmetrics.catalog import BY_NAME, SELF_BY_NAME, Family
+from logmetrics.events import Event
+
+log = logging.getLogger(__name__)
+
+OTHER = "__other__"
+# Distinct values allowed per (family, label) before folding into __other__.
+LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
+DEFAULT_LIMIT = 100
+
+Key = tuple[str, tuple[str, ...]]
+
+
+@dataclass
+class Histogram:
+    """Non-cumulative bucket counts (the last one is +Inf), with sum and count."""
+
+    buckets: list[int]
+    sum: float = 0.0
+    count: int = 0
+
+
+@dataclass
+class Snapshot:
+    """A consistent copy of the store's values for one scrape."""
+
+    counters: dict[Key, float]
+    gauges: dict[Key, float]
+    histograms: dict[Key, Histogram]
+    families: dict[str, Family]
+
+
+@dataclass
+class Store:
+    """Counters, gauges and histograms keyed by (family name, label values incl. backend, source)."""
+
+    families: dict[str, Family] = field(default_factory=lambda: dict(BY_NAME))
+    counters: dict[Key, float] = field(default_factory=dict)
+    gauges: dict[Key, float] = field(default_factory=dict)
+    histograms: dict[Key, Histogram] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _seen: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    _unknown: set[str] = field(default_factory=set)
+
+    def register(self, families: Iterable[Family]) -> None:
+        """Add a plugin's own families (validated at load)."""
+        for fam in families:
+            self.families[fam.name] = fam
+
+    def _guard(self, name: str, labels: tuple[str, ...], fam: Family) -> tuple[str, ...]:
+        out: list[str] | None = None
+        for i, value in enumerate(labels):
+            seen = self._seen.setdefault((name, i), set())
+            if value in seen:
+                continue
+            label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
+            if len(seen) < LABEL_LIMITS.get(label, DEFAULT_LIMIT):
+                seen.add(value)
+                continue
+            if out is None:
+                out = list(labels)
+            out[i] = OTHER
+            key = ("logmetrics_label_overflow_total", (name, label))
+            self.counters[key] = self.counters.get(key, 0.0) + 1
+        return labels if out is None else tuple(out)
+
+    def apply(self, events: Iterable[Event], backend: str, source: str) -> None:
+        """Apply one batch of a stream's events under the lock."""
+        families = self.families
+        counters, gauges, histograms = self.counters, self.gauges, self.histograms
+        with self.lock:
+            for ev in events:
+                fam = families.get(ev.metric)
+                if fam is None or len(ev.labels) != len(fam.labels):
+                    self._reject(ev)
+                    continue
+                labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
+                key = (ev.metric, labels)
+                if fam.kind == "counter":
+                    if ev.value >= 0:
+                        counters[key] = counters.get(key, 0.0) + ev.value
+                elif fam.kind == "gauge":
+                    gauges[key] = ev.value
+                else:
+                    hist = histograms.get(key)
+                    if hist is None:
+                        hist = histograms[key] = Histogram([0] * (len(fam.buckets) + 1))
+                    hist.buckets[bisect_left(fam.buckets, ev.value)] += 1
+                    hist.sum += ev.value
+                    hist.count += 1
+
+    def _reject(self, ev: Event) -> None:
+        if ev.metric not in self._unknown:
+            self._unknown.add(ev.metric)
+            log.warning("dropping events for %r: not a known metric or wrong number of labels", ev.metric)
+
+    def add_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        """Add to one of the engine's own counters (``logmetrics_*``)."""
+        assert name in SELF_BY_NAME, name
+        with self.lock:
+            key = (name, labels)
+            self.counters[key] = self.counters.get(key, 0.0) + value
+
+    def add_self_many(self, items: Iterable[tuple[str, tuple[str, ...], float]]) -> None:
+        """Add to several of the engine's own counters under one lock."""
+        counters = self.counters
+        with self.lock:
+            for name, labels, value in items:
+                key = (name, labels)
+                counters[key] = counters.get(key, 0.0) + value
+
+    def snapshot(self) -> Snapshot:
+        """A copy taken under the lock, for the exposition."""
+        with self.lock:
+            return Snapshot(
+                dict(self.counters),
+                dict(self.gauges),
+                {k: Histogram(list(h.buckets), h.sum, h.count) for k, h in self.histograms.items()},
+                dict(self.families),
+            )
