@@ -1,0 +1,352 @@
+"""Envelopes: container wrappers peeled off the raw lines of one stream.
+
+An :class:`Unwrapper` takes the raw bytes of one stream (whole lines, each ending in ``\\n``) and
+hands back :class:`Piece` objects holding decoded text without the container envelope:
+
+* ``docker-json``: Docker's json-file driver, one ``{"log": ..., "stream": ..., "time": ...}``
+  object a line; a ``log`` value without a trailing newline is a partial entry (Docker splits
+  lines longer than 16 KiB) and is joined with the following entries of the same stream.
+* ``cri``: the Kubernetes CRI file format, ``<RFC3339Nano> <stream> <P|F> <content>``; ``P``
+  fragments are joined, per stream, up to the ``F`` line that ends them.
+* ``docker-timestamps``: ``docker logs -t`` / ``kubectl logs --timestamps`` output.
+* ``compose``: ``docker compose logs`` output, ``service  | content``; one piece per service.
+* ``none``: plain text, the hot path: decoded and cleaned a whole chunk at a time.
+
+Every mode decodes UTF-8 with ``errors="replace"`` and removes NUL bytes, ANSI escape sequences
+and carriage returns at line ends. With ``mode="auto"`` the kind is decided once per stream from
+its first non-empty lines, then fixed. Nothing here raises on malformed input: lines that do not
+fit the envelope are kept as they are.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import orjson
+
+__all__ = ["MODES", "Piece", "Unwrapper", "parse_rfc3339"]
+
+MODES = ("auto", "none", "docker-json", "cri", "docker-timestamps", "compose")
+
+
+class Piece(NamedTuple):
+    """Decoded, unwrapped text of one stream (or of one compose service within it)."""
+
+    service: str | None  # compose service name for `docker compose logs` lines, else None
+    text: str  # whole lines, each ending in "\n", envelope and escape sequences removed
+    time: float  # envelope timestamp of the last line (Unix seconds), else the feed() time
+    lines: int  # number of lines in text
+
+
+# ECMA-48 escape sequences: CSI (colours, cursor movement), OSC terminated by BEL or ST (titles,
+# hyperlinks), and the two- or three-byte forms (charset selection, keypad modes); a lone ESC too.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])?")
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+_CR_AT_EOL = re.compile(r"\r+(?=\n)")
+
+_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
+_TS_PREFIX = re.compile(_TS + " ")
+_CRI_LINE = re.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
+_COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
+# What `docker compose up` prints before the first service line; skipped while detecting.
+_COMPOSE_PREAMBLE = re.compile(
+    r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
+)
+
+_SAMPLE_LINES = 10  # non-empty lines looked at to decide the kind of a stream
+_SCAN_LINES = 50  # lines scanned at most to find them
+_SAMPLE_CHARS = 4096  # only the start of each line matters for detection
+_MAX_PARTS = 1024  # partial entries held per stream (16 MiB of 16 KiB parts) before a line is let out
+
+
+def _clean(text: str) -> str:
+    """Remove NUL bytes, escape sequences and carriage returns at line ends, whole text at once."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if "\x1b" in text:
+        text = _SGR.sub("", text)  # colours are nearly all there is, and the simple pattern is faster
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+    if "\r" in text:
+        text = _CR_AT_EOL.sub("", text)
+    return text
+
+
+_EPOCH_CACHE: dict[str, int] = {}
+
+
+def parse_rfc3339(ts: str) -> float | None:
+    """Unix seconds of an RFC 3339 timestamp (any number of fractional digits, ``Z`` or an offset).
+
+    Returns None for anything else (including a timestamp without a zone). The whole-second part
+    is cached, so the lines of one second cost a dictionary lookup and a small int conversion.
+    """
+    n = len(ts)
+    if n < 20 or ts[4] != "-" or ts[10] not in "Tt ":
+        return None
+    end = 19
+    frac = 0.0
+    if ts[19] in ".,":
+        end = 20
+        while end < n and "0" <= ts[end] <= "9":
+            end += 1
+        if end > 20:
+            frac = int(ts[20:end]) / 10 ** (end - 20)
+    key = ts[:19] + ts[end:]
+    base = _EPOCH_CACHE.get(key)
+    if base is None:
+        zone = ts[end:]
+        if zone in ("Z", "z"):
+            zone = "+00:00"
+        elif not zone or zone[0] not in "+-":
+            return None
+        try:
+            moment = datetime.fromisoformat(ts[:19] + zone)
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            return None
+        base = calendar.timegm(moment.utctimetuple())
+        if len(_EPOCH_CACHE) >= 4096:
+            _EPOCH_CACHE.clear()
+        _EPOCH_CACHE[key] = base
+    return base + frac
+
+
+def _envelope_time(ts: object, default: float) -> float:
+    """The parsed envelope timestamp, or ``default`` when there is none or it does not parse."""
+    if isinstance(ts, bytes):
+        ts = ts.decode("ascii", "replace")
+    if isinstance(ts, str):
+        parsed = parse_rfc3339(ts)
+        if parsed is not None:
+            return parsed
+    return default
+
+
+def _classify(sample: list[str]) -> str:
+    """The envelope kind of a stream from its first non-empty lines (cleaned, without newlines).
+
+    JSON-file and CRI lines are written by the runtime itself, so the first line decides. The
+    timestamp and compose prefixes could be mimicked by an application's own lines, so most of
+    the sample must agree, and a timestamp must have more than microsecond precision (Docker
+    always prints nine digits; application loggers rarely print more than six).
+    """
+    first = sample[0]
+    if first.startswith('{"log":'):
+        return "docker-json"
+    if _CRI_LINE.match(first):
+        return "cri"
+    stamps = [m for m in map(_TS_PREFIX.match, sample) if m]
+    if 2 * len(stamps) > len(sample) and any(len(m.group(1) or "") > 6 for m in stamps):
+        return "docker-timestamps"
+    composed = sum(1 for line in sample if _COMPOSE_PREFIX.match(line))
+    if 2 * composed > len(sample):
+        return "compose"
+    return "none"
+
+
+def _load_lossy(raw: bytes) -> tuple[Any, object]:
+    """A json-file entry holding invalid UTF-8: parse it decoded with replacement characters."""
+    text = raw.decode("utf-8", "replace")
+    if "\ufffd" not in text:
+        return None, None  # valid UTF-8, so it is simply not an entry
+    try:
+        obj: Any = orjson.loads(text)
+        return obj, obj["log"]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None, None
+
+
+class Unwrapper:
+    """Peels the envelope off the raw lines of one stream; keep one per stream.
+
+    ``feed`` takes whole lines (a trailing incomplete line is held back until its newline comes or
+    ``flush`` is called); ``flush`` emits what is still pending at the end of input.
+    """
+
+    __slots__ = ("_cri_parts", "_cri_times", "_json_parts", "_json_times", "_last_time", "_rest",
+                 "_service", "kind", "mode")
+
+    def __init__(self, mode: str = "auto") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown envelope mode {mode!r} (expected one of: {', '.join(MODES)})")
+        self.mode = mode
+        self.kind: str | None = None if mode == "auto" else mode
+        self._rest = b""  # an incomplete trailing line
+        self._last_time = 0.0
+        self._json_parts: dict[str, list[str]] = {}  # docker partial entries, per stream
+        self._json_times: dict[str, object] = {}
+        self._cri_parts: dict[bytes, list[bytes]] = {}  # CRI P fragments, per stream
+        self._cri_times: dict[bytes, bytes] = {}
+        self._service: str | None = None  # compose service of the previous line
+
+    def feed(self, data: bytes, time: float) -> list[Piece]:
+        """Unwrap whole lines read at ``time`` (Unix seconds)."""
+        self._last_time = time
+        if self._rest:
+            data = self._rest + data
+            self._rest = b""
+        if not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            self._rest = data[cut:]
+            data = data[:cut]
+            if not data:
+                return []
+        kind = self.kind
+        if kind is None:
+            kind = self._detect(data)
+        if kind == "none":
+            text = _clean(data.decode("utf-8", "replace"))
+            return [Piece(None, text, time, data.count(b"\n"))]
+        if kind == "docker-json":
+            return self._docker(data, time)
+        if kind == "cri":
+            return self._cri(data, time)
+        if kind == "docker-timestamps":
+            return self._stamps(data, time)
+        return self._compose(data, time)
+
+    def flush(self) -> list[Piece]:
+        """End of input: emit the held-back line and partial entries that never got their end."""
+        time = self._last_time
+        rest, self._rest = self._rest, b""
+        pieces = self.feed(rest + b"\n", time) if rest else []
+        if self._json_parts:
+            text = _clean("".join("".join(parts) + "\n" for parts in self._json_parts.values()))
+            last = list(self._json_times.values())[-1] if self._json_times else None
+            pieces.append(Piece(None, text, _envelope_time(last, time), text.count("\n")))
+            self._json_parts.clear()
+            self._json_times.clear()
+        if self._cri_parts:
+            raw = b"".join(b"".join(parts) + b"\n" for parts in self._cri_parts.values())
+            text = _clean(raw.decode("utf-8", "replace"))
+            last_b = list(self._cri_times.values())[-1] if self._cri_times else None
+            pieces.append(Piece(None, text, _envelope_time(last_b, time), text.count("\n")))
+            self._cri_parts.clear()
+            self._cri_times.clear()
+        return pieces
+
+    def _detect(self, data: bytes) -> str:
+        """Decide the kind from the first non-empty lines of ``data``; fix it once decided."""
+        sample: list[str] = []
+        pos, size, scanned = 0, len(data), 0
+        while pos < size and len(sample) < _SAMPLE_LINES and scanned < _SCAN_LINES:
+            end = data.find(b"\n", pos)
+            if end < 0:
+                end = size
+            line = _clean(data[pos : min(end, pos + _SAMPLE_CHARS)].decode("utf-8", "replace"))
+            pos, scanned = end + 1, scanned + 1
+            line = line.rstrip("\r")
+            if line.strip() and not _COMPOSE_PREAMBLE.match(line):
+                sample.append(line)
+        if not sample:
+            return "none"  # nothing to go by yet: pass this chunk through, decide later
+        self.kind = _classify(sample)
+        return self.kind
+
+    def _docker(self, data: bytes, time: float) -> list[Piece]:
+        out: list[str] = []
+        last: object = None
+        parts, times = self._json_parts, self._json_times
+        loads = orjson.loads
+        for raw in data.split(b"\n"):
+            if not raw:
+                continue
+            try:
+                obj: Any = loads(raw)
+                log = obj["log"]
+            except (ValueError, KeyError, TypeError, IndexError):
+                obj, log = _load_lossy(raw)
+            if not isinstance(log, str):
+                out.append(raw.decode("utf-8", "replace") + "\n")  # not an entry: keep the line
+                last = None
+                continue
+            stream = obj.get("stream")
+            key = stream if isinstance(stream, str) else ""
+            if log.endswith("\n"):
+                if parts and key in parts:
+                    log = "".join(parts.pop(key)) + log
+                    times.pop(key, None)
+                out.append(log)
+                last = obj.get("time")
+            else:
+                pending = parts.setdefault(key, [])
+                pending.append(log)
+                times[key] = obj.get("time")
+                if len(pending) >= _MAX_PARTS:  # a runaway line: let it out rather than grow without end
+                    out.append("".join(parts.pop(key)) + "\n")
+                    last = times.pop(key, None)
+        if not out:
+            return []
+        text = _clean("".join(out))
+        return [Piece(None, text, _envelope_time(last, time), text.count("\n"))]
+
+    def _cri(self, data: bytes, time: float) -> list[Piece]:
+        out: list[bytes] = []
+        last: bytes | None = None
+        parts, times = self._cri_parts, self._cri_times
+        for raw in data.split(b"\n"):
+            if not raw:
+                continue
+            fields = raw.split(b" ", 3)
+            if (len(fields) < 3 or len(fields[0]) < 20 or fields[0][4:5] != b"-" or fields[0][10:11] != b"T"
+                    or fields[1] not in (b"stdout", b"stderr") or fields[2] not in (b"F", b"P")):
+                out.append(raw + b"\n")  # not a CRI line: keep it
+                last = None
+                continue
+            stamp, stream, tag = fields[0], fields[1], fields[2]
+            content = fields[3] if len(fields) == 4 else b""
+            if tag == b"P":
+                pending = parts.setdefault(stream, [])
+                pending.append(content)
+                times[stream] = stamp
+                if len(pending) < _MAX_PARTS:
+                    continue
+                content = b""  # a runaway line: let it out rather than grow without end
+            if parts and stream in parts:
+                content = b"".join(parts.pop(stream)) + content
+                times.pop(stream, None)
+            out.append(content + b"\n")
+            last = stamp
+        if not out:
+            return []
+        text = _clean(b"".join(out).decode("utf-8", "replace"))
+        return [Piece(None, text, _envelope_time(last, time), text.count("\n"))]
+
+    def _stamps(self, data: bytes, time: float) -> list[Piece]:
+        lines = _clean(data.decode("utf-8", "replace")).split("\n")
+        lines.pop()  # the empty string after the final newline
+        last: str | None = None
+        match = _TS_PREFIX.match
+        for i, line in enumerate(lines):
+            m = match(line)
+            if m is None:
+                last = None  # no timestamp: keep the line as it is
+                continue
+            cut = m.end()
+            last = line[: cut - 1]
+            lines[i] = line[cut:]
+        lines.append("")
+        return [Piece(None, "\n".join(lines), _envelope_time(last, time), len(lines) - 1)]
+
+    def _compose(self, data: bytes, time: float) -> list[Piece]:
+        lines = _clean(data.decode("utf-8", "replace")).split("\n")
+        lines.pop()
+        groups: dict[str | None, list[str]] = {}
+        service = self._service
+        match = _COMPOSE_PREFIX.match
+        for line in lines:
+            m = match(line)
+            if m is not None:
+                service = m.group(1) or m.group(2)
+                line = line[m.end() :]
+            group = groups.get(service)
+            if group is None:
+                group = groups[service] = []
+            group.append(line)
+        self._service = service
+        return [Piece(name, "\n".join(group) + "\n", time, len(group)) for name, group in groups.items()]
