@@ -1,0 +1,501 @@
+"""Sources: follow log files and stdin, and hand out whole lines in chunks.
+
+``FileTailer`` follows the files found under its paths (files, directories recursively, globs with
+``**``), re-discovered on every ``poll()``. A file is followed by identity (device, inode), not by
+name, so rename and delete+recreate rotation, copytruncate and symlink flips lose and repeat no
+line: a replaced file is drained to its end before its successor is read from the start; a file
+whose size drops below the read offset is read again from the start, and logrotate's copy of it is
+recognised by its first bytes and read only from where the original had been read. The stream id
+of a file is the path it was found at, stable across rotation.
+
+Polling is the source of truth; ``watch()`` only wakes the poller early through watchdog. Every
+chunk holds whole lines (the cut of a partial last line waits for its newline, ``flush()`` at end
+of input) and no line is longer than the cap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import stat
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO, NamedTuple
+
+from logmetrics.tailfile import (
+    Ident,
+    LineCutter,
+    TailFile,
+    Watcher,
+    copy_name,
+    discover,
+    is_copy,
+    is_glob,
+    read_head,
+    watch_root,
+)
+
+log = logging.getLogger(__name__)
+
+POLL_BUDGET = 4 << 20  # bytes read from one file in one poll, so one busy file does not starve others
+ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
+
+
+class Chunk(NamedTuple):
+    """Whole lines read from one stream: ``data`` ends in ``b"\\n"``; ``time`` is when it was read."""
+
+    stream: str
+    data: bytes
+    time: float
+
+
+class SourceError(Exception):
+    """A PATH argument that cannot be followed; the message is one line for the user."""
+
+
+@dataclass
+class SourceStats:
+    """The sources' own counters, per stream, updated by the tailer only and read at scrape time."""
+
+    bytes_read: dict[str, int] = field(default_factory=dict)
+    lines_truncated: dict[str, int] = field(default_factory=dict)
+    rotations: dict[str, int] = field(default_factory=dict)
+    truncations: dict[str, int] = field(default_factory=dict)
+    read_errors: dict[str, int] = field(default_factory=dict)
+    open_files: int = 0
+    lag_bytes: dict[str, int] = field(default_factory=dict)
+
+
+class Waker:
+    """Wakes the poller early: set by watchdog or the stdin reader, waited on between polls."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def wake(self) -> None:
+        """Ask for a poll now."""
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds; True if woken. Clears the wake-up."""
+        woken = self._event.wait(timeout)
+        self._event.clear()
+        return woken
+
+
+@dataclass(slots=True)
+class _Known:
+    """An identity seen before and not held open: a retired file, or a copy of a followed one."""
+
+    stream: str
+    head: bytes
+    offset: int | None  # read on from here if it grows; None: a copy, read only if its original is truncated
+    pending: bytes = b""  # the partial line its original held when truncated
+
+
+@dataclass(slots=True)
+class _Cut:
+    """A file found truncated in this poll: what had been read of it."""
+
+    stream: str
+    head: bytes
+    offset: int
+    pending: bytes
+
+
+def _validate(path: str) -> None:
+    if is_glob(path):
+        return
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise SourceError(f"logmetrics: no such file or directory: {path}") from None
+    except OSError as err:
+        raise SourceError(f"logmetrics: cannot access {path}: {err.strerror}") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise SourceError(f"logmetrics: not a regular file or directory: {path}")
+
+
+class FileTailer:
+    """Follows the files under ``paths``; ``poll()`` returns the whole lines written since the last one."""
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        *,
+        from_beginning: bool,
+        stats: SourceStats,
+        max_line_bytes: int = 1 << 20,
+        read_size: int = 128 * 1024,
+        rotate_wait: float = ROTATE_WAIT,
+        poll_budget: int = POLL_BUDGET,
+    ) -> None:
+        for path in paths:
+            _validate(path)
+        self.stats = stats
+        self._paths = list(paths)
+        self._from_beginning = from_beginning
+        self._max_line = max_line_bytes
+        self._read_size = read_size
+        self._rotate_wait = rotate_wait
+        self._budget = max(poll_budget, read_size)
+        self._files: dict[Ident, TailFile] = {}  # open files
+        self._active: dict[str, Ident] = {}  # stream -> the file now at its path
+        self._known: dict[Ident, _Known] = {}
+        self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
+        self._start_at_end: set[Ident] = set()  # present at the first poll but not readable then
+        self._reported: set[str] = set()
+        self._first = True
+        self._seq = 0
+        self._waker: Waker | None = None
+        self._watcher: Watcher | None = None
+
+    def watch(self, waker: Waker) -> None:
+        """Wake ``waker`` on changes in the directories involved; polling stays the source of truth."""
+        self._waker = waker
+        try:
+            self._watcher = Watcher(waker.wake, [watch_root(path) for path in self._paths])
+        except Exception as err:  # any failure only means no early wake-ups
+            log.debug("logmetrics: no file system notifications: %s", err)
+            return
+        for f in self._files.values():
+            self._watcher.add_target(f.path)
+
+    # -- polling --------------------------------------------------------------------------------
+
+    def poll(self) -> list[Chunk]:
+        """One pass: find files, follow rotation and truncation, read what is there (bounded per file)."""
+        if self._watcher is not None:
+            self._watcher.retry()
+        cuts = self._check_open_files()
+        self._scan(cuts)
+        self._first = False
+        return self._read_all()
+
+    def _report(self, path: str, err: OSError) -> None:
+        if path not in self._reported:
+            self._reported.add(path)
+            self.stats.read_errors[path] = self.stats.read_errors.get(path, 0) + 1
+            log.warning("logmetrics: cannot read %s: %s", path, err.strerror or err)
+
+    def _check_open_files(self) -> list[_Cut]:
+        """Find the open files whose content was cut (copytruncate) and restart them at 0."""
+        cuts: list[_Cut] = []
+        for f in list(self._files.values()):
+            try:
+                if not f.truncated():
+                    continue
+                pending = f.cutter.reset()
+                cut = _Cut(f.stream, f.head, f.offset, pending)
+                f.seek(0)
+                f.head = read_head(f.fd)
+            except OSError as err:
+                self._report(f.path, err)
+                continue
+            cuts.append(cut)
+            self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
+            for known in self._known.values():
+                if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
+                    known.offset, known.pending = cut.offset, pending
+        return cuts
+
+    def _walk_error(self, err: OSError) -> None:
+        if not isinstance(err, FileNotFoundError) and err.filename:
+            self._report(os.fsdecode(err.filename), err)
+
+    def _scan(self, cuts: list[_Cut]) -> None:
+        present: set[str] = set()
+        idents: set[Ident] = set()
+        for path in discover(self._paths, self._walk_error):
+            try:
+                st = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone, or a dangling symlink
+            except OSError as err:
+                self._report(path, err)
+                continue
+            if stat.S_ISREG(st.st_mode):
+                ident = (st.st_dev, st.st_ino)
+                present.add(path)
+                idents.add(ident)
+                try:
+                    self._place(path, ident, st.st_size, cuts)
+                except OSError as err:
+                    self._report(path, err)
+        for stream in [s for s in self._active if s not in present]:
+            self._drain(self._files[self._active.pop(stream)])
+        for ident in [i for i in self._known if i not in idents]:
+            del self._known[ident]
+
+    def _drain(self, f: TailFile) -> None:
+        f.draining = True
+        f.idle_since = time.monotonic()
+
+    def _place(self, path: str, ident: Ident, size: int, cuts: list[_Cut]) -> None:
+        """Decide what the file at ``path`` is: the same, a rotation, a copy, already known, or new."""
+        current = self._active.get(path)
+        if current is not None and current != ident:  # replaced: drain the old one first
+            self._drain(self._files[current])
+            del self._active[path]
+        f = self._files.get(ident)
+        if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
+            if f.stream == path and path not in self._active:
+                f.draining = False
+                self._active[path] = ident
+            return
+        known = self._known.get(ident)
+        if known is not None:
+            if known.offset is None:
+                original = self._files.get(self._active.get(known.stream, (-1, -1)))
+                if original is None or size <= original.size:
+                    return  # still a copy of what was (or is being) read from its original
+            elif size == known.offset:
+                return
+        if self._first:
+            self._start_at_end.add(ident)
+        opened = self._open(path)
+        if opened is None:
+            return
+        fd, size, head = opened
+        if known is not None:
+            del self._known[ident]
+            if known.offset is not None and size > known.offset and head.startswith(known.head):
+                self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
+                return
+        if not self._first and ident not in self._start_at_end:
+            for cut in cuts:  # logrotate's copy of a file just truncated: holds what we had not read yet
+                if is_copy(head, cut.head) and copy_name(path, cut.stream):
+                    cuts.remove(cut)
+                    self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
+                    return
+            for f in self._files.values():
+                if not f.draining and size <= f.size and is_copy(head, f.head) and copy_name(path, f.stream):
+                    self._known[ident] = _Known(f.stream, head, None)  # a copy, made before the truncation
+                    os.close(fd)
+                    return
+        if path in self._streams:
+            self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
+            self._follow(fd, ident, head, path, path, 0, size, active=True)
+        elif ident in self._start_at_end:
+            self._start_at_end.discard(ident)
+            end = not self._from_beginning and size > 0
+            skip = end and os.pread(fd, 1, size - 1) != b"\n"  # started mid-line: skip to the next line
+            self._follow(fd, ident, head, path, path, size if end else 0, size, active=True, skip=skip)
+        else:
+            self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _open(self, path: str) -> tuple[int, int, bytes] | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as err:
+            self._report(path, err)
+            return None
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return fd, st.st_size, read_head(fd)
+        except OSError as err:
+            self._report(path, err)
+        os.close(fd)
+        return None
+
+    def _follow(
+        self,
+        fd: int,
+        ident: Ident,
+        head: bytes,
+        path: str,
+        stream: str,
+        offset: int,
+        size: int,
+        *,
+        active: bool = False,
+        skip: bool = False,
+        pending: bytes = b"",
+    ) -> None:
+        self._seq += 1
+        f = TailFile(stream, path, fd, ident, head, LineCutter(self._max_line), self._seq)
+        f.seek(offset)
+        f.size = size
+        f.cutter.skipping = skip
+        f.cutter.pending += pending
+        self._files[ident] = f
+        if active:
+            self._active[stream] = ident
+            if stream not in self._streams:
+                self._streams.add(stream)
+                for counts in (self.stats.bytes_read, self.stats.lines_truncated, self.stats.rotations):
+                    counts.setdefault(stream, 0)
+                self.stats.truncations.setdefault(stream, 0)
+        else:
+            self._drain(f)
+        if self._watcher is not None:
+            self._watcher.add_target(path)
+
+    def _read_all(self) -> list[Chunk]:
+        chunks: list[Chunk] = []
+        lag: dict[str, int] = {}
+        stats = self.stats
+        held: set[str] = set()  # streams whose older file has more to read: their newer ones wait
+        now = time.monotonic()
+        for f in sorted(self._files.values(), key=lambda f: (f.stream, not f.draining, f.seq)):
+            stream = f.stream
+            if stream not in held:
+                try:
+                    data, nbytes, at_end = f.read(self._read_size, self._budget)
+                except OSError as err:
+                    self._report(f.path, err)
+                    data, nbytes, at_end = b"", 0, True
+                if nbytes:
+                    stats.bytes_read[stream] = stats.bytes_read.get(stream, 0) + nbytes
+                    f.idle_since = now
+                    f.size = max(f.size, f.offset)
+                if data:
+                    chunks.append(Chunk(stream, data, time.time()))
+                if f.cutter.truncated:
+                    stats.lines_truncated[stream] = stats.lines_truncated.get(stream, 0) + f.cutter.truncated
+                    f.cutter.truncated = 0
+                if not at_end:
+                    held.add(stream)
+                    if self._waker is not None and nbytes:
+                        self._waker.wake()  # more to read now
+                elif f.draining and not nbytes and now - f.idle_since >= self._rotate_wait:
+                    self._retire(f, chunks)
+                    continue
+            lag[stream] = lag.get(stream, 0) + max(0, f.size - f.offset)
+        stats.lag_bytes = lag
+        stats.open_files = len(self._files)
+        return chunks
+
+    def _retire(self, f: TailFile, chunks: list[Chunk]) -> None:
+        """Close a drained file; remember it so that its new name is not read as a new file."""
+        line = f.cutter.flush()
+        if line:
+            chunks.append(Chunk(f.stream, line, time.time()))
+        f.close()
+        del self._files[f.ident]
+        self._known[f.ident] = _Known(f.stream, f.head, f.offset)
+
+    def flush(self) -> list[Chunk]:
+        """End of input: every held partial last line, with a newline appended."""
+        chunks: list[Chunk] = []
+        for f in sorted(self._files.values(), key=lambda f: (f.stream, not f.draining, f.seq)):
+            line = f.cutter.flush()
+            if line:
+                chunks.append(Chunk(f.stream, line, time.time()))
+        return chunks
+
+    def close(self) -> None:
+        """Stop watching and close every file."""
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        self._active.clear()
+        self.stats.open_files = 0
+
+
+class StdinSource:
+    """Reads a pipe (stdin) on a daemon thread; ``poll()`` returns the whole lines read so far."""
+
+    def __init__(
+        self,
+        stats: SourceStats,
+        *,
+        max_line_bytes: int = 1 << 20,
+        stream: str = "-",
+        fileobj: BinaryIO | None = None,
+        read_size: int = 128 * 1024,
+    ) -> None:
+        self.stats = stats
+        self.stream = stream
+        self._file: BinaryIO = fileobj if fileobj is not None else sys.stdin.buffer
+        self._read_size = read_size
+        self._cutter = LineCutter(max_line_bytes)
+        self._queue: queue.Queue[bytes | OSError | None] = queue.Queue(maxsize=64)  # bounded: back-pressure
+        self._stop = threading.Event()
+        self._waker: Waker | None = None
+        self._at_eof = False
+        for counts in (stats.bytes_read, stats.lines_truncated):
+            counts.setdefault(stream, 0)
+        self._thread = threading.Thread(target=self._run, name=f"logmetrics-stdin-{stream}", daemon=True)
+        self._thread.start()
+
+    def watch(self, waker: Waker) -> None:
+        """Wake ``waker`` whenever data (or end of input) arrives."""
+        self._waker = waker
+        if not self._queue.empty():
+            waker.wake()
+
+    def _put(self, item: bytes | OSError | None) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.5)
+            except queue.Full:
+                continue
+            waker = self._waker
+            if waker is not None:
+                waker.wake()
+            return
+
+    def _run(self) -> None:
+        read = getattr(self._file, "read1", None) or self._file.read
+        try:
+            while not self._stop.is_set():
+                data = read(self._read_size)
+                if not data:
+                    break
+                self._put(data)
+        except (OSError, ValueError) as err:  # ValueError: the file was closed under us
+            self._put(err if isinstance(err, OSError) else OSError(str(err)))
+        self._put(None)  # end of input
+
+    def poll(self) -> list[Chunk]:
+        """The whole lines read since the last poll; at end of input, the partial last line too."""
+        parts: list[bytes] = []
+        stats, stream = self.stats, self.stream
+        while not self._at_eof:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self._at_eof = True
+            elif isinstance(item, OSError):
+                if not stats.read_errors.get(stream):
+                    log.warning("logmetrics: cannot read %s: %s", stream, item.strerror or item)
+                stats.read_errors[stream] = 1
+            else:
+                stats.bytes_read[stream] += len(item)
+                out = self._cutter.feed(item)
+                if out:
+                    parts.append(out)
+        if self._at_eof:
+            parts.append(self._cutter.flush())  # the input ended: its partial last line is complete
+        if self._cutter.truncated:
+            stats.lines_truncated[stream] += self._cutter.truncated
+            self._cutter.truncated = 0
+        text = b"".join(parts)
+        return [Chunk(stream, text, time.time())] if text else []
+
+    @property
+    def eof(self) -> bool:
+        """True once the input ended and every byte of it was returned."""
+        return self._at_eof and not self._cutter.pending
+
+    def flush(self) -> list[Chunk]:
+        """End of input (as the caller decides): the held partial line, with a newline appended."""
+        line = self._cutter.flush()
+        return [Chunk(self.stream, line, time.time())] if line else []
+
+    def close(self) -> None:
+        """Stop reading (the daemon thread ends with its current read)."""
+        self._stop.set()

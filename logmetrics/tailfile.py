@@ -1,0 +1,318 @@
+"""Tailfile: the mechanics under the tailer (``logmetrics.sources`` decides what to follow).
+
+``LineCutter`` holds a stream's partial last line and applies the line-length cap; ``TailFile`` is
+an open file followed by identity (device, inode) with its read offset; ``discover`` finds the
+files under the given paths; ``Watcher`` wakes the poller on changes. Reading works per chunk:
+nothing runs per line in Python unless a line is longer than the cap.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from collections.abc import Callable, Sequence
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+log = logging.getLogger(__name__)
+
+HEAD_BYTES = 1024  # the fingerprint of a file: its first bytes, up to this many
+SKIP_BUDGET_FACTOR = 64  # how far past its budget a read goes on to skip the rest of an over-long line
+IGNORED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")  # compressed or temporary rotations
+MAX_TARGET_WATCHES = 16  # extra directories watched for symlink targets outside the given paths
+_GLOB_CHARS = frozenset("*?[")
+_WATCHED_EVENTS: list[type[FileSystemEvent]] = [  # not opened/closed-without-write: those are our reads
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    FileClosedEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+    DirDeletedEvent,
+]
+
+Ident = tuple[int, int]
+
+
+class LineCutter:
+    """Cut a byte stream into whole lines, each ending in ``b"\\n"``, with a line-length cap.
+
+    Bytes after the last newline are held until their newline arrives. A line longer than
+    ``max_line`` bytes is cut: its first ``max_line`` bytes are emitted with a newline, the rest of
+    it is skipped up to its newline. So at most ``max_line`` bytes are ever held. ``truncated``
+    counts the lines cut so far.
+    """
+
+    __slots__ = ("max_line", "pending", "skipping", "truncated")
+
+    def __init__(self, max_line: int) -> None:
+        if max_line < 1:
+            raise ValueError("max_line must be at least 1")
+        self.max_line = max_line
+        self.pending = bytearray()
+        self.skipping = False
+        self.truncated = 0
+
+    def feed(self, data: bytes) -> bytes:
+        """Take the next bytes of the stream; return the whole lines now complete (maybe ``b""``)."""
+        cap = self.max_line
+        if self.skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return b""
+            self.skipping = False
+            data = data[nl + 1 :]
+        last = data.rfind(b"\n")
+        if last < 0:
+            room = cap - len(self.pending)
+            if len(data) <= room:
+                self.pending += data
+                return b""
+            line = bytes(self.pending) + data[:room] + b"\n"
+            self.pending.clear()
+            self.skipping = True
+            self.truncated += 1
+            return line
+        if self.pending:
+            whole = bytes(self.pending) + data[: last + 1]
+            self.pending.clear()
+        else:
+            whole = data[: last + 1]
+        if len(whole) > cap + 1:  # only then can one of its lines be longer than the cap
+            whole = self._cap(whole)
+        tail = data[last + 1 :]
+        if len(tail) > cap:
+            whole += tail[:cap] + b"\n"
+            self.skipping = True
+            self.truncated += 1
+        elif tail:
+            self.pending += tail
+        return whole
+
+    def _cap(self, whole: bytes) -> bytes:
+        """Cut the lines of ``whole`` (whole lines) that are longer than the cap."""
+        cap = self.max_line
+        parts: list[bytes] = []
+        start = pos = 0  # start of the bytes not yet copied out; start of the current line
+        size = len(whole)
+        while size - pos > cap + 1:
+            # The line at pos fits iff a newline lies within its first cap + 1 bytes; the last such
+            # newline ends a run of lines that all fit, so jump past it (about cap bytes at a time).
+            nl = whole.rfind(b"\n", pos, pos + cap + 1)
+            if nl >= 0:
+                pos = nl + 1
+                continue
+            parts.append(whole[start : pos + cap])
+            parts.append(b"\n")
+            self.truncated += 1
+            start = pos = whole.find(b"\n", pos + cap) + 1
+        if not parts:
+            return whole
+        parts.append(whole[start:])
+        return b"".join(parts)
+
+    def flush(self) -> bytes:
+        """The held partial line with a newline appended (``b""`` if none); forget any skipping."""
+        line = bytes(self.pending) + b"\n" if self.pending else b""
+        self.pending.clear()
+        self.skipping = False
+        return line
+
+    def reset(self) -> bytes:
+        """Drop the held partial line (the file it came from was truncated); return it."""
+        held = bytes(self.pending)
+        self.pending.clear()
+        self.skipping = False
+        return held
+
+
+def read_head(fd: int) -> bytes:
+    """The fingerprint bytes of an open file."""
+    return os.pread(fd, HEAD_BYTES, 0)
+
+
+def is_copy(head: bytes, original: bytes) -> bool:
+    """Whether a file starting with ``head`` starts with all of ``original``'s fingerprint."""
+    return bool(original) and head.startswith(original)
+
+
+def copy_name(path: str, original: str) -> bool:
+    """Whether ``path`` is named like a rotated copy of ``original`` (x.log.1, x.log-2024…, x-2024….log)."""
+    name, orig = os.path.basename(path), os.path.basename(original)
+    return name != orig and name.startswith(os.path.splitext(orig)[0])
+
+
+class TailFile:
+    """One open file, followed by identity, and the lines cut from it."""
+
+    __slots__ = ("cutter", "draining", "fd", "head", "ident", "idle_since", "offset", "path", "seq", "size", "stream")
+
+    def __init__(
+        self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
+    ) -> None:
+        self.stream = stream  # the stream its lines belong to (stable across rotation)
+        self.path = path  # where it was found
+        self.fd = fd
+        self.ident = ident
+        self.head = head
+        self.cutter = cutter
+        self.seq = seq  # opening order: older files of a stream are read first
+        self.offset = 0
+        self.size = 0  # from the last fstat
+        self.draining = False  # replaced or gone: read to its end, closed once idle
+        self.idle_since = 0.0
+
+    def seek(self, offset: int) -> None:
+        """Continue reading at ``offset``."""
+        os.lseek(self.fd, offset, os.SEEK_SET)
+        self.offset = offset
+
+    def truncated(self) -> bool:
+        """fstat the file: whether its content was cut or replaced since the last look (copytruncate)."""
+        old = self.size
+        self.size = size = os.fstat(self.fd).st_size
+        if size < self.offset:
+            return True
+        if size == old or not self.head:
+            return False
+        return os.pread(self.fd, len(self.head), 0) != self.head
+
+    def read(self, read_size: int, budget: int) -> tuple[bytes, int, bool]:
+        """Read on from the offset, at most about ``budget`` bytes: (whole lines, bytes read, at end)."""
+        parts: list[bytes] = []
+        total = 0
+        at_end = False
+        # Skipping the rest of an over-long line goes on past the budget (it is cheap), so that a poll
+        # that reads only such bytes is rare: it would return nothing although more is waiting.
+        while total < budget or (self.cutter.skipping and total < SKIP_BUDGET_FACTOR * budget):
+            data = os.read(self.fd, read_size)
+            if not data:
+                at_end = True
+                break
+            total += len(data)
+            self.offset += len(data)
+            out = self.cutter.feed(data)
+            if out:
+                parts.append(out)
+            if len(data) < read_size:
+                at_end = True
+                break
+        if total and len(self.head) < HEAD_BYTES:
+            self.head = read_head(self.fd)
+        return b"".join(parts), total, at_end
+
+    def close(self) -> None:
+        """Release the file descriptor."""
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def is_glob(path: str) -> bool:
+    """Whether a PATH argument is a glob pattern."""
+    return not _GLOB_CHARS.isdisjoint(path)
+
+
+def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[str]:
+    """The files named by ``paths`` now (files, directories recursively, globs), sorted.
+
+    Compressed and temporary rotations found in directories and globs are left out; a file named
+    explicitly is always kept.
+    """
+    found: set[str] = set()
+    for arg in paths:
+        for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
+            if os.path.isdir(path):
+                for top, _dirs, names in os.walk(path, onerror=onerror):
+                    found.update(os.path.join(top, n) for n in names if not n.endswith(IGNORED_SUFFIXES))
+            elif path == arg or not path.endswith(IGNORED_SUFFIXES):
+                found.add(path)
+    return sorted(found)
+
+
+def watch_root(path: str) -> tuple[str, bool]:
+    """The directory to watch for a PATH argument (file, directory or glob), and whether recursively."""
+    if is_glob(path):
+        parts = path.split(os.sep)
+        fixed = next(i for i, part in enumerate(parts) if is_glob(part))
+        root = os.sep.join(parts[:fixed]) or (os.sep if path.startswith(os.sep) else ".")
+        return root, len(parts) - fixed > 1
+    if os.path.isdir(path):
+        return path, True
+    return os.path.dirname(path) or ".", False
+
+
+class _WakeHandler(FileSystemEventHandler):
+    def __init__(self, wake: Callable[[], None]) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type not in ("opened", "closed_no_write"):  # our own reads
+            self._wake()
+
+
+class Watcher:
+    """Calls ``wake`` on changes in the watched directories (watchdog).
+
+    Polling stays the source of truth: a directory that cannot be watched only costs early
+    wake-ups. Roots that do not exist yet are tried again by ``retry()``.
+    """
+
+    def __init__(self, wake: Callable[[], None], roots: Sequence[tuple[str, bool]]) -> None:
+        self._observer = Observer()
+        self._observer.start()
+        self._handler = _WakeHandler(wake)
+        self._watched: set[str] = set()
+        self._waiting = list(roots)
+        self._limit = len(self._waiting) + MAX_TARGET_WATCHES
+        self.retry()
+
+    def _schedule(self, directory: str, recursive: bool) -> bool:
+        directory = os.path.abspath(directory)
+        if directory in self._watched:
+            return True
+        if not os.path.isdir(directory):
+            return False
+        try:
+            self._observer.schedule(self._handler, directory, recursive=recursive, event_filter=_WATCHED_EVENTS)
+        except Exception as err:  # e.g. out of inotify watches: polling still works
+            log.debug("logmetrics: cannot watch %s: %s", directory, err)
+        self._watched.add(directory)
+        return True
+
+    def retry(self) -> None:
+        """Watch the roots that exist by now."""
+        if self._waiting:
+            self._waiting = [root for root in self._waiting if not self._schedule(*root)]
+
+    def add_target(self, path: str) -> None:
+        """Also watch the directory a symlink points into (Kubernetes), unless covered or too many."""
+        real = os.path.dirname(os.path.realpath(path))
+        if len(self._watched) >= self._limit or real == os.path.dirname(os.path.abspath(path)):
+            return
+        if not any(real == w or real.startswith(w.rstrip(os.sep) + os.sep) for w in self._watched):
+            self._schedule(real, False)
+
+    def stop(self) -> None:
+        """Stop the watchdog thread."""
+        try:
+            self._observer.stop()
+            self._observer.join(timeout=2.0)
+        except Exception as err:  # closing must not fail on a broken watcher
+            log.debug("logmetrics: stopping the watcher: %s", err)
