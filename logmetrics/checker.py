@@ -1,0 +1,97 @@
+"""``logmetrics check``: what a parser makes of a file, for plugin authors.
+
+Per rule: how many records matched and which events they produced; then the records that matched
+nothing, grouped by shape (numbers, ids and quoted text blanked out), most frequent first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+
+from logmetrics.engine import choose
+from logmetrics.envelopes import Unwrapper
+from logmetrics.errors import UserError
+from logmetrics.events import Event
+from logmetrics.plugins import Parser, ParserEntry
+from logmetrics.records import Batch, Record, split_records
+
+SHAPES = (
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
+    (re.compile(r"\b[0-9a-fA-F]{8,}\b|\b[\w-]*\d[\w-]*\b"), "#"),
+)
+
+
+def shape(line: str) -> str:
+    """A line with its variable parts blanked, to group similar lines."""
+    for rx, repl in SHAPES:
+        line = rx.sub(repl, line)
+    return line[:120]
+
+
+def parse_one(parser: Parser, record: Record) -> list[Event]:
+    """Events for one record, through ``parse`` or, if only that is implemented, ``parse_batch``."""
+    if type(parser).parse is Parser.parse:
+        text = record.text + "\n"
+        return parser.parse_batch(Batch("check", text, record.time or 0.0, text.count("\n")))[0]
+    return list(parser.parse(record))
+
+
+def _read(path: str, envelope: str) -> str:
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    unwrapper = Unwrapper(envelope)
+    mtime = time.time() if path == "-" else os.path.getmtime(path)
+    pieces = unwrapper.feed(data if data.endswith(b"\n") or not data else data + b"\n", mtime)
+    pieces += unwrapper.flush()
+    return "".join(p.text for p in pieces)
+
+
+def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
+    """The text ``logmetrics check`` prints."""
+    text = _read(path, envelope)
+    entry = choose(entries, parser, (path, os.path.basename(path)), text.splitlines()[:200])
+    if entry is None:
+        raise UserError(f"no parser recognises {path}; name one with --parser (see 'logmetrics parsers')")
+    inst = entry.cls()
+    records = split_records(text, entry.cls.continuation)
+    mtime = time.time() if path == "-" else os.path.getmtime(path)
+    rules: dict[str, int] = Counter()
+    produced: dict[str, Counter[str]] = defaultdict(Counter)
+    unmatched: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    errors = 0
+    for rec in records:
+        try:
+            events = parse_one(inst, Record(rec, mtime))
+        except Exception as exc:  # reported per record: this is what check is for
+            errors += 1
+            events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
+        if not events:
+            first = rec.split("\n", 1)[0]
+            key = shape(first)
+            unmatched[key] += 1
+            examples.setdefault(key, first[:160])
+            continue
+        for rule in {ev.rule or ev.metric for ev in events}:
+            rules[rule] += 1
+        for ev in events:
+            labels = ",".join(ev.labels)
+            produced[ev.rule or ev.metric][f"{ev.metric}{{{labels}}}"] += 1
+    lines = text.count("\n")
+    out = [f"parser {entry.name} ({entry.origin}) on {path}: {lines} lines, {len(records)} records, "
+           f"{len(records) - sum(unmatched.values())} matched, {sum(unmatched.values())} unmatched, "
+           f"{errors} parse errors", "", "rule                          records  events"]
+    for rule, n in sorted(rules.items(), key=lambda kv: -kv[1]):
+        out.append(f"{rule:<28} {n:>8}")
+        for series, k in produced[rule].most_common(8):
+            out.append(f"{'':<38}{k:>6} x {series}")
+    out += ["", f"unmatched records by shape (top {top}):"]
+    for key, n in unmatched.most_common(top):
+        out.append(f"{n:>8}  {examples[key]}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,151 @@
+"""The command line: ``logmetrics watch | check | parsers | metrics``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+import click
+
+from logmetrics import __version__, catalog
+from logmetrics.envelopes import MODES
+from logmetrics.errors import UserError
+from logmetrics.plugins import ParserEntry, PluginError, discover
+
+DEFAULT_LISTEN = "0.0.0.0:9877"
+
+
+def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
+    try:
+        entries = discover(plugins)
+    except PluginError as exc:
+        raise UserError(str(exc)) from exc
+    if parser is not None and parser not in entries:
+        known = ", ".join(sorted(entries)) or "none"
+        raise UserError(f"unknown parser {parser!r} (installed: {known}; see 'logmetrics parsers')")
+    return entries
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--listen expects HOST:PORT (e.g. 127.0.0.1:9877 or :9877), got {value!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+plugin_option = click.option(
+    "--plugin", "plugins", multiple=True, metavar="SPEC",
+    help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="logmetrics")
+@click.option("-v", "--verbose", count=True, help="Log more on stderr (-v: info, -vv: debug).")
+def cli(verbose: int) -> None:
+    """Turn the logs of an LLM serving stack into Prometheus metrics.
+
+    Point it at log files, a directory or stdin; it recognises each backend's lines (vLLM and any
+    installed parser plugin) and serves tokens, latency, request, error and cache metrics on
+    /metrics for Prometheus. Start with 'logmetrics watch --help'.
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="logmetrics: %(levelname)s: %(message)s", stream=sys.stderr)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Where to serve /metrics and /healthz. Port 0 picks a free port.")
+@click.option("--parser", default=None, metavar="NAME",
+              help="Parse every input with this parser instead of routing by path or content.")
+@click.option("--source", default=None, metavar="NAME",
+              help="The 'source' label for every input (default: the file path, 'stdin', or the compose service).")
+@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True,
+              help="Container log wrapper to peel off; 'auto' detects it per stream.")
+@click.option("--from-beginning", is_flag=True,
+              help="Read files present at start from their beginning (default: from their end, like tail -F).")
+@plugin_option
+@click.option("--oneshot", is_flag=True,
+              help="Read every input from the start to EOF, print the metrics on stdout and exit.")
+@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True,
+              metavar="SECONDS", help="How often files are checked for new data, rotation and truncation.")
+@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True,
+              help="Longer lines are cut to this length and counted in logmetrics_lines_truncated_total.")
+def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
+          from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
+          max_line_bytes: int) -> None:
+    """Follow log files and serve their metrics.
+
+    PATH is a file, a directory (followed recursively, new files included), a glob (with **) or
+    '-' for stdin. Files are followed across rename and copytruncate rotation. Examples:
+
+    \b
+      logmetrics watch /var/log/llm/
+      docker logs -f vllm 2>&1 | logmetrics watch - --parser vllm --source vllm-0
+      logmetrics watch --oneshot --parser vllm samples/vllm/v1-0.10.log
+    """
+    from logmetrics.runner import Options, run
+
+    entries = _entries(plugins, parser)
+    opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
+                   envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,
+                   max_line_bytes=max_line_bytes)
+    run(opts, entries)
+
+
+@cli.command()
+@plugin_option
+def parsers(plugins: tuple[str, ...]) -> None:
+    """List the installed parsers and where each one comes from."""
+    for name, entry in sorted(_entries(plugins, None).items()):
+        claims = ", ".join(entry.cls.claims) or "-"
+        click.echo(f"{name:<16} {entry.origin}  (claims: {claims})")
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--parser", default=None, metavar="NAME", help="The parser to check (default: routed as watch would).")
+@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True,
+              help="Container log wrapper to peel off.")
+@click.option("--top", default=15, show_default=True, help="How many unmatched line shapes to show.")
+@plugin_option
+def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:
+    """Show what a parser makes of FILE: per rule, records matched and events; unmatched lines by shape."""
+    from logmetrics.checker import report
+
+    entries = _entries(plugins, parser)
+    click.echo(report(file, entries, parser=parser, envelope=envelope, top=top), nl=False)
+
+
+@cli.command()
+def metrics() -> None:
+    """Print the metric catalog (name, type, labels, help) as Markdown."""
+    click.echo(catalog.markdown(), nl=False)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: runs the CLI; user errors are one line on stderr and exit code 2."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="logmetrics", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(0)
+    except click.ClickException as exc:
+        click.echo(f"logmetrics: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except UserError as exc:
+        click.echo(f"logmetrics: error: {exc}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)

@@ -1,0 +1,188 @@
+"""The engine: chunks from the sources through envelopes, records and parsers into the store.
+
+Each logical stream (a followed file, stdin, one compose service) has its own envelope state,
+record assembler and parser instance. The parser of a stream is chosen once: ``--parser``, else
+the parser that claims the path or source name, else the best ``sniff`` of its first lines.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+from dataclasses import dataclass, field
+
+from logmetrics.envelopes import Piece, Unwrapper
+from logmetrics.events import Event
+from logmetrics.plugins import Parser, ParserEntry
+from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.sources import Chunk
+from logmetrics.store import Store
+
+log = logging.getLogger(__name__)
+
+UNROUTED = "none"
+SNIFF_MIN_SCORE = 0.3
+
+
+def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
+           lines: list[str]) -> ParserEntry | None:
+    """The parser for a stream: forced, else claimed by path or source name, else best sniff."""
+    if forced is not None:
+        return parsers[forced]
+    for entry in sorted(parsers.values(), key=lambda e: e.name):
+        if any(fnmatch.fnmatch(n, pat) for pat in entry.cls.claims for n in names):
+            return entry
+    best, best_score = None, SNIFF_MIN_SCORE
+    for entry in parsers.values():
+        try:
+            score = float(entry.cls.sniff(lines))
+        except Exception:  # a plugin's sniff bug must not stop routing for the others
+            log.exception("parser %s: sniff failed", entry.name)
+            continue
+        if score > best_score:
+            best, best_score = entry, score
+    return best
+
+
+@dataclass
+class Stream:
+    """One logical stream: its source label, its parser and the text it holds back."""
+
+    source: str
+    path: str
+    parser: Parser | None = None
+    routed: bool = False
+    assembler: RecordAssembler = field(default_factory=RecordAssembler)
+    held: list[str] = field(default_factory=list)
+    held_lines: int = 0
+    time: float = 0.0
+
+
+class Engine:
+    """Routes chunks to streams and parsers and applies the resulting events to the store."""
+
+    def __init__(self, parsers: dict[str, ParserEntry], store: Store, *, parser: str | None = None,
+                 source: str | None = None, envelope: str = "auto", sniff_lines: int = 200) -> None:
+        self.parsers = parsers
+        self.store = store
+        self.forced = parser
+        self.source = source
+        self.envelope = envelope
+        self.sniff_lines = sniff_lines
+        self.unwrappers: dict[str, Unwrapper] = {}
+        self.streams: dict[str, Stream] = {}
+        self._warned: set[str] = set()
+        for entry in parsers.values():
+            store.register(entry.cls.metrics)
+
+    # -- input -------------------------------------------------------------------------------
+    def feed(self, chunk: Chunk) -> None:
+        """Take one chunk of whole lines from a source."""
+        unwrapper = self.unwrappers.get(chunk.stream)
+        if unwrapper is None:
+            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self.envelope)
+        for piece in unwrapper.feed(chunk.data, chunk.time):
+            self._piece(chunk.stream, piece)
+
+    def idle(self) -> None:
+        """The input went quiet: held-back records are complete now."""
+        for stream in self.streams.values():
+            if stream.assembler.pending:
+                self._records(stream, stream.assembler.flush(), stream.time)
+
+    def finish(self) -> None:
+        """End of input: flush envelopes, route what is still unrouted, flush records."""
+        for path, unwrapper in self.unwrappers.items():
+            for piece in unwrapper.flush():
+                self._piece(path, piece)
+        for stream in self.streams.values():
+            if not stream.routed and stream.held:
+                self._route(stream, final=True)
+        self.idle()
+
+    # -- stages ------------------------------------------------------------------------------
+    def source_label(self, path: str, service: str | None = None) -> str:
+        """The ``source`` label of a raw stream (or of one compose service inside it)."""
+        return self.source or service or ("stdin" if path == "-" else path)
+
+    def _stream(self, path: str, service: str | None) -> Stream:
+        key = path if service is None else f"{path}\0{service}"
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = Stream(self.source_label(path, service), path)
+        return stream
+
+    def _piece(self, path: str, piece: Piece) -> None:
+        stream = self._stream(path, piece.service)
+        stream.time = piece.time
+        self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
+        if stream.routed:
+            self._text(stream, piece.text)
+            return
+        stream.held.append(piece.text)
+        stream.held_lines += piece.lines
+        self._route(stream, final=False)
+
+    def _route(self, stream: Stream, *, final: bool) -> None:
+        entry = self._choose(stream, final)
+        if entry is None and not final and stream.held_lines < self.sniff_lines:
+            return
+        stream.routed = True
+        if entry is not None:
+            stream.parser = entry.cls()
+            stream.assembler = RecordAssembler(entry.cls.continuation)
+            log.info("stream %s: parser %s", stream.source, entry.name)
+        else:
+            log.warning("stream %s: no parser recognises it; use --parser NAME", stream.source)
+        held, stream.held, stream.held_lines = stream.held, [], 0
+        for text in held:
+            self._text(stream, text)
+
+    def _choose(self, stream: Stream, final: bool) -> ParserEntry | None:
+        names = (stream.path, os.path.basename(stream.path), stream.source)
+        lines = "".join(stream.held).splitlines()[: self.sniff_lines]
+        return choose(self.parsers, self.forced, names, lines)
+
+    def _text(self, stream: Stream, text: str) -> None:
+        if stream.parser is None:
+            n = text.count("\n")
+            self.store.add_self("logmetrics_lines_unmatched_total", (UNROUTED,), n)
+            return
+        self._records(stream, stream.assembler.feed(text), stream.time)
+
+    def _records(self, stream: Stream, text: str, time: float) -> None:
+        parser = stream.parser
+        if not text or parser is None:
+            return
+        lines = text.count("\n")
+        batch = Batch(stream.source, text, time, lines)
+        errors = 0
+        try:
+            events, matched = parser.parse_batch(batch)
+        except Exception:  # one bad batch must not stop the stream: retry record by record
+            events, matched, errors = self._one_by_one(parser, batch)
+        name = parser.name
+        self.store.apply(events, name, stream.source)
+        self.store.add_self_many((
+            ("logmetrics_lines_matched_total", (name,), matched),
+            ("logmetrics_lines_unmatched_total", (name,), max(lines - matched, 0)),
+            ("logmetrics_parse_errors_total", (name,), errors),
+        ))
+
+    def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
+        events: list[Event] = []
+        matched = errors = 0
+        for text in split_records(batch.text, parser.continuation):
+            try:
+                got = list(parser.parse(Record(text, batch.time)))
+            except Exception as exc:  # counted and reported once per parser
+                errors += 1
+                if parser.name not in self._warned:
+                    self._warned.add(parser.name)
+                    log.warning("parser %s raised %s: %s (counted in logmetrics_parse_errors_total)",
+                                parser.name, type(exc).__name__, exc)
+                continue
+            events += got
+            matched += bool(got)
+        return events, matched, errors

@@ -1,0 +1,151 @@
+"""``logmetrics watch``: wires sources, engine, store and exposition, and runs the poll loop."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from logmetrics.engine import Engine
+from logmetrics.errors import UserError
+from logmetrics.exposition import MetricsServer, make_registry, text
+from logmetrics.plugins import ParserEntry
+from logmetrics.procs import ProcessWatcher
+from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, StdinSource, Waker
+from logmetrics.store import Store
+
+Sample = tuple[str, tuple[str, ...], float]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``watch`` was asked to do."""
+
+    paths: Sequence[str]
+    listen: tuple[str, int] | None  # None: --oneshot
+    parser: str | None
+    source: str | None
+    envelope: str
+    from_beginning: bool
+    poll_interval: float
+    max_line_bytes: int
+
+
+def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Sample]:
+    """The tailer's figures as samples of the engine's own families, per source label."""
+    out: list[Sample] = [("logmetrics_open_files", (), float(stats.open_files))]
+    for name, values in (("logmetrics_bytes_read_total", stats.bytes_read),
+                         ("logmetrics_lines_truncated_total", stats.lines_truncated),
+                         ("logmetrics_rotations_total", stats.rotations),
+                         ("logmetrics_truncations_total", stats.truncations),
+                         ("logmetrics_read_errors_total", stats.read_errors),
+                         ("logmetrics_lag_bytes", stats.lag_bytes)):
+        out += [(name, (label(stream),), float(v)) for stream, v in list(values.items())]
+    return out
+
+
+class Runner:
+    """The poll loop over every source; chunks go to the engine on this one thread."""
+
+    def __init__(self, opts: Options, entries: dict[str, ParserEntry]) -> None:
+        self.opts = opts
+        self.store = Store()
+        self.stats = SourceStats()
+        self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope)
+        files = [p for p in opts.paths if p != "-"]
+        try:
+            self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
+                                     max_line_bytes=opts.max_line_bytes) if files else None
+        except SourceError as exc:
+            raise UserError(str(exc).removeprefix("logmetrics: ")) from exc
+        self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None
+        self.procs = ProcessWatcher({n: e.cls.process_names for n, e in entries.items()})
+        self.registry = make_registry(self.store, self._extra)
+        self.waker = Waker()
+        self.stop = threading.Event()
+
+    def _extra(self) -> list[Sample]:
+        cpu, mem = self.procs.samples() if self.opts.listen is not None else ([], [])
+        return source_samples(self.stats, self.engine.source_label) + cpu + mem
+
+    def poll(self) -> int:
+        """One pass over every source; returns how many chunks it fed."""
+        chunks: list[Chunk] = []
+        if self.tailer is not None:
+            chunks += self.tailer.poll()
+        if self.stdin is not None:
+            chunks += self.stdin.poll()
+        for chunk in chunks:
+            self.engine.feed(chunk)
+        return len(chunks)
+
+    def drain(self) -> None:
+        """Read to the end of every input (``--oneshot``)."""
+        while True:
+            if self.poll():
+                continue
+            if self.stdin is None or self.stdin.eof:
+                break
+            self.waker.wait(0.05)
+        for src in (self.tailer, self.stdin):
+            if src is not None:
+                for chunk in src.flush():
+                    self.engine.feed(chunk)
+        self.engine.finish()
+
+    def follow(self) -> None:
+        """Poll until asked to stop; quiet periods complete held-back records."""
+        stdin_done = False
+        while not self.stop.is_set():
+            if self.poll():
+                continue
+            if self.stdin is not None and self.stdin.eof and not stdin_done:
+                stdin_done = True
+                for chunk in self.stdin.flush():
+                    self.engine.feed(chunk)
+                self.engine.finish()
+            self.engine.idle()
+            self.waker.wait(self.opts.poll_interval)
+
+    def close(self) -> None:
+        """Release files and threads."""
+        for src in (self.tailer, self.stdin):
+            if src is not None:
+                src.close()
+
+
+def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
+    """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM."""
+    runner = Runner(opts, entries)
+    try:
+        if opts.listen is None:
+            runner.drain()
+            sys.stdout.buffer.write(text(runner.registry))
+            sys.stdout.flush()
+            return
+        host, port = opts.listen
+        try:
+            server = MetricsServer(host, port, runner.registry)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            runner.stop.set()
+            runner.waker.wake()
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        for src in (runner.tailer, runner.stdin):
+            if src is not None:
+                src.watch(runner.waker)
+        server.start()
+        print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
+        try:
+            runner.follow()
+        finally:
+            server.stop()
+    finally:
+        runner.close()

@@ -1,0 +1,101 @@
+"""Shared test helpers: run 'logmetrics watch' as a server and read its metrics."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def access_line(i: int, route: str = "/v1/chat/completions", code: str = "200 OK") -> str:
+    """A uvicorn access line as vLLM's API server prints it."""
+    return f'INFO:     127.0.0.1:{40000 + i % 20000} - "POST {route} HTTP/1.1" {code}\n'
+
+
+def parse(text: str) -> Samples:
+    """Exposition text -> {(sample name, sorted labels): value}."""
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of a sample name's values over series whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))
+
+
+class Server:
+    """A running 'logmetrics watch ... --listen 127.0.0.1:0' process."""
+
+    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+        assert self.proc.stderr is not None
+        self.url = ""
+        deadline = time.monotonic() + 30
+        line = b""
+        while time.monotonic() < deadline and not self.url:
+            ready, _, _ = select.select([self.proc.stderr], [], [], 0.5)
+            if ready:
+                line = self.proc.stderr.readline()
+                if not line:
+                    break
+                text = line.decode()
+                if "serving metrics at " in text:
+                    self.url = text.split("serving metrics at ", 1)[1].strip()
+        if not self.url:
+            self.stop()
+            raise AssertionError(f"logmetrics did not start: {line!r}")
+
+    def get(self, path: str = "/metrics", accept: str = "") -> tuple[int, str, str]:
+        """(status, content type, body) of a GET on the server."""
+        url = self.url.rsplit("/", 1)[0] + path
+        req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
+
+    def samples(self) -> Samples:
+        """The current metrics."""
+        return parse(self.get()[2])
+
+    def wait_for(self, cond: Callable[[Samples], bool], timeout: float = 10.0) -> Samples:
+        """Scrape until ``cond`` holds (the engine's own metrics are the barrier), or fail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.samples()
+            if cond(got):
+                return got
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met in {timeout}s; last scrape: {got}")
+            time.sleep(0.02)
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def append(path: Path, text: str) -> None:
+    """Append and flush, as a logging process would."""
+    with open(path, "a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,75 @@
+"""The plugin finder: entry points, --plugin files and modules, validation at load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logmetrics.plugins import PluginError, discover, load_spec
+
+GOOD = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Echo(Parser):
+    name = "echo"
+
+    def parse(self, record):
+        return [Event("backend_restarts_total", ())] if "start" in record.text else []
+'''
+
+
+def write(tmp_path: Path, body: str, name: str = "plug.py") -> str:
+    """Write a plugin file and return its path."""
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)
+
+
+def test_builtin_vllm_comes_from_the_entry_point_group() -> None:
+    """The built-in parser is found through the same entry-point group as third-party ones."""
+    entry = discover()["vllm"]
+    assert entry.origin.startswith("entry point logmetrics_parsers.vllm:VllmParser")
+
+
+def test_file_plugin_is_loaded_and_listed(tmp_path: Path) -> None:
+    """--plugin path.py loads every Parser subclass the file defines."""
+    found = discover([write(tmp_path, GOOD)])
+    assert found["echo"].origin == f"file {tmp_path / 'plug.py'}"
+
+
+def test_module_class_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--plugin module:Class imports a module from the path."""
+    write(tmp_path, GOOD, "myplug.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [entry] = load_spec("myplug:Echo")
+    assert entry.name == "echo" and entry.origin == "module myplug:Echo"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("def broken(:\n", "import failed: SyntaxError"),
+    (GOOD.replace('"echo"', '"Bad Name"'), "name must match"),
+    (GOOD.replace("    def parse(self, record):\n        return [Event(\"backend_restarts_total\", ())]"
+                  " if \"start\" in record.text else []\n", "    pass\n"), "implements neither"),
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    claims = "*.log"'), "claims must be a tuple"),
+    ("x = 1\n", "defines no subclass"),
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.catalog import Family\n'
+                  '    metrics = (Family("other_total", "counter", (), "h"),)'), "must be named echo_"),
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.catalog import Family\n'
+                  '    metrics = (Family("echo_things", "counter", (), "h"),)'), "must end in _total"),
+])
+def test_bad_plugins_are_refused_with_a_message_naming_them(tmp_path: Path, body: str, message: str) -> None:
+    """A bad plugin is refused whole, with a message that names the plugin and the problem."""
+    path = write(tmp_path, body)
+    with pytest.raises(PluginError) as info:
+        discover([path])
+    assert message in str(info.value)
+    assert "plug" in str(info.value) or "echo" in str(info.value) or "Bad Name" in str(info.value)
+
+
+def test_missing_plugin_file(tmp_path: Path) -> None:
+    """A plugin path that does not exist is a clear error."""
+    with pytest.raises(PluginError, match="no such file"):
+        load_spec(str(tmp_path / "nope.py"))

@@ -1,0 +1,85 @@
+"""'logmetrics watch DIR' end to end: appends, rotation, copytruncate and new files, each line once."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Server, access_line, append, total
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
+    """A server watching an empty directory that holds an empty vllm.log."""
+    (tmp_path / "vllm.log").write_text("")
+    srv = Server(str(tmp_path), "--poll-interval", "0.1")
+    try:
+        yield srv, tmp_path
+    finally:
+        assert srv.stop() == 0
+
+
+def requests(srv: Server) -> float:
+    """http_requests_total summed over every series."""
+    return total(srv.samples(), "http_requests_total")
+
+
+def test_appended_lines_show_within_a_second(server: tuple[Server, Path]) -> None:
+    """Lines appended to DIR/vllm.log are on /metrics within a second."""
+    srv, d = server
+    start = time.monotonic()
+    append(d / "vllm.log", "".join(access_line(i) for i in range(5)))
+    srv.wait_for(lambda s: total(s, "http_requests_total") == 5, timeout=5)
+    assert time.monotonic() - start < 1.0
+    got = srv.samples()
+    assert total(got, "http_requests_total", backend="vllm", route="/v1/chat/completions", code="200") == 5
+
+
+def test_rename_rotation_counts_every_line_once(server: tuple[Server, Path]) -> None:
+    """mv vllm.log vllm.log.1 plus a new vllm.log: every line counted exactly once."""
+    srv, d = server
+    append(d / "vllm.log", "".join(access_line(i) for i in range(10)))
+    srv.wait_for(lambda s: total(s, "http_requests_total") == 10)
+    append(d / "vllm.log", "".join(access_line(i) for i in range(7)))  # not yet read, maybe
+    (d / "vllm.log").rename(d / "vllm.log.1")
+    append(d / "vllm.log", "".join(access_line(i) for i in range(4)))
+    got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 21)
+    assert total(got, "logmetrics_rotations_total") >= 1
+    time.sleep(0.5)  # several poll intervals: nothing more may arrive
+    assert requests(srv) == 21
+
+
+def test_copytruncate_counts_every_line_once(server: tuple[Server, Path]) -> None:
+    """cp vllm.log vllm.log.1 and truncating vllm.log: every line counted exactly once."""
+    srv, d = server
+    append(d / "vllm.log", "".join(access_line(i) for i in range(10)))
+    srv.wait_for(lambda s: total(s, "http_requests_total") == 10)
+    append(d / "vllm.log", "".join(access_line(i) for i in range(3)))
+    shutil.copyfile(d / "vllm.log", d / "vllm.log.1")
+    with open(d / "vllm.log", "r+") as f:
+        f.truncate(0)
+    append(d / "vllm.log", "".join(access_line(i) for i in range(6)))
+    srv.wait_for(lambda s: total(s, "http_requests_total") >= 19)
+    time.sleep(0.5)  # several poll intervals: nothing more may arrive
+    assert requests(srv) == 19
+
+
+def test_file_created_later_in_a_subdirectory(server: tuple[Server, Path]) -> None:
+    """A file that appears later in a new subdirectory is read from its beginning."""
+    srv, d = server
+    (d / "node-2").mkdir()
+    append(d / "node-2" / "vllm-b.log", "".join(access_line(i) for i in range(3)))
+    got = srv.wait_for(lambda s: total(s, "http_requests_total") == 3)
+    assert total(got, "http_requests_total", source=str(d / "node-2" / "vllm-b.log")) == 3
+
+
+def test_healthz_and_openmetrics(server: tuple[Server, Path]) -> None:
+    """/healthz answers 200; OpenMetrics is served when asked for."""
+    srv, _ = server
+    assert srv.get("/healthz")[0] == 200
+    status, ctype, body = srv.get("/metrics", accept="application/openmetrics-text; version=1.0.0")
+    assert status == 200 and ctype.startswith("application/openmetrics-text") and body.endswith("# EOF\n")
