@@ -141,6 +141,7 @@ def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
         for src in (runner.tailer, runner.stdin):
             if src is not None:
                 src.watch(runner.waker)
+        runner.poll()  # the first scan fixes which files existed at start before anyone is told we run
         server.start()
         print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
         try:

@@ -1,0 +1,166 @@
+"""The command line as users meet it: mistakes end in one clear line on stderr and exit code 2, and
+bad input (binary data, invalid UTF-8, NUL bytes, empty files, a 10 MB line) never crashes a run
+nor costs the good lines around it.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+TIMEOUT = 60.0
+ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+STATS = (
+    "INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, "
+    "Avg generation throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, "
+    "GPU KV cache usage: 4.2%, Prefix cache hit rate: 0.0%"
+)
+# Modes in which a start-up error must be reported: serving, and one-shot.
+MODES = {"serve": ["--listen", "127.0.0.1:0"], "oneshot": ["--oneshot"]}
+
+
+def run(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """Run ``logmetrics ARGS`` to completion (a server that does not exit in time fails the test)."""
+    cmd = [sys.executable, "-m", "logmetrics", *args]
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(args)} did not exit within {timeout}s (stderr: {exc.stderr!r})")
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """Assert exit code 2 and exactly one line on stderr; return that line."""
+    lines = proc.stderr.strip("\n").splitlines()
+    assert proc.returncode == 2, f"exit code {proc.returncode}, want 2; stderr:\n{proc.stderr}"
+    assert len(lines) == 1, f"want exactly one line on stderr, got {len(lines)}:\n{proc.stderr}"
+    assert "Traceback" not in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def vllm_log(tmp_path: Path) -> Path:
+    """A small, valid vLLM log."""
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join([STATS, ACCESS.format(port=50000)]) + "\n")
+    return log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_missing_path(tmp_path: Path, mode: str) -> None:
+    """A path that does not exist is refused with exit code 2 and one line naming it."""
+    missing = tmp_path / "no-such-dir" / "vllm.log"
+    line = one_error_line(run("watch", str(missing), *MODES[mode]))
+    assert "no-such-dir" in line, line
+
+
+def test_port_in_use(vllm_log: Path) -> None:
+    """A listen address whose port is taken is refused with exit code 2 and one line naming the port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        line = one_error_line(run("watch", str(vllm_log), "--listen", f"127.0.0.1:{port}"))
+    assert str(port) in line, line
+    assert any(w in line.lower() for w in ("in use", "address already", "bind", "listen")), line
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unknown_parser(vllm_log: Path, mode: str) -> None:
+    """An unknown --parser name is refused with exit code 2 and one line naming it."""
+    line = one_error_line(run("watch", str(vllm_log), "--parser", "nosuchparser", *MODES[mode]))
+    assert "nosuchparser" in line, line
+
+
+def test_plugin_syntax_error(vllm_log: Path, tmp_path: Path) -> None:
+    """A --plugin file with a syntax error is refused with exit code 2 and one line naming the file."""
+    plugin = tmp_path / "broken_syntax.py"
+    plugin.write_text("from logmetrics.plugins import Parser\n\nclass Broken(Parser:\n    name = 'broken'\n")
+    line = one_error_line(run("watch", str(vllm_log), "--plugin", str(plugin), "--oneshot"))
+    assert "broken_syntax.py" in line, line
+    assert "syntax" in line.lower(), line
+
+
+def test_plugin_bad_class_name(vllm_log: Path, tmp_path: Path) -> None:
+    """A --plugin whose parser class has an invalid name is refused with exit code 2, naming that name."""
+    plugin = tmp_path / "bad_name.py"
+    plugin.write_text(
+        "from logmetrics.plugins import Parser\n\n\n"
+        "class BadName(Parser):\n"
+        "    name = 'Not A-Valid Name'\n\n"
+        "    def parse(self, record):\n"
+        "        return []\n"
+    )
+    line = one_error_line(run("watch", str(vllm_log), "--plugin", str(plugin), "--oneshot"))
+    assert "Not A-Valid Name" in line, line
+
+
+def test_plugin_missing_file(vllm_log: Path, tmp_path: Path) -> None:
+    """A --plugin path that does not exist is refused with exit code 2 and one line naming it."""
+    line = one_error_line(run("watch", str(vllm_log), "--plugin", str(tmp_path / "nope_plugin.py"), "--oneshot"))
+    assert "nope_plugin.py" in line, line
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample called ``name`` in a text exposition."""
+    return [(s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == name]
+
+
+def test_bad_input_never_crashes(tmp_path: Path) -> None:
+    """Binary, invalid UTF-8, NUL bytes, an empty file and a 10 MB line beside a vllm.log: exit 0, all lines counted."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    n_good = 250
+    good = [ACCESS.format(port=1024 + i) for i in range(n_good)]
+    (logs / "vllm.log").write_text("\n".join([STATS, *good[:125], STATS, *good[125:]]) + "\n")
+
+    rng = random.Random(1234)
+    # Random bytes with the newlines and carriage returns taken out, so no access line can appear by chance.
+    noise = bytes(b for b in rng.randbytes(256 * 1024) if b not in (0x0A, 0x0D))
+    (logs / "random.bin").write_bytes(noise[:100_000] + b"\n" + noise[100_000:] + b"\n")
+    # Each of the next files ends in one good access line after the bad part: it must still be counted.
+    after = (ACCESS.format(port=65000) + "\n").encode()
+    (logs / "invalid-utf8.log").write_bytes(b"INFO \xff\xfe\xc3\x28 broken \xe2\x82\n\xf0\x28\x8c\xbc\n" + after)
+    (logs / "nul.log").write_bytes(b"\x00" * 4096 + b"\nINFO:\x00 half\x00line\n" + b"\x00" * 100 + b"\n" + after)
+    (logs / "empty.log").write_bytes(b"")
+    (logs / "huge.log").write_bytes(b"INFO " + b"x" * (10 * 1024 * 1024) + b"\n" + after)
+    want = n_good + 3
+
+    proc = run("watch", str(logs), "--oneshot", "--from-beginning", "--parser", "vllm", timeout=120)
+    assert proc.returncode == 0, f"exit code {proc.returncode}; stderr:\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+    by_source: dict[str, float] = {}
+    for labels, value in samples(proc.stdout, "http_requests_total"):
+        by_source[labels.get("source", "")] = by_source.get(labels.get("source", ""), 0.0) + value
+    total = sum(by_source.values())
+    assert total == want, f"http_requests_total: want {want} ({n_good} in vllm.log + 3 after bad data), " \
+                          f"got {total} by source {by_source}"
+    vllm = {src: v for src, v in by_source.items() if src.endswith("vllm.log")}
+    assert list(vllm.values()) == [n_good], f"vllm.log requests by source: {vllm}"
+
+    read = {labels.get("source", ""): value for labels, value in samples(proc.stdout, "logmetrics_lines_read_total")}
+    vllm_read = [v for src, v in read.items() if src.endswith("vllm.log")]
+    assert vllm_read == [n_good + 2], f"logmetrics_lines_read_total for vllm.log: {read}"
+    running = [v for labels, v in samples(proc.stdout, "llm_requests_running")
+               if labels.get("source", "").endswith("vllm.log")]
+    assert running == [3], f"llm_requests_running of vllm.log: {running}"
+
+
+def test_stdin_oneshot() -> None:
+    """``-`` reads stdin: lines piped in with --oneshot are all counted and the run exits 0."""
+    n = 40
+    text = "\n".join([STATS, *(ACCESS.format(port=2000 + i) for i in range(n))]) + "\n"
+    cmd = [sys.executable, "-m", "logmetrics", "watch", "-", "--oneshot", "--parser", "vllm", "--source", "piped"]
+    proc = subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    got = samples(proc.stdout, "http_requests_total")
+    assert sum(v for _, v in got) == n, got
+    assert {labels.get("source") for labels, v in got if v} == {"piped"}, got
