@@ -1,0 +1,144 @@
+"""Pieces shared by the parsers of Python-based backends (vLLM, llama-cpp-python, FastAPI apps).
+
+- process prefixes that multi-process servers put in front of every line (``(APIServer pid=1) ``,
+  ``(EngineCore_DP0 pid=8884) ``, ``(RayWorkerWrapper pid=1, ip=10.0.0.1) ``, ``[rank0]: ``);
+- the uvicorn access line and the route template that turns a raw path into a bounded label;
+- Python tracebacks: which lines continue one, which line names the exception, and the
+  classification of an error record into an ``error_type``.
+
+Patterns here are strings or compiled ``re`` patterns meant to be embedded in ``\\n``-anchored
+whole-chunk scans: none of them can cross a newline.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- process prefixes ------------------------------------------------------------------------
+
+#: One process prefix with its trailing space: multiprocessing / Ray worker names, torch ranks.
+PROC_PREFIX = r"(?:\([A-Za-z_][\w.-]* pid=\d+(?:,? ip=[^)\s]*)?\) |\[rank\d+\]: )"
+
+# --- uvicorn access lines --------------------------------------------------------------------
+
+#: ``INFO:     127.0.0.1:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK`` after the line's
+#: start (and optional process prefix). One group: ``METHOD PATH HTTP/x.y" CODE``, so that a
+#: ``findall`` yields plain strings that ``collections.Counter`` aggregates in C; split them with
+#: ``split_access_key``. The client is ``host:port``, ``[v6]:port`` or ``-``.
+UVICORN_ACCESS = r'INFO: +[^ \n]+ - "([^ "\n]+ [^ "\n]+ HTTP/[0-9.]+" \d{3})'
+
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+
+_ID_SEGMENT = re.compile(
+    r"\d+"                                                     # 42
+    r"|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"  # UUID
+    r"|[0-9a-fA-F]{16,}"                                       # long hex
+    r"|(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}"                      # hex with a digit
+    r"|[A-Za-z]+[-_][\w-]*\d[\w-]*"                            # chatcmpl-abc123, file_9x
+    r"|(?=[\w=+-]*\d)[\w=+-]{20,}"                             # long base64-ish token
+    r"|.*%.*|.{65,}"                                           # encoded or very long
+    r"|[\d.:]+|\d[\w.-]*"                                      # versions, addresses, 3abc
+)
+MAX_ROUTE_SEGMENTS = 8
+_route_cache: dict[str, str] = {}
+_ROUTE_CACHE_MAX = 4096
+
+
+def route_template(path: str) -> str:
+    """A bounded route label for a raw request path: no query string, ids replaced by ``{id}``."""
+    route = _route_cache.get(path)
+    if route is not None:
+        return route
+    raw = path
+    cut = min((i for i in (path.find("?"), path.find("#")) if i >= 0), default=-1)
+    if cut >= 0:
+        path = path[:cut]
+    if "://" in path:  # absolute-form request target (proxies): keep only the path
+        path = "/" + path.split("://", 1)[1].partition("/")[2]
+    if not path.startswith("/"):
+        route = path if path == "*" else "/{id}"
+    else:
+        parts = path.split("/")[1:]
+        more = len(parts) > MAX_ROUTE_SEGMENTS
+        parts = ["{id}" if _ID_SEGMENT.fullmatch(p) or _ID_SEGMENT.fullmatch(p.rpartition(".")[0]) else p
+                 for p in parts[:MAX_ROUTE_SEGMENTS]]
+        route = "/" + "/".join(parts) + ("/..." if more else "")
+    if len(_route_cache) >= _ROUTE_CACHE_MAX:
+        _route_cache.clear()
+    _route_cache[raw] = route
+    return route
+
+
+_labels_cache: dict[str, tuple[str, str, str]] = {}
+
+
+def split_access_key(key: str) -> tuple[str, str, str]:
+    """``(method, route, code)`` labels from one ``UVICORN_ACCESS`` capture."""
+    labels = _labels_cache.get(key)
+    if labels is None:
+        method, _, rest = key.partition(" ")
+        path = rest[: rest.rfind(" HTTP/")]
+        labels = (method if method in HTTP_METHODS else "OTHER"), route_template(path), key[-3:]
+        if len(_labels_cache) >= _ROUTE_CACHE_MAX:
+            _labels_cache.clear()
+        _labels_cache[key] = labels
+    return labels
+
+
+# --- Python tracebacks -----------------------------------------------------------------------
+
+#: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
+#: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking.
+EXCEPTION_NAME = (
+    r"[A-Za-z_][\w.]*+(?:(?<=[\w.]Error)|(?<=[\w.]Exception)|(?<=[\w.]Exit)|(?<=[\w.]Interrupt))"
+)
+
+#: The body of a line that continues the record above it: indented lines, the opening and
+#: chaining lines of a traceback, a ``SomeError: message`` line, and empty lines (Python puts
+#: them around "During handling ..."). Mirrors ``logmetrics.records.CONTINUATION``, with the end
+#: of line written so that it also works inside a multi-line text.
+TRACEBACK_BODY = (
+    r"(?:[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
+    r"|The above exception was the direct cause|" + EXCEPTION_NAME + r"(?::|(?=\r?\n|\r?\Z))|(?=\r?\n|\r?\Z))"
+)
+
+_EXCEPTION_NAME = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*(?:Error|Exception)\b")
+
+#: error_type by phrase. Causes name what went wrong (the exception raised, or its message), and
+#: win over contexts, which name where it happened; within a tier the leftmost phrase wins, so an
+#: ``MQEngineDeadError: ... OutOfMemoryError(...)`` is ``engine_dead`` and an ``Error in chat
+#: completion stream generator.`` whose traceback ends in ``torch.OutOfMemoryError`` is ``oom``.
+ERROR_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("engine_dead", ("EngineDeadError", "died unexpectedly", "EngineCore encountered a fatal error",
+                     "Background loop has errored", "Engine background task failed", "output_handler failed")),
+    ("oom", ("OutOfMemoryError", "out of memory", "No available memory for the cache blocks",
+             "KV cache is needed, which is larger than the available")),
+    ("startup", ("Engine core initialization failed", "failed to start")),
+    ("timeout", ("TimeoutError", "timed out")),
+    ("cuda", ("CUDA error",)),
+    ("bad_request", ("maximum context length",)),
+)
+ERROR_CONTEXTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bad_request", ("Error in preprocessing prompt inputs",)),
+    ("asgi", ("Exception in ASGI application",)),
+    ("stream_error", ("stream generator",)),
+)
+_TYPE_OF = {phrase: kind for kind, phrases in ERROR_CAUSES + ERROR_CONTEXTS for phrase in phrases}
+# No groups: an alternation of plain literals lets ``re`` skip on the first characters.
+_CAUSE = re.compile("|".join(re.escape(p) for _, phrases in ERROR_CAUSES for p in phrases)).search
+_CONTEXT = re.compile("|".join(re.escape(p) for _, phrases in ERROR_CONTEXTS for p in phrases)).search
+
+
+def classify_error(text: str, request_handler: bool = False, traceback: bool = False) -> str:
+    """The ``error_type`` of an error record's text (its exception lines, then its first line).
+
+    A cause phrase, else a context phrase (see ``ERROR_CAUSES``); a ``ValueError`` raised while
+    handling a request is ``bad_request``; otherwise ``exception`` for a traceback (even one cut
+    short of its last line) or a named exception, else ``error``.
+    """
+    m = _CAUSE(text) or _CONTEXT(text)
+    if m:
+        return _TYPE_OF[m.group()]
+    if request_handler and "ValueError" in text:
+        return "bad_request"
+    return "exception" if traceback or _EXCEPTION_NAME.search(text) else "error"

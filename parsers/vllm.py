@@ -1,0 +1,356 @@
+"""vLLM: stats lines, request lifecycle, uvicorn access lines, errors, start-ups, model name.
+
+One whole-chunk scan per batch (``parse_batch``); ``parse`` runs the same scan on one record.
+Every rule is a ``re`` pattern run over the chunk (see ``vllm_patterns``), aggregated in C where
+it can be, so lines that match nothing never reach Python code.
+
+Token counters are estimates: vLLM logs no per-request token counts by default, so
+``llm_prompt_tokens_total`` / ``llm_generation_tokens_total`` integrate the logged average
+throughput over the time since the previous stats line of the same engine (``tokens/s x dt``,
+dt from the lines' own ``MM-DD HH:MM:SS`` stamps). The first line of an engine only sets the
+baseline. dt is capped at 60 s; V1 logs a line every fixed interval and drops idle intervals to
+DEBUG, so after a gap a V1 line covers one interval only: its dt is also capped at the shortest
+interval seen for that engine plus one second (the stamps have a resolution of one second).
+
+Gauges follow the last stats line of each engine; with several engines (data parallelism) counts
+and throughputs are summed over the engines and ratios averaged.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections import Counter
+from typing import ClassVar
+
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Batch, Record
+
+from . import vllm_patterns as P
+from .vllm_lines import Records, access_and_errors
+from .vllm_startup import LOGO, Startup, model_from, startup_kind
+
+MAX_DT = 60
+MAX_PENDING = 10000
+MAX_ENGINES = 256
+OUTCOMES = ("ok", "error", "aborted")
+COUNTERS = ("llm_prompt_tokens_total", "llm_generation_tokens_total", "llm_preemptions_total")
+# Kinds of the rare, model-labelled lines, kept with their position until their segment is done.
+FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE = range(7)
+Item = tuple[int, int, str, int]  # position, kind, text value, number value
+
+
+class _Engine:
+    """One engine index: its last stats line (parsed when the gauges are emitted), baseline."""
+
+    __slots__ = ("last", "line", "min_dt", "prefix", "prefix_tail")
+
+    def __init__(self) -> None:
+        self.line: tuple[str | None, ...] = ()
+        self.prefix_tail = ""
+        self.last: int | None = None
+        self.min_dt = 0
+        self.prefix: float | None = None
+
+
+class VllmParser(Parser):
+    """vLLM OpenAI-compatible server logs, V0 (0.2 - 0.10) and V1 (0.7 - 0.33)."""
+
+    name: ClassVar[str] = "vllm"
+    claims: ClassVar[tuple[str, ...]] = ("*vllm*",)
+    continuation = P.CONTINUATION
+    process_names: ClassVar[tuple[str, ...]] = ("vllm",)
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._zeroed: set[str] = set()
+        self._engines: dict[str, _Engine] = {}
+        self._started: dict[str, int] = {}
+        self._preempt_total = 0
+        self._startup = Startup()
+        self._minutes: dict[str, int | None] = {}
+        self._year_month = (0, 0)
+        self._records = Records()
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for vLLM start-up, stats or process-prefixed lines; some for vLLM-style headers."""
+        text = "\n".join(lines)
+        if P.SNIFF_STRONG.search(text):
+            return 0.95
+        return 0.6 if P.SNIFF_HEADER.search(text) else 0.0
+
+    def parse(self, record: Record) -> list[Event]:
+        """Events of one record: the batch scan run on a one-record text."""
+        return self._scan(record.text, record.time if record.time is not None else 0.0)[0]
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
+        """Events of a batch of whole records, and how many records produced one."""
+        return self._scan(batch.text, batch.time)
+
+    # -- the scan ---------------------------------------------------------------------------
+
+    def _scan(self, text: str, now: float) -> tuple[list[Event], int]:
+        t = "\n" + text if text.endswith("\n") else "\n" + text + "\n"
+        if "\r" in t:
+            t = t.replace("\r\n", "\n")
+        tm = time.gmtime(now)
+        if (tm.tm_year, tm.tm_mon) != self._year_month:
+            self._year_month = (tm.tm_year, tm.tm_mon)
+            self._minutes.clear()
+        events: list[Event] = []
+        records = self._records
+        records.clear()
+        matched = access_and_errors(t, events, records)
+        rare = Counter(P.RARE.findall(t))
+        controls: list[tuple[int, int, str]] = []
+        items: list[Item] = []
+        finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
+        if rare:
+            self._rare_items(t, rare, controls, items)
+            if controls and finished:  # count them per segment
+                items.extend((m.start(), FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
+                finished = 0
+            items.sort()
+        start = k = 0
+        for pos, kind, value in [*controls, (len(t), -1, "")]:
+            end = t.rfind("\n", 0, pos) if kind >= 0 else pos
+            k_end = k
+            while k_end < len(items) and items[k_end][0] < end:
+                k_end += 1
+            matched += self._segment(t, start, end, items[k:k_end], finished, events)
+            finished = 0
+            k = k_end
+            if kind >= 0 and self._control(kind, value, self._line_time(t, pos), events):
+                if kind == LOGO:  # a line of a multi-line record
+                    records.inside.append(end)
+                else:
+                    records.dynamic.add(end)
+                    matched += 1
+            start = end
+        return events, matched + records.resolve(t)
+
+    def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]], items: list[Item]) -> None:
+        """Positions and values of the rare lines that ``rare`` says are in ``t``."""
+        if any(key in P.STARTUP_KEYS for key in rare):
+            controls.extend((m.start(), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t))
+        if any("\u2580" <= key[-1:] <= "\u259f" for key in rare):
+            controls.extend((m.start(), LOGO, m.group(1)) for m in P.LOGO_MODEL.finditer(t))
+        controls.sort()
+        if "Aborted request" in rare or "Request" in rare:
+            for m in P.ABORTED.finditer(t):
+                ids = m.group(1)
+                n = 1 if ids is None else len([i for i in ids.split(",") if i.strip()])
+                items.append((m.start(), ABORTED, "", n))
+        if "Request" in rare:
+            items.extend((m.start(), FAILED, "", 1) for m in P.FAILED.finditer(t))
+        if "Sequence group" in rare:
+            for m in P.PREEMPTED.finditer(t):
+                total = m.group(1)
+                items.append((m.start(), PREEMPTED, "", int(total) if total else -1))
+        if "Prefix cache hit rate: GPU" in rare:
+            items.extend((m.start(), V0_PREFIX, m.group(1), 0) for m in P.V0_PREFIX.finditer(t))
+        if P.ADDED_V0 in rare or P.FINISHED_V0 in rare:
+            for m in P.V0_REQUEST.finditer(t):
+                at = self._line_time(t, m.start())
+                if at is not None:
+                    items.append((m.start(), ADDED if m.group(1) == "Added" else DONE, m.group(2), at))
+
+    def _line_time(self, t: str, pos: int) -> int | None:
+        """The time in the vLLM header of the line holding position ``pos``, if it has one."""
+        h = P.LINE_TIME.match(t, t.rfind("\n", 0, pos) + 1)
+        return self._secs(h.group(1), h.group(2)) if h else None
+
+    def _secs(self, minute: str, seconds: str) -> int | None:
+        """Seconds of a year-inferred, zone-less clock for ``MM-DD HH:MM`` and ``SS``."""
+        base = self._minutes.get(minute, -1)
+        if base == -1:
+            base = None
+            year, month = self._year_month
+            mon, dom, hh, mm = int(minute[:2]), int(minute[3:5]), int(minute[6:8]), int(minute[9:11])
+            if 1 <= mon <= 12 and 1 <= dom <= 31 and hh < 24 and mm < 60:
+                # no year in the line: the one that puts it within six months of the batch's time
+                # (December lines read in January are last year's, and the other way round)
+                year += (mon - month < -6) - (mon - month > 6)
+                base = calendar.timegm((year, mon, dom, hh, mm, 0))
+            if len(self._minutes) >= 4096:
+                self._minutes.clear()
+            self._minutes[minute] = base
+        return None if base is None else base + int(seconds)
+
+    # -- model-labelled rules, one segment (between two start-up lines) at a time -------------
+
+    def _segment(self, t: str, a: int, b: int, items: list[Item], finished: int, events: list[Event]) -> int:
+        """Stats lines in ``t[a:b]`` and the rare lines in ``items``: their events, records matched."""
+        model = (self.model,)
+        out: list[Event] = []
+        matched = finished
+        p1 = g1 = p0 = g0 = 0.0  # tokens integrated from V1 / V0 lines
+        seen1 = seen0 = False
+        preempted = lines = 0
+        v1 = False
+        engines = self._engines
+        minutes = self._minutes
+        stats = P.STATS.match
+        step = len(P.STATS_TEXT)
+        find = t.find
+        rfind = t.rfind
+        s0 = find(P.STATS_TEXT, a, b)
+        while s0 >= 0:
+            m = stats(t, rfind("\n", 0, s0) + 1, b)
+            s0 = find(P.STATS_TEXT, s0 + step, b)
+            if m is None:  # the text inside some other line (a prompt, a paste)
+                continue
+            lines += 1
+            line = m.groups()
+            minute, seconds, index, agg, prompt, gen, _running, _pending, waiting, rest = line
+            key = index or ("agg" if agg else "")
+            eng = engines.get(key)
+            if eng is None:
+                if len(engines) >= MAX_ENGINES:
+                    engines.clear()
+                eng = engines[key] = _Engine()
+            eng.line = line
+            v1 = waiting is not None
+            if "Prefix cache" in rest:  # 0.33 leaves it out when there were no queries: keep the last one
+                eng.prefix_tail = rest
+            if v1 and "Preemptions" in rest:
+                pm = P.PREEMPTIONS.search(rest)
+                preempted += int(pm.group(1)) if pm else 0
+            if minute is None:
+                continue
+            base = minutes.get(minute, -1)
+            secs = (None if base is None else base + int(seconds)) if base != -1 else self._secs(minute, seconds)
+            if secs is None:
+                continue
+            last = eng.last
+            eng.last = secs
+            if last is None or secs <= last:
+                continue
+            dt = secs - last
+            if dt < eng.min_dt or (not eng.min_dt and dt <= MAX_DT):  # the shortest: the logging interval
+                eng.min_dt = dt
+            if dt > MAX_DT:
+                dt = MAX_DT
+            if v1:
+                if eng.min_dt and dt > eng.min_dt + 1:
+                    dt = eng.min_dt + 1
+                p1 += float(prompt) * dt
+                g1 += float(gen) * dt
+                seen1 = True
+            else:
+                p0 += float(prompt) * dt
+                g0 += float(gen) * dt
+                seen0 = True
+        matched += lines
+        gauge_rule = ("stats_v1" if v1 else "stats_v0") if lines else ""
+        if gauge_rule:
+            self._startup.serving()
+        ok = aborted = failed = 0
+        for pos, kind, value, n in items:
+            if kind == FINISHED:
+                ok += 1
+            elif kind == ABORTED:
+                aborted += n
+            elif kind == FAILED:
+                failed += 1
+            elif kind == PREEMPTED:  # n: vLLM's cumulative count, printed every 50th (-1: not printed)
+                increase = 1 if n < 0 else n - self._preempt_total if n >= self._preempt_total else n
+                if n >= 0:
+                    self._preempt_total = n
+                if increase <= 0:
+                    continue
+                self._records.dynamic.add(t.rfind("\n", 0, pos))
+                out.append(Event("llm_preemptions_total", model, increase, rule="preemption"))
+            elif kind == V0_PREFIX:
+                engines.setdefault("", _Engine()).prefix = float(value) / 100.0
+                gauge_rule = gauge_rule or "stats_v0"
+            elif kind == ADDED:
+                self._started[value] = n
+                if len(self._started) > MAX_PENDING:
+                    del self._started[next(iter(self._started))]
+                continue
+            else:  # DONE
+                started = self._started.pop(value, None)
+                if started is not None and n >= started:
+                    out.append(Event("llm_request_duration_seconds", model, float(n - started), rule="lifecycle"))
+                continue
+            matched += 1
+        for outcome, count in (("ok", ok + finished), ("aborted", aborted), ("error", failed)):
+            if count:
+                out.append(Event("llm_requests_total", (*model, outcome), count, rule="lifecycle"))
+        for rule, prompt_tokens, gen_tokens, seen in (("stats_v0", p0, g0, seen0), ("stats_v1", p1, g1, seen1)):
+            if seen:
+                out.append(Event("llm_prompt_tokens_total", model, prompt_tokens, rule=rule))
+                out.append(Event("llm_generation_tokens_total", model, gen_tokens, rule=rule))
+        if preempted:
+            out.append(Event("llm_preemptions_total", model, preempted, rule="stats_v1"))
+        if gauge_rule:
+            self._gauges(model, gauge_rule, out)
+        if out:
+            self._zeros(self.model, events)
+            events.extend(out)
+        return matched
+
+    def _gauges(self, model: tuple[str], rule: str, out: list[Event]) -> None:
+        """One event per gauge: sums over the engines' last lines, ratios averaged."""
+        kv: list[float] = []
+        prefix: list[float] = []
+        running = waiting = 0
+        prompt = gen = 0.0
+        for e in self._engines.values():
+            if e.line:
+                p, g, run, pending, wait, rest = e.line[4:]
+                running += int(run or 0)
+                waiting += int(pending or wait or 0)
+                prompt += float(p or 0)
+                gen += float(g or 0)
+                rest = rest or ""
+                m = P.KV_USAGE.search(rest)
+                if m:
+                    kv.append(float(m.group(1)) / 100.0)
+            if e.prefix_tail:
+                m = P.PREFIX_HIT.search(e.prefix_tail)
+                if m:
+                    e.prefix = float(m.group(1)) / 100.0
+                e.prefix_tail = ""
+            if e.prefix is not None:
+                prefix.append(e.prefix)
+        if any(e.line for e in self._engines.values()):
+            out.append(Event("llm_requests_running", model, running, rule=rule))
+            out.append(Event("llm_requests_waiting", model, waiting, rule=rule))
+            out.append(Event("llm_prompt_throughput_tokens_per_second", model, prompt, rule=rule))
+            out.append(Event("llm_generation_throughput_tokens_per_second", model, gen, rule=rule))
+        if kv:
+            out.append(Event("llm_kv_cache_usage_ratio", model, sum(kv) / len(kv), rule=rule))
+        if prefix:
+            out.append(Event("llm_prefix_cache_hit_ratio", model, sum(prefix) / len(prefix), rule=rule))
+
+    def _zeros(self, model: str, events: list[Event]) -> None:
+        """Zero-valued counter events, once per model, so that the series exist from the start."""
+        if model in self._zeroed:
+            return
+        if len(self._zeroed) >= 64:
+            self._zeroed.clear()
+        if not self._zeroed:
+            events.append(Event("backend_restarts_total", (), 0, rule="model"))
+        self._zeroed.add(model)
+        events.extend(Event(name, (model,), 0, rule="model") for name in COUNTERS)
+        events.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in OUTCOMES)
+
+    def _control(self, kind: int, value: str, at: int | None, events: list[Event]) -> int:
+        """A start-up line: count a start (once per start, not per line of it), learn the model."""
+        before = len(events)
+        starts = self._startup.line(kind, at)
+        model = value if kind == LOGO else model_from(value)
+        if model:
+            self.model = model
+            if kind != LOGO:  # the logo may show the path; the served name follows in the args
+                self._zeros(model, events)
+        if starts:
+            self._engines.clear()
+            self._started.clear()
+            self._preempt_total = 0
+            events.append(Event("backend_restarts_total", (), 1, rule="startup"))
+        return 1 if len(events) > before else 0

@@ -1,0 +1,134 @@
+"""vLLM's uvicorn access lines and error records, and counting each record once in ``matched``.
+
+Access lines and single-line errors come out of one ``findall`` over the chunk, aggregated in C.
+A chunk that holds a multi-line error record (a traceback, however it is printed) is scanned a
+second time, error by error, so that each record counts once. Positions below are those of the
+newline that begins a line in the scanned text (which starts with a newline).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from logmetrics.events import Event
+
+from . import vllm_patterns as P
+from .common import classify_error, split_access_key
+
+
+class Records:
+    """Per scan, what it takes to count each record once in ``matched``.
+
+    ``heads``: where the records already counted begin. ``inside``: lines that produced events
+    inside another line's record (errors after a line they are glued to, the logo), resolved by
+    ``resolve`` once every rule has run. ``dynamic``: lines whose events depend on state (start-up
+    lines, preemption warnings) and that produced some.
+    """
+
+    __slots__ = ("dynamic", "heads", "inside")
+
+    def __init__(self) -> None:
+        self.heads: set[int] = set()
+        self.inside: list[int] = []
+        self.dynamic: set[int] = set()
+
+    def clear(self) -> None:
+        """Forget the previous scan."""
+        self.heads.clear()
+        self.inside.clear()
+        self.dynamic.clear()
+
+    def resolve(self, t: str) -> int:
+        """How many records, not counted yet, hold the lines in ``inside``."""
+        matched = 0
+        for pos in sorted(self.inside):
+            head = record_head(t, pos)
+            if head in self.heads:
+                continue
+            self.heads.add(head)
+            if head == pos or not (head in self.dynamic or always_events(t, head)):
+                matched += 1
+        return matched
+
+
+def access_and_errors(t: str, events: list[Event], records: Records) -> int:
+    """Access lines and errors of ``t``: their events, and how many records they make count."""
+    access: Counter[tuple[str, str, str]] = Counter()
+    errors: Counter[str] = Counter()
+    matched = rows = 0
+    multi = False
+    for (key, source, inside, raw, text, more), n in Counter(P.LINES.findall(t)).items():
+        if key:
+            access[split_access_key(key)] += n
+            matched += n
+        elif inside or raw or more:
+            multi = True
+        else:
+            errors[classify_error(text, "serving" in source)] += n
+            rows += n
+    if multi:  # a multi-line error record: count every error again, record by record
+        errors.clear()
+        matched += error_records(t, errors, records)
+    else:
+        matched += rows
+    events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
+    events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items())
+    return matched
+
+
+def error_records(t: str, counts: Counter[str], records: Records) -> int:
+    """One error per error record, classified by its exception lines (the last first), then its
+    first line; how many records that start with an error line."""
+    matched = 0
+    covered = 0
+    for m in P.ERROR_START.finditer(t):
+        start = m.start()
+        if start < covered:  # inside the record of an earlier error
+            continue
+        source, inside, raw, text, more = m.groups()
+        traceback = raw is not None or P.TRACEBACK_TEXT in text
+        if more is not None:
+            end = record_end(t, start, m.end())
+            traceback = traceback or P.TRACEBACK_TEXT in t[start:end]
+            text = "\n".join(reversed(P.EXCEPTION_IN.findall(t, m.end(), end + 1))) + "\n" + text
+            covered = end
+        counts[classify_error(text, source is not None and "serving" in source, traceback)] += 1
+        if inside is None and raw is None:
+            matched += 1
+            records.heads.add(start)
+        else:
+            records.inside.append(start)
+    return matched
+
+
+def record_end(t: str, start: int, end: int) -> int:
+    """Where the error record whose first line spans ``start`` to ``end`` ends.
+
+    It goes on over continuation lines, but a traceback that directly follows an exception line
+    (no "During handling ..." between them) is another error.
+    """
+    last = len(t) - 1
+    cont = P.CONTINUATION.match
+    after_exception = bool(P.EXCEPTION_AT.match(t, start + 1))
+    while end < last and cont(t, end + 1):
+        if after_exception and P.TRACEBACK_AT.match(t, end + 1):
+            break
+        if not P.EMPTY_AT.match(t, end + 1):
+            after_exception = bool(P.EXCEPTION_AT.match(t, end + 1))
+        end = t.find("\n", end + 1)
+    return end
+
+
+def record_head(t: str, pos: int) -> int:
+    """Where the record holding the line at ``pos`` begins."""
+    cont = P.CONTINUATION.match
+    while pos > 0 and cont(t, pos + 1):
+        pos = t.rfind("\n", 0, pos)
+    return pos
+
+
+def always_events(t: str, pos: int) -> bool:
+    """Whether the line at ``pos`` is of a kind that always gives events."""
+    line = t[pos : t.find("\n", pos + 1) + 1]
+    return bool(P.ERROR_START.match(line) or P.ACCESS.match(line) or P.STATS.match(line, 1)
+                or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED, P.FAILED, P.V0_PREFIX)))

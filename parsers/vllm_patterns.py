@@ -1,0 +1,127 @@
+"""The regular expressions of the vLLM parser (``parsers/vllm.py``), one place for all formats.
+
+Every pattern is a stdlib ``re`` pattern meant for a whole-chunk scan of text that starts with
+``\\n``: either anchored on ``\\n`` (plus an optional process prefix) or led by a literal, so that
+``re`` finds candidates with its fast prefix search. None of them can cross a newline.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .common import EXCEPTION_NAME, PROC_PREFIX, TRACEBACK_BODY, UVICORN_ACCESS
+
+PFX = PROC_PREFIX
+NUM = r"(\d+(?:\.\d+)?)"
+#: The vLLM logger header, all versions: ``INFO 06-14 10:00:05 metrics.py:341]`` (<= 0.7),
+#: ``INFO 04-10 03:35:27 [loggers.py:80]`` (0.8+), a shrunk relative path under DEBUG, and the
+#: ``[async_llm.py:485[]`` mangling seen in pasted logs. No year, no time zone.
+HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+[\]\[]+"
+
+#: Lines that continue the record above: an optional process prefix and vLLM header (vLLM's
+#: formatter repeats the header on every line of a multi-line message), then a traceback-ish body.
+CONTINUATION = re.compile(rf"{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
+
+ACCESS = re.compile(rf"\n{PFX}?{UVICORN_ACCESS}", re.ASCII)
+
+#: Periodic stats, V0 (``Swapped``/``Pending``) and V1 (``Waiting`` + optional fields in the
+#: tail), matched from the start of a line found by ``STATS_TEXT``. Groups: the date and minute
+#: (``MM-DD HH:MM``) and seconds of the vLLM header, the engine index, the number of engines
+#: aggregated, prompt and generation throughput, running, pending (V0), waiting (V1), the tail.
+STATS_TEXT = "Avg prompt throughput: "
+STATS = re.compile(
+    rf"{PFX}?(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ )?"
+    r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?"
+    rf"Avg prompt throughput: {NUM} tokens/s, Avg generation throughput: {NUM} tokens/s, "
+    r"(?:Max iteration time: [^,\n]*, Avg time/tok:[^,\n]*, )?"
+    r"Running: (\d+) reqs, (?:Swapped: \d+ reqs, Pending: (\d+)|Waiting: (\d+)) reqs([^\n]*)",
+    re.ASCII,
+)
+#: The timestamp of a header line, matched at its start.
+LINE_TIME = re.compile(rf"{PFX}?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d):(\d\d) ")
+KV_USAGE = re.compile(rf"\w+ KV cache usage: {NUM}%")
+PREFIX_HIT = re.compile(rf", Prefix cache hit rate: {NUM}%")
+PREEMPTIONS = re.compile(r", Preemptions: (\d+)")
+
+
+def _v0(words: str) -> str:
+    """Lookbehinds (fixed width, so one per line-number width) for V0 AsyncLLMEngine's file."""
+    return "|".join(rf"(?<=async_llm_engine\.py:{d}[\]\[] {words})" for d in (r"\d\d", r"\d\d\d", r"\d\d\d\d"))
+
+
+#: Candidates for the rare lines, all at the start of a vLLM message (after ``] ``); one scan,
+#: counted in C, then only the kinds present are looked at in detail. V0 AsyncLLMEngine's
+#: request lines (the only ones with a finish line, 0.2 - 0.10 non-MQ) are told apart by a
+#: trailing space in the capture; other "Added request" lines give nothing and are not matched.
+RARE = re.compile(
+    rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
+    rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)"
+    r"|Aborted request|Request(?= \S+ (?:aborted|failed))"
+    r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
+    r"|Initializing an?(?= (?:V\d )?LLM engine)|args: Namespace|non-default args|Prefix cache hit rate: GPU"
+    r"|[ \t]*[\u2580-\u259f])",
+    re.ASCII,
+)
+FINISHED = "Finished request"
+FINISHED_V0 = "Finished request "
+ADDED_V0 = "Added request "
+
+ABORTED = re.compile(r"\] (?:Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)|Request \S+ aborted\.?(?=\n))")
+FAILED = re.compile(r"\] Request \S+ failed")
+FINISHED_AT = re.compile(r"\] Finished request (?=\S+\n)")
+PREEMPTED = re.compile(
+    r"\] Sequence group \S+ is preempted by [^\n]*?(?:total_num_cumulative_preemption=(\d+))?(?=\n)"
+)
+V0_PREFIX = re.compile(rf"\] Prefix cache hit rate: GPU: {NUM}%")
+#: V0 AsyncLLMEngine's request log, the only one with a finish line (0.2 - 0.10, non-MQ engine).
+V0_REQUEST = re.compile(r"async_llm_engine\.py:\d+[\]\[]+ (Added|Finished) request (\S+?)\.?(?=\n)")
+
+#: Start-up lines; group 1 tells the kind: version (A), engine init (E), server start (S), or a
+#: line that only names the model.
+STARTUP = re.compile(
+    r"\] (vLLM (?:API )?server version|Initializing an? (?:V\d )?LLM engine|Starting vLLM"
+    r"|args: Namespace\(|non-default args: )([^\n]*)"
+)
+STARTUP_KEYS = frozenset({"vLLM", "Starting vLLM", "Initializing a", "Initializing an", "args: Namespace",
+                          "non-default args"})
+LOGO_MODEL = re.compile(r"\] [ \t]*[\u2580-\u259f][^\n]*? model {3}(\S+)")
+
+#: An error record's first line: an ERROR/CRITICAL line (vLLM header or uvicorn ``ERROR:``) or a
+#: raw traceback. Groups: 1 the logging file (vLLM header), 2 set if the line itself continues a
+#: record (a traceback-ish message), 3 set for a raw traceback, 4 the message, 5 set if the next
+#: line continues the record (the record has more than one line).
+ERROR_START = re.compile(
+    rf"\n{PFX}?(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
+    rf"((?={TRACEBACK_BODY}))?| *:|(?= ))|((?=Traceback \(most recent call last\))))"
+    rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)",
+    re.ASCII,
+)
+#: Access lines and error lines in one scan (one ``findall``, counted in C). Groups: 1 the access
+#: key (see ``UVICORN_ACCESS``); for an error: 2 the logging file, 3 set if the line continues a
+#: record, 4 set for a raw traceback, 5 the message, 6 set if the next line continues the record.
+#: Flags capture one character, so that ``findall``'s empty string means "not set".
+LINES = re.compile(
+    rf"\n{PFX}?(?:{UVICORN_ACCESS}"
+    rf"|(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
+    rf"(?:(?=((?={TRACEBACK_BODY})[\s\S])))?| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
+    rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?))",
+    re.ASCII,
+)
+
+#: Exception lines inside an error record (after the first line).
+EXCEPTION_IN = re.compile(rf"\n{PFX}?(?:{HDR} )?({EXCEPTION_NAME}(?::[^\n]*)?)(?=\n)", re.ASCII)
+
+TRACEBACK_TEXT = "Traceback (most recent call last)"
+#: Inside a multi-line error record, matched at a line start: a traceback's first line; an
+#: exception line; a line with an empty message. A traceback that follows an exception line
+#: directly (no "During handling ..." between them) is another error.
+TRACEBACK_AT = re.compile(rf"{PFX}?(?:{HDR} )?Traceback \(most recent call last\)", re.ASCII)
+EXCEPTION_AT = re.compile(rf"{PFX}?(?:{HDR} )?{EXCEPTION_NAME}(?::|(?=\n))", re.ASCII)
+EMPTY_AT = re.compile(rf"{PFX}?(?:{HDR} ?)?(?=\n)", re.ASCII)
+
+#: Lines that say this is vLLM (sniffing).
+SNIFF_STRONG = re.compile(
+    r"vLLM (?:API )?server version|Initializing an? (?:V\d )?LLM engine|Avg prompt throughput: "
+    r"|\((?:APIServer|EngineCore\w*) pid=\d+\)|Starting vLLM"
+)
+SNIFF_HEADER = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+\.py:\d+\]")

@@ -1,0 +1,79 @@
+"""vLLM start-ups: which lines mark one (counted once per start), and the served model's name."""
+
+from __future__ import annotations
+
+import re
+
+MAX_MODEL_LEN = 200
+
+# Start-up line kinds: the API server's version line, an engine's init line, the server's
+# "Starting vLLM ... server" line, lines that only name the model (args), and the logo (0.2x+:
+# a version line that names the model).
+VERSION, ENGINE_INIT, SERVER_START, MODEL_ONLY, LOGO = range(5)
+_KIND_BY_START = {"vL": VERSION, "In": ENGINE_INIT, "St": SERVER_START, "ar": MODEL_ONLY, "no": MODEL_ONLY}
+
+SERVED_NAME = re.compile(r"served_model_name(?:=|': )\[?(?:'([^']+)'|(?!None\b)([^\s,'\[\]{}()]+))")
+MODEL_NAME = re.compile(r"(?<![\w])(?:model=|'model': )'([^']+)'")
+SERVING_MODEL = re.compile(r"serving model (\S+)")
+MODEL_TAG = re.compile(r"'model_tag': '([^']+)'")
+
+
+def startup_kind(marker: str) -> int:
+    """The kind of a start-up line from its marker (``vLLM API server version``, ``args: ...``)."""
+    return _KIND_BY_START.get(marker[:2], MODEL_ONLY)
+
+
+def model_from(line: str) -> str | None:
+    """The served model name in a start-up line: served_model_name first, then model."""
+    for rx in (SERVED_NAME, MODEL_NAME, SERVING_MODEL, MODEL_TAG):
+        m = rx.search(line)
+        if m:
+            name = m.group(m.lastindex or 1)
+            return name[:MAX_MODEL_LEN] if name else None
+    return None
+
+
+class Startup:
+    """Counts each start once although a start prints several marker lines.
+
+    The server's version line (or logo) counts, unless another one was seen less than
+    ``SAME_START`` seconds before (one start printing both). An engine's init line counts only when
+    no start is in progress (offline engines and excerpts have no version line); a "Starting vLLM
+    ... server" line likewise, and not twice within ``SAME_START`` seconds (one per API server
+    process). A start is in progress from its first marker to the "Starting" line or the first
+    stats line.
+    """
+
+    SAME_START = 10
+
+    __slots__ = ("last_start_line", "last_version", "starting")
+
+    def __init__(self) -> None:
+        self.starting = False
+        self.last_version: int | None = None
+        self.last_start_line: int | None = None
+
+    @classmethod
+    def _near(cls, secs: int | None, before: int | None) -> bool:
+        return secs is not None and before is not None and 0 <= secs - before < cls.SAME_START
+
+    def line(self, kind: int, secs: int | None) -> bool:
+        """A start-up line of ``kind`` logged at ``secs`` (None: unknown); whether it is a new start."""
+        if kind in (VERSION, LOGO):
+            new = not self._near(secs, self.last_version)
+            self.last_version = secs
+            self.starting = True
+        elif kind == ENGINE_INIT:
+            new = not self.starting
+            self.starting = True
+        elif kind == SERVER_START:
+            new = not self.starting and not self._near(secs, self.last_start_line)
+            self.last_start_line = secs
+            self.starting = False
+        else:
+            new = False
+        return new
+
+    def serving(self) -> None:
+        """A stats line was seen: the start, if any, is over."""
+        self.starting = False
