@@ -89,7 +89,7 @@ class Engine:
         """The input went quiet: held-back records are complete now."""
         for stream in self.streams.values():
             if stream.assembler.pending:
-                self._records(stream, stream.assembler.flush(), stream.time)
+                self._records(stream, *stream.assembler.flush())
 
     def finish(self) -> None:
         """End of input: flush envelopes, route what is still unrouted, flush records."""
@@ -118,7 +118,7 @@ class Engine:
         stream.time = piece.time
         self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
         if stream.routed:
-            self._text(stream, piece.text)
+            self._text(stream, piece.text, piece.lines)
             return
         stream.held.append(piece.text)
         stream.held_lines += piece.lines
@@ -137,26 +137,25 @@ class Engine:
             log.warning("stream %s: no parser recognises it; use --parser NAME", stream.source)
         held, stream.held, stream.held_lines = stream.held, [], 0
         for text in held:
-            self._text(stream, text)
+            self._text(stream, text, None)
 
     def _choose(self, stream: Stream, final: bool) -> ParserEntry | None:
         names = (stream.path, os.path.basename(stream.path), stream.source)
         lines = "".join(stream.held).splitlines()[: self.sniff_lines]
         return choose(self.parsers, self.forced, names, lines)
 
-    def _text(self, stream: Stream, text: str) -> None:
+    def _text(self, stream: Stream, text: str, lines: int | None) -> None:
         if stream.parser is None:
-            n = text.count("\n")
+            n = text.count("\n") if lines is None else lines
             self.store.add_self("logmetrics_lines_unmatched_total", (UNROUTED,), n)
             return
-        self._records(stream, stream.assembler.feed(text), stream.time)
+        self._records(stream, *stream.assembler.feed(text, lines))
 
-    def _records(self, stream: Stream, text: str, time: float) -> None:
+    def _records(self, stream: Stream, text: str, lines: int) -> None:
         parser = stream.parser
         if not text or parser is None:
             return
-        lines = text.count("\n")
-        batch = Batch(stream.source, text, time, lines)
+        batch = Batch(stream.source, text, stream.time, lines)
         errors = 0
         try:
             events, matched = parser.parse_batch(batch)

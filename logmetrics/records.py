@@ -74,23 +74,32 @@ def last_record_start(text: str, continuation: re.Pattern[str] = CONTINUATION) -
 class RecordAssembler:
     """Per stream: cut incoming text after its last complete record; keep the rest for later."""
 
-    __slots__ = ("continuation", "pending")
+    __slots__ = ("continuation", "pending", "pending_lines")
 
     def __init__(self, continuation: re.Pattern[str] = CONTINUATION) -> None:
         self.continuation = continuation
         self.pending = ""
+        self.pending_lines = 0
 
-    def feed(self, text: str) -> str:
-        """Take whole lines; return the complete records among them (possibly ``""``)."""
+    def feed(self, text: str, lines: int | None = None) -> tuple[str, int]:
+        """Take whole lines (``lines`` of them, if known); return the complete records among them.
+
+        Returns the records' text (possibly ``""``) and its number of lines.
+        """
+        if lines is None:
+            lines = text.count("\n")
         if self.pending:
             text = self.pending + text
+            lines += self.pending_lines
         if not text:
-            return ""
+            return "", 0
         cut = last_record_start(text, self.continuation)
         self.pending = text[cut:]
-        return text[:cut]
+        self.pending_lines = self.pending.count("\n")
+        return text[:cut], lines - self.pending_lines
 
-    def flush(self) -> str:
-        """The held-back record, at idle or end of input."""
-        text, self.pending = self.pending, ""
-        return text
+    def flush(self) -> tuple[str, int]:
+        """The held-back record and its number of lines, at idle or end of input."""
+        out = self.pending, self.pending_lines
+        self.pending, self.pending_lines = "", 0
+        return out

@@ -34,6 +34,25 @@ class Options:
     max_line_bytes: int
 
 
+def tune_allocator() -> None:
+    """Keep freed batch buffers in the heap instead of returning them to the kernel.
+
+    Each batch allocates and frees strings of about a megabyte. With glibc's defaults those go
+    back to the kernel and come back as fresh pages, and the page faults cost about a third of
+    the run on a large backlog. Raising the mmap and trim thresholds keeps them for reuse; the
+    peak memory stays the same. Elsewhere than glibc this does nothing.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+        libc.mallopt(m_mmap_threshold, 64 << 20)
+        libc.mallopt(m_trim_threshold, 128 << 20)
+    except (OSError, AttributeError):  # not glibc: keep the platform's allocator as it is
+        pass
+
+
 def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Sample]:
     """The tailer's figures as samples of the engine's own families, per source label."""
     out: list[Sample] = [("logmetrics_open_files", (), float(stats.open_files))]
@@ -119,6 +138,7 @@ class Runner:
 
 def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
     """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM."""
+    tune_allocator()
     runner = Runner(opts, entries)
     try:
         if opts.listen is None:

@@ -41,7 +41,7 @@ from logmetrics.tailfile import (
 
 log = logging.getLogger(__name__)
 
-POLL_BUDGET = 4 << 20  # bytes read from one file in one poll, so one busy file does not starve others
+POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file does not starve others
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
 
 

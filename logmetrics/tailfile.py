@@ -198,8 +198,9 @@ class TailFile:
         at_end = False
         # Skipping the rest of an over-long line goes on past the budget (it is cheap), so that a poll
         # that reads only such bytes is rare: it would return nothing although more is waiting.
+        size = read_size
         while total < budget or (self.cutter.skipping and total < SKIP_BUDGET_FACTOR * budget):
-            data = os.read(self.fd, read_size)
+            data = os.read(self.fd, size)
             if not data:
                 at_end = True
                 break
@@ -208,9 +209,11 @@ class TailFile:
             out = self.cutter.feed(data)
             if out:
                 parts.append(out)
-            if len(data) < read_size:
+            if len(data) < size:
                 at_end = True
                 break
+            # A backlog: read the rest of the budget at once instead of joining many small reads.
+            size = max(read_size, budget - total)
         if total and len(self.head) < HEAD_BYTES:
             self.head = read_head(self.fd)
         return b"".join(parts), total, at_end

@@ -36,12 +36,12 @@ def test_assembler_holds_back_the_last_record_until_flush() -> None:
     asm = RecordAssembler()
     first = asm.feed("x\n" + TRACE[:60].rsplit("\n", 1)[0] + "\n")
     rest = TRACE[len(TRACE[:60].rsplit("\n", 1)[0]) + 1:]
-    second = asm.feed(rest + "y\n")
+    second = asm.feed(rest + "y\n", rest.count("\n") + 1)
     third = asm.flush()
-    assert first == "x\n"
-    assert second == TRACE
-    assert third == "y\n"
-    assert asm.flush() == ""
+    assert first == ("x\n", 1)
+    assert second == (TRACE, 5)
+    assert third == ("y\n", 1)
+    assert asm.flush() == ("", 0)
 
 
 def test_empty_lines_are_not_records() -> None:

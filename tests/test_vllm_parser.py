@@ -567,7 +567,7 @@ def test_split_records_keeps_a_traceback_in_one_record(text: str) -> None:
     """The records stage, with this parser's continuation, never cuts a traceback."""
     records = split_records(text, VllmParser.continuation)
     assert len(records) == 1
-    assert RecordAssembler(VllmParser.continuation).feed(text + "INFO:     next line\n") == text
+    assert RecordAssembler(VllmParser.continuation).feed(text + "INFO:     next line\n")[0] == text
 
 
 @pytest.mark.parametrize("line", [
@@ -618,9 +618,9 @@ def by_batches(text: str, size: int) -> tuple[Totals, int]:
     for line in text.splitlines(keepends=True):
         buf += line
         if len(buf) >= size:
-            pieces.append(assembler.feed(buf))
+            pieces.append(assembler.feed(buf)[0])
             buf = ""
-    pieces += [assembler.feed(buf), assembler.flush()]
+    pieces += [assembler.feed(buf)[0], assembler.flush()[0]]
     events: list[Event] = []
     matched = 0
     for piece in pieces:
