@@ -14,7 +14,8 @@ from logmetrics.errors import UserError
 from logmetrics.exposition import MetricsServer, make_registry, text
 from logmetrics.plugins import ParserEntry
 from logmetrics.procs import ProcessWatcher
-from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, StdinSource, Waker
+from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
+from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
 
 Sample = tuple[str, tuple[str, ...], float]

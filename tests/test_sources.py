@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, StdinSource, Waker
+from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
+from logmetrics.stdin import StdinSource
 
 MiB = 1 << 20
 Tail = Callable[..., FileTailer]
