@@ -1,0 +1,109 @@
+"""The engine end to end through --oneshot: routing, compose sources, envelopes, faulty parsers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from logmetrics.procs import ProcessWatcher
+from tests.helpers import access_line, parse, total
+
+STATS = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
+         "throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 4.2%, Prefix cache "
+         "hit rate: 0.0%\n")
+
+
+def oneshot(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run 'logmetrics watch --oneshot ARGS'."""
+    return subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", *args], input=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_unclaimed_file_is_routed_by_sniffing(tmp_path: Path) -> None:
+    """A file whose name claims nothing is routed to vLLM by its first lines."""
+    log = tmp_path / "server.log"
+    log.write_text(STATS + "".join(access_line(i) for i in range(4)))
+    out = oneshot(str(log))
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "http_requests_total", backend="vllm") == 4
+    assert total(got, "llm_requests_running", backend="vllm") == 3
+
+
+def test_unrecognised_stream_is_counted_not_lost(tmp_path: Path) -> None:
+    """Lines no parser recognises are counted as unmatched under parser 'none'."""
+    log = tmp_path / "other.log"
+    log.write_text("".join(f"hello {i}\n" for i in range(7)))
+    out = oneshot(str(log))
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "logmetrics_lines_unmatched_total", parser="none") == 7
+    assert total(got, "logmetrics_lines_read_total") == 7
+
+
+def test_compose_service_becomes_the_source(tmp_path: Path) -> None:
+    """'docker compose logs' output: each service is its own stream and source label."""
+    lines = []
+    for i in range(6):
+        service = "vllm-a" if i % 3 else "vllm-b"
+        lines.append(f"{service}  | {access_line(i)}")
+    log = tmp_path / "compose.log"
+    log.write_text("".join(lines))
+    out = oneshot("--parser", "vllm", str(log))
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "http_requests_total", source="vllm-a") == 4
+    assert total(got, "http_requests_total", source="vllm-b") == 2
+
+
+def test_docker_json_envelope_and_source_flag(tmp_path: Path) -> None:
+    """Docker json-file lines are unwrapped by themselves; --source names the stream."""
+    log = tmp_path / "abc-json.log"
+    with log.open("w") as f:
+        for line in [STATS, *(access_line(i) for i in range(3))]:
+            f.write(json.dumps({"log": line, "stream": "stdout", "time": "2025-04-06T07:55:21.108632509Z"}) + "\n")
+    out = oneshot("--parser", "vllm", "--source", "vllm-0", str(log))
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "http_requests_total", source="vllm-0") == 3
+    assert total(got, "llm_kv_cache_usage_ratio", source="vllm-0") == 0.042
+
+
+def test_a_parser_that_raises_is_counted_and_the_rest_goes_on(tmp_path: Path) -> None:
+    """A record that makes a parser raise is counted in parse errors; the other records still count."""
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(
+        "from logmetrics.events import Event\n"
+        "from logmetrics.plugins import Parser\n\n\n"
+        "class Flaky(Parser):\n"
+        "    name = 'flaky'\n\n"
+        "    def parse(self, record):\n"
+        "        if 'boom' in record.text:\n"
+        "            raise ValueError('boom')\n"
+        "        return [Event('backend_restarts_total', ())]\n")
+    out = oneshot("--plugin", str(plugin), "--parser", "flaky", "-", stdin="a\nboom\nb\n")
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "logmetrics_parse_errors_total", parser="flaky") == 1
+    assert total(got, "backend_restarts_total", backend="flaky") == 2
+    assert "parser flaky raised ValueError: boom" in out.stderr
+
+
+def test_process_watcher_finds_a_backend_by_command_line() -> None:
+    """CPU and memory of processes whose command line names the backend are summed."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; sum(range(10**6)); sys.stdin.read()",
+                             "--fake-vllm-backend"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            cpu, mem = ProcessWatcher({"vllm": ("--fake-vllm-backend",)}, min_interval=0).samples()
+            if (cpu and cpu[0][2] > 0) or time.monotonic() > deadline:
+                break
+        assert [s[:2] for s in cpu] == [("backend_process_cpu_seconds_total", ("vllm", "local"))]
+        assert cpu[0][2] > 0
+        assert mem[0][2] > 1_000_000
+    finally:
+        proc.communicate(b"", timeout=10)
