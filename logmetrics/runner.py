@@ -5,9 +5,11 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TextIO
 
 from logmetrics.engine import Engine
 from logmetrics.errors import UserError
@@ -67,6 +69,39 @@ def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Samp
     return out
 
 
+class Progress:
+    """A one-line progress report on a terminal for a long ``--oneshot`` run."""
+
+    def __init__(self, stream: TextIO, *, after: float = 2.0, every: float = 1.0) -> None:
+        self.stream = stream
+        self.start = time.monotonic()
+        self.next = self.start + after
+        self.every = every
+        self.shown = False
+
+    def _line(self, stats: SourceStats) -> str:
+        done = sum(stats.bytes_read.values())
+        left = sum(stats.lag_bytes.values())
+        secs = max(time.monotonic() - self.start, 1e-9)
+        share = f" of {(done + left) / 1e6:,.1f} MB ({100 * done / (done + left):.0f} %)" if left else ""
+        return f"logmetrics: read {done / 1e6:,.1f} MB{share} in {secs:.1f} s, {done / secs / 1e6:,.1f} MB/s"
+
+    def update(self, stats: SourceStats) -> None:
+        """Show the figures, at most every ``every`` seconds once ``after`` seconds have passed."""
+        now = time.monotonic()
+        if now >= self.next:
+            self.next = now + self.every
+            self.stream.write("\r" + self._line(stats) + "\x1b[K")
+            self.stream.flush()
+            self.shown = True
+
+    def done(self, stats: SourceStats) -> None:
+        """The last figures and a newline, if anything was shown."""
+        if self.shown:
+            self.stream.write("\r" + self._line(stats) + "\x1b[K\n")
+            self.stream.flush()
+
+
 class Runner:
     """The poll loop over every source; chunks go to the engine on this one thread."""
 
@@ -102,14 +137,18 @@ class Runner:
             self.engine.feed(chunk)
         return len(chunks)
 
-    def drain(self) -> None:
-        """Read to the end of every input (``--oneshot``)."""
+    def drain(self, progress: Progress | None = None) -> None:
+        """Read to the end of every input (``--oneshot``), reporting progress if asked."""
         while True:
             if self.poll():
+                if progress is not None:
+                    progress.update(self.stats)
                 continue
             if self.stdin is None or self.stdin.eof:
                 break
             self.waker.wait(0.05)
+        if progress is not None:
+            progress.done(self.stats)
         for src in (self.tailer, self.stdin):
             if src is not None:
                 for chunk in src.flush():
@@ -143,7 +182,7 @@ def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
     runner = Runner(opts, entries)
     try:
         if opts.listen is None:
-            runner.drain()
+            runner.drain(Progress(sys.stderr) if sys.stderr.isatty() else None)
             sys.stdout.buffer.write(text(runner.registry))
             sys.stdout.flush()
             return

@@ -107,3 +107,24 @@ def test_process_watcher_finds_a_backend_by_command_line() -> None:
         assert mem[0][2] > 1_000_000
     finally:
         proc.communicate(b"", timeout=10)
+
+
+def test_progress_line_for_long_oneshot_runs() -> None:
+    """A long --oneshot run on a terminal shows bytes read, share done and speed, then a newline."""
+    import io
+
+    from logmetrics.runner import Progress
+    from logmetrics.sources import SourceStats
+
+    out = io.StringIO()
+    progress = Progress(out, after=0, every=0)
+    stats = SourceStats()
+    stats.bytes_read["a"] = 2_000_000
+    stats.lag_bytes["a"] = 6_000_000
+    progress.update(stats)
+    assert "read 2.0 MB of 8.0 MB (25 %)" in out.getvalue()
+    progress.done(stats)
+    assert out.getvalue().endswith("\n")
+    quiet = io.StringIO()
+    Progress(quiet, after=60).update(stats)
+    assert quiet.getvalue() == ""
