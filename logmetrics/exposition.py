@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TypeVar
 
 from prometheus_client.core import (
@@ -107,6 +106,8 @@ class MetricsServer:
     """``/metrics`` and ``/healthz`` on a background thread."""
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # not needed by --oneshot
+
         reg = registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -133,9 +134,11 @@ class MetricsServer:
             def log_message(self, format: str, *args: object) -> None:
                 """Scrapes are not worth a line each."""
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        ThreadingHTTPServer.daemon_threads = True
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        class Server(ThreadingHTTPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self.httpd = Server((host, port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
 
     @property

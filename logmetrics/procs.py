@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-import psutil
-
 Sample = tuple[str, tuple[str, ...], float]
 
 
@@ -32,6 +30,8 @@ class ProcessWatcher:
         return cpu, mem
 
     def _scan(self) -> list[Sample]:
+        import psutil  # only a server that is scraped needs it: keep --oneshot start-up short
+
         cpu: dict[str, float] = {}
         rss: dict[str, float] = {}
         for proc in psutil.process_iter(["cmdline", "cpu_times", "memory_info"]):
