@@ -39,10 +39,10 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 class Server:
     """A running 'logmetrics watch ... --listen 127.0.0.1:0' process."""
 
-    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+    def __init__(self, *args: str, cwd: Path | None = None, stdin: int = subprocess.DEVNULL) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
         assert self.proc.stderr is not None
         self.url = ""
         deadline = time.monotonic() + 30

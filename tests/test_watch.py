@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,3 +84,21 @@ def test_healthz_and_openmetrics(server: tuple[Server, Path]) -> None:
     assert srv.get("/healthz")[0] == 200
     status, ctype, body = srv.get("/metrics", accept="application/openmetrics-text; version=1.0.0")
     assert status == 200 and ctype.startswith("application/openmetrics-text") and body.endswith("# EOF\n")
+
+
+def test_stdin_is_served_after_its_end() -> None:
+    """'... | logmetrics watch - --parser vllm --source vllm-0': lines counted, values kept after EOF."""
+    srv = Server("-", "--parser", "vllm", "--source", "vllm-0", stdin=subprocess.PIPE)
+    try:
+        assert srv.proc.stdin is not None
+        srv.proc.stdin.write("".join(access_line(i) for i in range(3)).encode())
+        srv.proc.stdin.flush()
+        srv.wait_for(lambda s: total(s, "http_requests_total", source="vllm-0") == 3)
+        srv.proc.stdin.write(access_line(3, code="500 Internal Server Error").rstrip("\n").encode())  # no newline
+        srv.proc.stdin.close()
+        got = srv.wait_for(lambda s: total(s, "http_requests_total", source="vllm-0") == 4)
+        assert total(got, "http_requests_total", code="500") == 1
+        assert srv.proc.poll() is None  # still serving the final values
+        assert total(srv.samples(), "http_requests_total") == 4
+    finally:
+        assert srv.stop() == 0
