@@ -91,13 +91,14 @@ class Engine:
             if stream.assembler.pending:
                 self._records(stream, *stream.assembler.flush())
 
-    def finish(self) -> None:
-        """End of input: flush envelopes, route what is still unrouted, flush records."""
-        for path, unwrapper in self.unwrappers.items():
-            for piece in unwrapper.flush():
-                self._piece(path, piece)
+    def finish(self, path: str | None = None) -> None:
+        """End of input (of one raw stream, or of all): flush envelopes, route, flush records."""
+        for name, unwrapper in self.unwrappers.items():
+            if path is None or name == path:
+                for piece in unwrapper.flush():
+                    self._piece(name, piece)
         for stream in self.streams.values():
-            if not stream.routed and stream.held:
+            if (path is None or stream.path == path) and not stream.routed and stream.held:
                 self._route(stream, final=True)
         self.idle()
 

@@ -165,7 +165,7 @@ class Runner:
                 stdin_done = True
                 for chunk in self.stdin.flush():
                     self.engine.feed(chunk)
-                self.engine.finish()
+                self.engine.finish(self.stdin.stream)  # the files go on
             self.engine.idle()
             self.waker.wait(self.opts.poll_interval)
 
