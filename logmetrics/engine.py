@@ -126,7 +126,7 @@ class Engine:
         self._route(stream, final=False)
 
     def _route(self, stream: Stream, *, final: bool) -> None:
-        entry = self._choose(stream, final)
+        entry = self._choose(stream)
         if entry is None and not final and stream.held_lines < self.sniff_lines:
             return
         stream.routed = True
@@ -140,9 +140,10 @@ class Engine:
         for text in held:
             self._text(stream, text, None)
 
-    def _choose(self, stream: Stream, final: bool) -> ParserEntry | None:
+    def _choose(self, stream: Stream) -> ParserEntry | None:
         names = (stream.path, os.path.basename(stream.path), stream.source)
-        lines = "".join(stream.held).splitlines()[: self.sniff_lines]
+        first = "".join(stream.held[:8])  # the first pieces hold the first lines
+        lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]
         return choose(self.parsers, self.forced, names, lines)
 
     def _text(self, stream: Stream, text: str, lines: int | None) -> None:
