@@ -40,7 +40,7 @@ def parse_one(parser: Parser, record: Record) -> list[Event]:
     return list(parser.parse(record))
 
 
-def _read(path: str, envelope: str) -> str:
+def _read(path: str, envelope: str) -> tuple[str, float]:
     try:
         data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
     except OSError as exc:
@@ -49,18 +49,17 @@ def _read(path: str, envelope: str) -> str:
     mtime = time.time() if path == "-" else os.path.getmtime(path)
     pieces = unwrapper.feed(data if data.endswith(b"\n") or not data else data + b"\n", mtime)
     pieces += unwrapper.flush()
-    return "".join(p.text for p in pieces)
+    return "".join(p.text for p in pieces), mtime
 
 
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
     """The text ``logmetrics check`` prints."""
-    text = _read(path, envelope)
+    text, mtime = _read(path, envelope)
     entry = choose(entries, parser, (path, os.path.basename(path)), text.splitlines()[:200])
     if entry is None:
         raise UserError(f"no parser recognises {path}; name one with --parser (see 'logmetrics parsers')")
     inst = entry.cls()
     records = split_records(text, entry.cls.continuation)
-    mtime = time.time() if path == "-" else os.path.getmtime(path)
     rules: dict[str, int] = Counter()
     produced: dict[str, Counter[str]] = defaultdict(Counter)
     unmatched: Counter[str] = Counter()

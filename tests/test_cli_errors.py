@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import parse
 
 TIMEOUT = 60.0
 ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
@@ -109,8 +110,7 @@ def test_plugin_missing_file(vllm_log: Path, tmp_path: Path) -> None:
 
 def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """(labels, value) of every sample called ``name`` in a text exposition."""
-    return [(s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples
-            if s.name == name]
+    return [(dict(labels), value) for (sample, labels), value in parse(text).items() if sample == name]
 
 
 def test_bad_input_never_crashes(tmp_path: Path) -> None:

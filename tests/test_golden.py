@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*/*.log"))
 IGNORED_PREFIXES = ("logmetrics_", "backend_process_")
@@ -39,12 +41,7 @@ def run_oneshot(parser: str, log: Path) -> str:
 
 def samples_of(text: str) -> dict[Key, float]:
     """{(sample name, sorted labels): value} for the series a golden file covers."""
-    out: dict[Key, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if not s.name.startswith(IGNORED_PREFIXES):
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+    return {key: v for key, v in parse(text).items() if not key[0].startswith(IGNORED_PREFIXES)}
 
 
 def render(text: str) -> str:

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from logmetrics.events import Event
 from logmetrics.exposition import make_registry, render, text
 from logmetrics.store import OTHER, Store
+from tests.helpers import Samples, parse
 
 
-def samples(store: Store) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def samples(store: Store) -> Samples:
     """Parse the store's exposition back into {(sample name, sorted labels): value}."""
-    out = {}
-    for fam in text_string_to_metric_families(text(make_registry(store)).decode()):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+    return parse(text(make_registry(store)).decode())
 
 
 def test_counter_gauge_histogram() -> None:
