@@ -55,7 +55,7 @@ def _read(path: str, envelope: str) -> tuple[str, float]:
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
     """The text ``logmetrics check`` prints."""
     text, mtime = _read(path, envelope)
-    entry = choose(entries, parser, (path, os.path.basename(path)), text.splitlines()[:200])
+    entry = choose(entries, parser, (os.path.basename(path), path), text.splitlines()[:200])
     if entry is None:
         raise UserError(f"no parser recognises {path}; name one with --parser (see 'logmetrics parsers')")
     inst = entry.cls()

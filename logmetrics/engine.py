@@ -27,12 +27,15 @@ SNIFF_MIN_SCORE = 0.3
 
 def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
            lines: list[str]) -> ParserEntry | None:
-    """The parser for a stream: forced, else claimed by path or source name, else best sniff."""
+    """The parser for a stream: forced, else claimed by one of ``names`` (most specific first),
+    else the best sniff of its first ``lines``."""
     if forced is not None:
         return parsers[forced]
-    for entry in sorted(parsers.values(), key=lambda e: e.name):
-        if any(fnmatch.fnmatch(n, pat) for pat in entry.cls.claims for n in names):
-            return entry
+    ordered = sorted(parsers.values(), key=lambda e: e.name)
+    for name in names:  # the most specific name first: a claim on the file name beats one on its folder
+        for entry in ordered:
+            if any(fnmatch.fnmatch(name, pat) for pat in entry.cls.claims):
+                return entry
     best, best_score = None, SNIFF_MIN_SCORE
     for entry in parsers.values():
         try:
@@ -141,7 +144,7 @@ class Engine:
             self._text(stream, text, None)
 
     def _choose(self, stream: Stream) -> ParserEntry | None:
-        names = (stream.path, os.path.basename(stream.path), stream.source)
+        names = (os.path.basename(stream.path), stream.source, stream.path)
         first = "".join(stream.held[:8])  # the first pieces hold the first lines
         lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]
         return choose(self.parsers, self.forced, names, lines)

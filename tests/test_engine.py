@@ -128,3 +128,25 @@ def test_progress_line_for_long_oneshot_runs() -> None:
     quiet = io.StringIO()
     Progress(quiet, after=60).update(stats)
     assert quiet.getvalue() == ""
+
+
+def test_a_claim_on_the_file_name_beats_one_on_its_folder(tmp_path: Path) -> None:
+    """In a folder named after vLLM, a file another parser claims by name goes to that parser."""
+    plugin = tmp_path / "gw.py"
+    plugin.write_text(
+        "from logmetrics.events import Event\n"
+        "from logmetrics.plugins import Parser\n\n\n"
+        "class Gateway(Parser):\n"
+        "    name = 'gateway'\n"
+        "    claims = ('gateway*.log',)\n\n"
+        "    def parse(self, record):\n"
+        "        return [Event('backend_restarts_total', ())]\n")
+    folder = tmp_path / "vllm-stack"
+    folder.mkdir()
+    (folder / "gateway.log").write_text("started\n")
+    (folder / "engine.log").write_text(STATS)
+    out = oneshot("--plugin", str(plugin), str(folder))
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "backend_restarts_total", backend="gateway") == 1
+    assert total(got, "llm_requests_running", backend="vllm", source=str(folder / "engine.log")) == 3
