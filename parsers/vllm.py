@@ -41,6 +41,11 @@ FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE = range(7)
 Item = tuple[int, int, str, int]  # position, kind, text value, number value
 
 
+def aborted_ids(ids: str | None) -> int:
+    """How many request ids an ``Aborted request(s) a, b.`` line names (one without a list)."""
+    return 1 if not ids else len([i for i in ids.split(",") if i.strip()])
+
+
 class _Engine:
     """One engine index: its last stats line (parsed when the gauges are emitted), baseline."""
 
@@ -107,8 +112,9 @@ class VllmParser(Parser):
         controls: list[tuple[int, int, str]] = []
         items: list[Item] = []
         finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
+        ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
         if rare:
-            self._rare_items(t, rare, controls, items)
+            ended = self._rare_items(t, rare, controls, items)
             if controls and finished:  # count them per segment
                 items.extend((m.start(), FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
                 finished = 0
@@ -119,8 +125,8 @@ class VllmParser(Parser):
             k_end = k
             while k_end < len(items) and items[k_end][0] < end:
                 k_end += 1
-            matched += self._segment(t, start, end, items[k:k_end], finished, events)
-            finished = 0
+            matched += self._segment(t, start, end, items[k:k_end], finished, ended, events)
+            finished, ended = 0, (0, 0, 0)
             k = k_end
             if kind >= 0 and self._control(kind, value, self._line_time(t, pos), events):
                 if kind == LOGO:  # a line of a multi-line record
@@ -131,20 +137,32 @@ class VllmParser(Parser):
             start = end
         return events, matched + records.resolve(t)
 
-    def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]], items: list[Item]) -> None:
-        """Positions and values of the rare lines that ``rare`` says are in ``t``."""
+    def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],
+                    items: list[Item]) -> tuple[int, int, int]:
+        """Positions and values of the rare lines that ``rare`` says are in ``t``.
+
+        Aborted and failed requests need no position when the text has no start-up line (one
+        segment, one model): they are then only counted, in C, and returned as (aborted ids,
+        aborted lines, failed lines).
+        """
         if any(key in P.STARTUP_KEYS for key in rare):
             controls.extend((m.start(), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t))
         if any("\u2580" <= key[-1:] <= "\u259f" for key in rare):
             controls.extend((m.start(), LOGO, m.group(1)) for m in P.LOGO_MODEL.finditer(t))
         controls.sort()
-        if "Aborted request" in rare or "Request" in rare:
-            for m in P.ABORTED.finditer(t):
-                ids = m.group(1)
-                n = 1 if ids is None else len([i for i in ids.split(",") if i.strip()])
-                items.append((m.start(), ABORTED, "", n))
-        if "Request" in rare:
-            items.extend((m.start(), FAILED, "", 1) for m in P.FAILED.finditer(t))
+        ended = (0, 0, 0)
+        if controls:
+            if "Aborted request" in rare or "Request" in rare:
+                for m in P.ABORTED.finditer(t):
+                    items.append((m.start(), ABORTED, "", aborted_ids(m.group(1))))
+            if "Request" in rare:
+                items.extend((m.start(), FAILED, "", 1) for m in P.FAILED.finditer(t))
+        elif "Aborted request" in rare or "Request" in rare:
+            lists = P.ABORTED_LIST.findall(t) if "Aborted request" in rare else []
+            ones = len(P.ABORTED_ONE.findall(t)) if "Request" in rare else 0
+            failed = len(P.FAILED.findall(t)) if "Request" in rare else 0
+            ids = sum(1 if "," not in found else aborted_ids(found) for found in lists)
+            ended = (ids + ones, len(lists) + ones, failed)
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
@@ -156,6 +174,7 @@ class VllmParser(Parser):
                 at = self._line_time(t, m.start())
                 if at is not None:
                     items.append((m.start(), ADDED if m.group(1) == "Added" else DONE, m.group(2), at))
+        return ended
 
     def _line_time(self, t: str, pos: int) -> int | None:
         """The time in the vLLM header of the line holding position ``pos``, if it has one."""
@@ -181,8 +200,10 @@ class VllmParser(Parser):
 
     # -- model-labelled rules, one segment (between two start-up lines) at a time -------------
 
-    def _segment(self, t: str, a: int, b: int, items: list[Item], finished: int, events: list[Event]) -> int:
-        """Stats lines in ``t[a:b]`` and the rare lines in ``items``: their events, records matched."""
+    def _segment(self, t: str, a: int, b: int, items: list[Item], finished: int, ended: tuple[int, int, int],
+                 events: list[Event]) -> int:
+        """Stats lines in ``t[a:b]`` and the rare lines in ``items`` (plus ``finished`` and ``ended``
+        requests counted without positions): their events, and how many records matched."""
         model = (self.model,)
         out: list[Event] = []
         matched = finished
@@ -247,7 +268,9 @@ class VllmParser(Parser):
         gauge_rule = ("stats_v1" if v1 else "stats_v0") if lines else ""
         if gauge_rule:
             self._startup.serving()
-        ok = aborted = failed = 0
+        ok = 0
+        aborted, aborted_lines, failed = ended
+        matched += aborted_lines + failed
         for pos, kind, value, n in items:
             if kind == FINISHED:
                 ok += 1

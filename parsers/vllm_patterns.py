@@ -68,6 +68,9 @@ ADDED_V0 = "Added request "
 
 ABORTED = re.compile(r"\] (?:Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)|Request \S+ aborted\.?(?=\n))")
 FAILED = re.compile(r"\] Request \S+ failed")
+#: The two forms of ``ABORTED`` apart, each led by its own literal so that counting them is fast.
+ABORTED_LIST = re.compile(r"\] Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)")
+ABORTED_ONE = re.compile(r"\] Request \S+ aborted\.?(?=\n)")
 FINISHED_AT = re.compile(r"\] Finished request (?=\S+\n)")
 PREEMPTED = re.compile(
     r"\] Sequence group \S+ is preempted by [^\n]*?(?:total_num_cumulative_preemption=(\d+))?(?=\n)"
