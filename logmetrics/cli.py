@@ -73,11 +73,14 @@ def cli(verbose: int) -> None:
               help="Read every input from the start to EOF, print the metrics on stdout and exit.")
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True,
               metavar="SECONDS", help="How often files are checked for new data, rotation and truncation.")
+@click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
+              help="Keep counters, read positions and parser state in PATH (saved every 10 s and at exit), "
+                   "so that a restart goes on where it stopped: lines written meanwhile are counted, none twice.")
 @click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True,
               help="Longer lines are cut to this length and counted in logmetrics_lines_truncated_total.")
 def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
           from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
-          max_line_bytes: int) -> None:
+          state_file: str | None, max_line_bytes: int) -> None:
     """Follow log files and serve their metrics.
 
     PATH is a file, a directory (followed recursively, new files included), a glob (with **) or
@@ -90,10 +93,12 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
     """
     from logmetrics.runner import Options, run
 
+    if oneshot and state_file:
+        raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
     entries = _entries(plugins, parser)
     opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
                    envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,
-                   max_line_bytes=max_line_bytes)
+                   max_line_bytes=max_line_bytes, state_file=state_file)
     run(opts, entries)
 
 

@@ -76,6 +76,7 @@ class Engine:
         self.unwrappers: dict[str, Unwrapper] = {}
         self.streams: dict[str, Stream] = {}
         self._warned: set[str] = set()
+        self._presets: dict[str, tuple[str, dict[str, object]]] = {}  # stream key -> parser, its state
         for entry in parsers.values():
             store.register(entry.cls.metrics)
 
@@ -105,6 +106,19 @@ class Engine:
                 self._route(stream, final=True)
         self.idle()
 
+    # -- restarts ----------------------------------------------------------------------------
+    def stream_states(self) -> list[dict[str, object]]:
+        """Each routed stream's parser and its state, to go on with after a restart."""
+        return [{"key": key, "parser": s.parser.name, "state": s.parser.state()}
+                for key, s in self.streams.items() if s.parser is not None]
+
+    def restore_streams(self, states: list[dict[str, object]]) -> None:
+        """Streams seen again get the parser (and its state) they had, without routing anew."""
+        for item in states:
+            key, name, state = item.get("key"), item.get("parser"), item.get("state")
+            if isinstance(key, str) and isinstance(name, str) and name in self.parsers and isinstance(state, dict):
+                self._presets[key] = (name, state)
+
     # -- stages ------------------------------------------------------------------------------
     def source_label(self, path: str, service: str | None = None) -> str:
         """The ``source`` label of a raw stream (or of one compose service inside it)."""
@@ -115,6 +129,11 @@ class Engine:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = Stream(self.source_label(path, service), path)
+            preset = self._presets.pop(key, None)
+            if preset is not None and self.forced in (None, preset[0]):
+                self._route_to(stream, self.parsers[preset[0]])
+                assert stream.parser is not None
+                stream.parser.restore(preset[1])
         return stream
 
     def _piece(self, path: str, piece: Piece) -> None:
@@ -132,6 +151,9 @@ class Engine:
         entry = self._choose(stream)
         if entry is None and not final and stream.held_lines < self.sniff_lines:
             return
+        self._route_to(stream, entry)
+
+    def _route_to(self, stream: Stream, entry: ParserEntry | None) -> None:
         stream.routed = True
         if entry is not None:
             stream.parser = entry.cls()

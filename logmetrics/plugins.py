@@ -58,6 +58,13 @@ class Parser:
         """Events for one record. Pure apart from this instance's bounded per-stream state."""
         raise NotImplementedError
 
+    def state(self) -> dict[str, object]:
+        """Per-stream state worth keeping across a restart (JSON values), e.g. the model name."""
+        return {}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` returned in an earlier run."""
+
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
         """Events for a batch of whole records, and how many records matched.
 

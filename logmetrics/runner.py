@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import signal
 import sys
 import threading
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TextIO
 
+from logmetrics import state
 from logmetrics.engine import Engine
 from logmetrics.errors import UserError
 from logmetrics.exposition import MetricsServer, make_registry, text
@@ -21,6 +25,10 @@ from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
 
 Sample = tuple[str, tuple[str, ...], float]
+SAVE_EVERY = 10.0  # seconds between saves of the state file, at a quiet moment
+SAVE_AT_LATEST = 30.0  # ... or, under continuous input, at the latest
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class Options:
     from_beginning: bool
     poll_interval: float
     max_line_bytes: int
+    state_file: str | None = None
 
 
 def tune_allocator() -> None:
@@ -121,6 +130,54 @@ class Runner:
         self.registry = make_registry(self.store, self._extra)
         self.waker = Waker()
         self.stop = threading.Event()
+        self._polled_at = time.time()
+        self._saved = time.monotonic()
+        self._save_failed = False
+        if opts.state_file is not None:
+            self._load_state(opts.state_file)
+
+    # -- the state file -------------------------------------------------------------------------
+    def _load_state(self, path: str) -> None:
+        try:
+            saved = state.load(path)
+        except state.StateError as exc:
+            aside = f"{path}.bad"
+            log.warning("%s; starting afresh (the file is kept as %s)", exc, aside)
+            with contextlib.suppress(OSError):
+                os.replace(path, aside)
+            return
+        if saved is None:
+            return
+        series = self.store.load(saved.store)
+        self.engine.restore_streams(saved.streams)
+        if self.tailer is not None:
+            self.tailer.resume(saved.positions, saved.saved_at)
+        log.info("state file %s: %d series and %d read positions restored", path, series, len(saved.positions))
+
+    def save_state(self) -> None:
+        """Save counters, read positions and parser state together (``--state-file``)."""
+        path = self.opts.state_file
+        if path is None:
+            return
+        self.engine.idle()  # every line read is counted now: positions and counters agree
+        snapshot = state.State(self._polled_at, self.store.dump(),
+                               self.tailer.positions() if self.tailer is not None else [],
+                               self.engine.stream_states())
+        try:
+            state.save(path, snapshot)
+            self._save_failed = False
+        except OSError as exc:
+            if not self._save_failed:
+                log.warning("cannot save state file %s: %s", path, exc.strerror or exc)
+            self._save_failed = True
+        self._saved = time.monotonic()
+
+    def _maybe_save(self, busy: bool) -> None:
+        """Save every SAVE_EVERY seconds at a quiet moment, or after SAVE_AT_LATEST in any case."""
+        if self.opts.state_file is not None:
+            age = time.monotonic() - self._saved
+            if age >= SAVE_EVERY and (not busy or age >= SAVE_AT_LATEST):
+                self.save_state()
 
     def _extra(self) -> list[Sample]:
         cpu, mem = self.procs.samples() if self.opts.listen is not None else ([], [])
@@ -129,6 +186,7 @@ class Runner:
     def poll(self) -> int:
         """One pass over every source; returns how many chunks it fed."""
         chunks: list[Chunk] = []
+        self._polled_at = time.time()
         if self.tailer is not None:
             chunks += self.tailer.poll()
         if self.stdin is not None:
@@ -160,6 +218,7 @@ class Runner:
         stdin_done = False
         while not self.stop.is_set():
             if self.poll():
+                self._maybe_save(busy=True)
                 continue
             if self.stdin is not None and self.stdin.eof and not stdin_done:
                 stdin_done = True
@@ -167,7 +226,9 @@ class Runner:
                     self.engine.feed(chunk)
                 self.engine.finish(self.stdin.stream)  # the files go on
             self.engine.idle()
+            self._maybe_save(busy=False)
             self.waker.wait(self.opts.poll_interval)
+        self.save_state()
 
     def close(self) -> None:
         """Release files and threads."""

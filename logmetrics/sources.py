@@ -85,6 +85,18 @@ class Waker:
         return woken
 
 
+@dataclass(frozen=True, slots=True)
+class Position:
+    """How far a file was read, for a restart to go on from there (``--state-file``)."""
+
+    stream: str
+    path: str
+    dev: int
+    ino: int
+    head: bytes  # the file's first bytes then: the same content must start with them
+    offset: int  # the start of the first line not yet handed out
+
+
 @dataclass(slots=True)
 class _Known:
     """An identity seen before and not held open: a retired file, or a copy of a followed one."""
@@ -148,6 +160,8 @@ class FileTailer:
         self._start_at_end: set[Ident] = set()  # present at the first poll but not readable then
         self._reported: set[str] = set()
         self._first = True
+        self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
+        self._resumed_at: float | None = None  # when they were saved
         self._seq = 0
         self._waker: Waker | None = None
         self._watcher: Watcher | None = None
@@ -162,6 +176,26 @@ class FileTailer:
             return
         for f in self._files.values():
             self._watcher.add_target(f.path)
+
+    def positions(self) -> list[Position]:
+        """Where every open file stands: what has been handed out, not a partial last line."""
+        out = []
+        for f in self._files.values():
+            offset = f.offset if f.cutter.skipping else f.offset - len(f.cutter.pending)
+            out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset))
+        return out
+
+    def resume(self, positions: Sequence[Position], saved_at: float) -> None:
+        """Before the first poll: go on from ``positions``, saved at ``saved_at`` (Unix time).
+
+        A saved file still there (by identity, and starting with the same bytes) is read on from
+        its position, under its stream, wherever it now lies (renamed while we were down); one cut
+        while we were down is read from its start. Other files that changed since ``saved_at`` were
+        written while we were down and are read from their start, except logrotate's copy of a
+        saved file, read from that file's position. Unchanged files start at their end as usual.
+        """
+        self._resume = {(p.dev, p.ino): p for p in positions}
+        self._resumed_at = saved_at
 
     # -- polling --------------------------------------------------------------------------------
 
@@ -245,6 +279,8 @@ class FileTailer:
                 f.draining = False
                 self._active[path] = ident
             return
+        if self._first and self._resumed_at is not None and self._place_resumed(path, ident):
+            return
         known = self._known.get(ident)
         if known is not None:
             if known.offset is None:
@@ -285,6 +321,42 @@ class FileTailer:
             self._follow(fd, ident, head, path, path, size if end else 0, size, active=True, skip=skip)
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _place_resumed(self, path: str, ident: Ident) -> bool:
+        """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
+        saved = self._resume.get(ident)
+        if saved is None:
+            assert self._resumed_at is not None
+            try:
+                if os.stat(path).st_mtime <= self._resumed_at:
+                    return False  # unchanged while we were down: from its end, as without a state
+            except OSError:
+                return False
+        opened = self._open(path)
+        if opened is None:
+            return True
+        fd, size, head = opened
+        if saved is not None:
+            same = size >= saved.offset and head[: len(saved.head)] == saved.head[: len(head)]
+            if not same:
+                self.stats.truncations[saved.stream] = self.stats.truncations.get(saved.stream, 0) + 1
+            self._follow_resumed(fd, ident, head, path, saved.stream, saved.offset if same else 0, size)
+            return True
+        for pos in self._resume.values():  # logrotate's copy of a saved file, made while we were down
+            if is_copy(head, pos.head) and copy_name(path, pos.stream):
+                self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
+                return True
+        if path in {p.stream for p in self._resume.values()}:  # the successor of a rotated file
+            self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
+        self._follow(fd, ident, head, path, path, 0, size, active=True)
+        return True
+
+    def _follow_resumed(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int,
+                        size: int) -> None:
+        """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
+        active = path == stream and stream not in self._active
+        self._follow(fd, ident, head, path, stream, offset, size, active=active)  # not active: drained
+        self._streams.add(stream)
 
     def _open(self, path: str) -> tuple[int, int, bytes] | None:
         try:

@@ -124,6 +124,50 @@ class Store:
                 key = (name, labels)
                 counters[key] = counters.get(key, 0.0) + value
 
+    def dump(self) -> dict[str, list[list[object]]]:
+        """Counters and histograms as plain JSON values, for ``--state-file`` (not ``logmetrics_*``)."""
+        with self.lock:
+            return {
+                "counters": [[name, list(labels), value] for (name, labels), value in self.counters.items()
+                             if not name.startswith("logmetrics_")],
+                "histograms": [[name, list(labels), list(h.buckets), h.sum, h.count]
+                               for (name, labels), h in self.histograms.items()],
+            }
+
+    def load(self, data: dict[str, list[list[object]]]) -> int:
+        """Take back what ``dump`` gave; series of families no longer known, or malformed, are left out.
+
+        Returns how many series were restored.
+        """
+        restored = 0
+        with self.lock:
+            for row in data.get("counters", []):
+                key = self._key(row, 3)
+                if key is not None and isinstance(row[2], int | float):
+                    self.counters[key] = self.counters.get(key, 0.0) + float(row[2])
+                    restored += 1
+            for row in data.get("histograms", []):
+                key = self._key(row, 5)
+                if key is None:
+                    continue
+                buckets, total, count = row[2], row[3], row[4]
+                if (isinstance(buckets, list) and len(buckets) == len(self.families[key[0]].buckets) + 1
+                        and all(isinstance(b, int) for b in buckets) and isinstance(total, int | float)
+                        and isinstance(count, int)):
+                    self.histograms[key] = Histogram([int(b) for b in buckets], float(total), count)
+                    restored += 1
+        return restored
+
+    def _key(self, row: list[object], size: int) -> Key | None:
+        """The store key of a dumped row, if its family is known and its labels fit."""
+        if len(row) != size:
+            return None
+        name, labels = row[0], row[1]
+        fam = self.families.get(name) if isinstance(name, str) else None
+        if fam is None or not isinstance(labels, list) or len(labels) != len(fam.labels) + 2:
+            return None
+        return fam.name, tuple(str(v) for v in labels)
+
     def snapshot(self) -> Snapshot:
         """A copy taken under the lock, for the exposition."""
         with self.lock:

@@ -78,6 +78,16 @@ class VllmParser(Parser):
         self._year_month = (0, 0)
         self._records = Records()
 
+    def state(self) -> dict[str, object]:
+        """The served model's name, so that a restart goes on with the same series."""
+        return {"model": self.model}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """The model name an earlier run had learned."""
+        model = state.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
         """High for vLLM start-up, stats or process-prefixed lines; some for vLLM-style headers."""

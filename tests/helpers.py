@@ -45,6 +45,7 @@ class Server:
             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
         assert self.proc.stderr is not None
         self.url = ""
+        self.startup: list[str] = []  # what it printed on stderr before the URL
         deadline = time.monotonic() + 30
         line = b""
         while time.monotonic() < deadline and not self.url:
@@ -54,6 +55,7 @@ class Server:
                 if not line:
                     break
                 text = line.decode()
+                self.startup.append(text)
                 if "serving metrics at " in text:
                     self.url = text.split("serving metrics at ", 1)[1].strip()
         if not self.url:
