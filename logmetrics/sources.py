@@ -172,7 +172,7 @@ class FileTailer:
         try:
             self._watcher = Watcher(waker.wake, [watch_root(path) for path in self._paths])
         except Exception as err:  # any failure only means no early wake-ups
-            log.debug("logmetrics: no file system notifications: %s", err)
+            log.debug("no file system notifications: %s", err)
             return
         for f in self._files.values():
             self._watcher.add_target(f.path)
@@ -212,7 +212,7 @@ class FileTailer:
         if path not in self._reported:
             self._reported.add(path)
             self.stats.read_errors[path] = self.stats.read_errors.get(path, 0) + 1
-            log.warning("logmetrics: cannot read %s: %s", path, err.strerror or err)
+            log.warning("cannot read %s: %s", path, err.strerror or err)
 
     def _check_open_files(self) -> list[_Cut]:
         """Find the open files whose content was cut (copytruncate) and restart them at 0."""

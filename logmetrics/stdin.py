@@ -83,7 +83,7 @@ class StdinSource:
                 self._at_eof = True
             elif isinstance(item, OSError):
                 if not stats.read_errors.get(stream):
-                    log.warning("logmetrics: cannot read %s: %s", stream, item.strerror or item)
+                    log.warning("cannot read %s: %s", stream, item.strerror or item)
                 stats.read_errors[stream] = 1
             else:
                 stats.bytes_read[stream] += len(item)

@@ -295,7 +295,7 @@ class Watcher:
         try:
             self._observer.schedule(self._handler, directory, recursive=recursive, event_filter=_WATCHED_EVENTS)
         except Exception as err:  # e.g. out of inotify watches: polling still works
-            log.debug("logmetrics: cannot watch %s: %s", directory, err)
+            log.debug("cannot watch %s: %s", directory, err)
         self._watched.add(directory)
         return True
 
@@ -318,4 +318,4 @@ class Watcher:
             self._observer.stop()
             self._observer.join(timeout=2.0)
         except Exception as err:  # closing must not fail on a broken watcher
-            log.debug("logmetrics: stopping the watcher: %s", err)
+            log.debug("stopping the watcher: %s", err)

@@ -518,7 +518,7 @@ def test_unreadable_file(shared_dir: Path) -> None:
     assert second == {"chunks": [], "errors": {str(secret): 1}}
     assert third == {"chunks": [[str(secret), "hidden\n"]], "errors": {str(secret): 1}}
     warnings = [x for x in stderr.splitlines() if "cannot read" in x]
-    assert warnings == [f"logmetrics: cannot read {secret}: Permission denied"]
+    assert warnings == [f"cannot read {secret}: Permission denied"]
 
 
 def poll_stdin(source: StdinSource, waker: Waker, until: Callable[[bytes], bool]) -> bytes:
