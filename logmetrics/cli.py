@@ -42,7 +42,10 @@ plugin_option = click.option(
     help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="logmetrics")
 @click.option("-v", "--verbose", count=True, help="Log more on stderr (-v: info, -vv: debug).")
 def cli(verbose: int) -> None:
@@ -56,7 +59,7 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="logmetrics: %(levelname)s: %(message)s", stream=sys.stderr)
 
 
-@cli.command()
+@cli.command(context_settings=CONTEXT)
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics and /healthz. Port 0 picks a free port.")
@@ -76,7 +79,7 @@ def cli(verbose: int) -> None:
 @click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
               help="Keep counters, read positions and parser state in PATH (saved every 10 s and at exit), "
                    "so that a restart goes on where it stopped: lines written meanwhile are counted, none twice.")
-@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True,
+@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True, metavar="BYTES",
               help="Longer lines are cut to this length and counted in logmetrics_lines_truncated_total.")
 def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
           from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
@@ -102,7 +105,7 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
     run(opts, entries)
 
 
-@cli.command()
+@cli.command(context_settings=CONTEXT)
 @plugin_option
 def parsers(plugins: tuple[str, ...]) -> None:
     """List the installed parsers and where each one comes from."""
@@ -111,7 +114,7 @@ def parsers(plugins: tuple[str, ...]) -> None:
         click.echo(f"{name:<16} {entry.origin}  (claims: {claims})")
 
 
-@cli.command()
+@cli.command(context_settings=CONTEXT)
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--parser", default=None, metavar="NAME", help="The parser to check (default: routed as watch would).")
 @click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True,
@@ -126,7 +129,7 @@ def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple
     click.echo(report(file, entries, parser=parser, envelope=envelope, top=top), nl=False)
 
 
-@cli.command()
+@cli.command(context_settings=CONTEXT)
 def metrics() -> None:
     """Print the metric catalog (name, type, labels, help) as Markdown."""
     click.echo(catalog.markdown(), nl=False)
