@@ -307,10 +307,15 @@ class FileTailer:
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
                     return
             for f in self._files.values():
-                if not f.draining and size <= f.size and is_copy(head, f.head) and copy_name(path, f.stream):
+                if f.draining or size > f.size or not copy_name(path, f.stream):
+                    continue
+                if is_copy(head, f.head):
                     self._known[ident] = _Known(f.stream, head, None)  # a copy, made before the truncation
                     os.close(fd)
                     return
+                if f.head.startswith(head) and len(head) < len(f.head):
+                    os.close(fd)  # maybe a copy still being written (empty so far, or its first bytes):
+                    return  # decide at a later poll, once it holds the whole fingerprint or differs
         if path in self._streams:
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
             self._follow(fd, ident, head, path, path, 0, size, active=True)

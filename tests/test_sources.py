@@ -593,3 +593,24 @@ def test_fifo_in_a_directory_is_skipped(tmp_path: Path, tail: Tail) -> None:
     append(tmp_path / "a.log", b"x\n")
     assert data(t.poll()) == b"x\n"
     assert t.stats.open_files == 1
+
+
+def test_copy_caught_while_being_written_is_not_read_twice(tmp_path: Path, tail: Tail) -> None:
+    """A copy seen while still empty, then half written, is recognised once complete: no line twice."""
+    log = tmp_path / "x.log"
+    t = tail(tmp_path)
+    t.poll()
+    log.write_bytes(lines(0, 40))
+    got = drain(t)
+    copy = tmp_path / "x.log.1"
+    copy.write_bytes(b"")  # cp has created the file
+    got += drain(t)
+    whole = log.read_bytes()
+    copy.write_bytes(whole[:100])  # ... and written its first bytes
+    got += drain(t)
+    copy.write_bytes(whole)
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, lines(1000, 1003))
+    got += drain(t)
+    assert data(got) == lines(0, 40) + lines(1000, 1003)
