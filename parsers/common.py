@@ -16,8 +16,10 @@ import re
 
 # --- process prefixes ------------------------------------------------------------------------
 
-#: One process prefix with its trailing space: multiprocessing / Ray worker names, torch ranks.
-PROC_PREFIX = r"(?:\([A-Za-z_][\w.-]* pid=\d+(?:,? ip=[^)\s]*)?\) |\[rank\d+\]: )"
+#: One process prefix with its trailing space: multiprocessing / Ray worker names, torch ranks;
+#: optionally after a bracketed tag from vLLM's ``VLLM_LOGGING_PREFIX`` (``[Stage-1] ``).
+_PROC = r"(?:\([A-Za-z_][\w.-]* pid=\d+(?:,? ip=[^)\s]*)?\) |\[rank\d+\]: )"
+PROC_PREFIX = rf"(?:\[[\w.-]{{1,40}}\] {_PROC}?|{_PROC})"
 
 # --- uvicorn access lines --------------------------------------------------------------------
 

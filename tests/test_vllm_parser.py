@@ -677,3 +677,17 @@ def test_sniff_scores() -> None:
     assert VllmParser.sniff(["(APIServer pid=1) INFO:     Started server process [1]"]) >= 0.9
     assert 0.3 < VllmParser.sniff(["INFO 01-02 03:04:05 [model_runner.py:1] Loading model weights took 1 GB"]) < 0.9
     assert VllmParser.sniff(["slot print_timing: id  0 | task 5 |", "prompt eval time =  10.0 ms /  5 tokens"]) == 0.0
+
+
+def test_logging_prefix_tag_before_the_header() -> None:
+    """A VLLM_LOGGING_PREFIX tag like '[Stage-1] ', alone or before a process prefix, is skipped."""
+    text = ("[Stage-1] INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, "
+            "Avg generation throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: "
+            "4.2%, Prefix cache hit rate: 0.0%\n"
+            "[Stage-1] (APIServer pid=1) ERROR 04-10 03:35:28 [serving_chat.py:200] Error in chat completion: "
+            "ValueError: bad\n")
+    events, matched = VllmParser().parse_batch(Batch("s", text, 1_712_720_000.0, 2))
+    got = {(e.metric, e.labels): e.value for e in events if e.value}
+    assert got[("llm_requests_running", ("unknown",))] == 3
+    assert got[("backend_errors_total", ("bad_request",))] == 1
+    assert matched == 2
