@@ -223,18 +223,15 @@ class VllmParser(Parser):
         v1 = False
         engines = self._engines
         minutes = self._minutes
-        stats = P.STATS.match
-        step = len(P.STATS_TEXT)
-        find = t.find
+        head = P.STATS_HEAD.fullmatch
         rfind = t.rfind
-        s0 = find(P.STATS_TEXT, a, b)
-        while s0 >= 0:
-            m = stats(t, rfind("\n", 0, s0) + 1, b)
-            s0 = find(P.STATS_TEXT, s0 + step, b)
-            if m is None:  # the text inside some other line (a prompt, a paste)
+        for m in P.STATS_TAIL.finditer(t, a, b):
+            start = m.start()
+            h = head(t, rfind("\n", 0, start) + 1, start)
+            if h is None:  # the text inside some other line (a prompt, a paste)
                 continue
             lines += 1
-            line = m.groups()
+            line = h.groups() + m.groups()
             minute, seconds, index, agg, prompt, gen, _running, _pending, waiting, rest = line
             key = index or ("agg" if agg else "")
             eng = engines.get(key)

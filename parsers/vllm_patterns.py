@@ -25,18 +25,19 @@ CONTINUATION = re.compile(rf"{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BOD
 ACCESS = re.compile(rf"\n{PFX}?{UVICORN_ACCESS}", re.ASCII)
 
 #: Periodic stats, V0 (``Swapped``/``Pending``) and V1 (``Waiting`` + optional fields in the
-#: tail), matched from the start of a line found by ``STATS_TEXT``. Groups: the date and minute
-#: (``MM-DD HH:MM``) and seconds of the vLLM header, the engine index, the number of engines
-#: aggregated, prompt and generation throughput, running, pending (V0), waiting (V1), the tail.
-STATS_TEXT = "Avg prompt throughput: "
-STATS = re.compile(
-    rf"{PFX}?(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ )?"
-    r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?"
-    rf"Avg prompt throughput: {NUM} tokens/s, Avg generation throughput: {NUM} tokens/s, "
-    r"(?:Max iteration time: [^,\n]*, Avg time/tok:[^,\n]*, )?"
-    r"Running: (\d+) reqs, (?:Swapped: \d+ reqs, Pending: (\d+)|Waiting: (\d+)) reqs([^\n]*)",
-    re.ASCII,
-)
+#: tail), a whole line. Groups: the date and minute (``MM-DD HH:MM``) and seconds of the vLLM
+#: header, the engine index, the number of engines aggregated (all four in the head), prompt and
+#: generation throughput, running, pending (V0), waiting (V1), the rest of the line (the tail).
+_STATS_HEAD = (rf"{PFX}?(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ )?"
+               r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?")
+_STATS_TAIL = (rf"Avg prompt throughput: {NUM} tokens/s, Avg generation throughput: {NUM} tokens/s, "
+               r"(?:Max iteration time: [^,\n]*, Avg time/tok:[^,\n]*, )?"
+               r"Running: (\d+) reqs, (?:Swapped: \d+ reqs, Pending: (\d+)|Waiting: (\d+)) reqs([^\n]*)")
+STATS = re.compile(_STATS_HEAD + _STATS_TAIL, re.ASCII)
+#: The same split at its literal, for the batch scan: the tail, found by a fast literal-led scan
+#: of the whole text, and the head, which must fill its line from the start up to the tail.
+STATS_HEAD = re.compile(_STATS_HEAD, re.ASCII)
+STATS_TAIL = re.compile(_STATS_TAIL, re.ASCII)
 #: The timestamp of a header line, matched at its start.
 LINE_TIME = re.compile(rf"{PFX}?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d):(\d\d) ")
 KV_USAGE = re.compile(rf"\w+ KV cache usage: {NUM}%")
