@@ -16,6 +16,8 @@ class ProcessWatcher:
         self.min_interval = min_interval
         self._at = -1e9
         self._cached: list[Sample] = []
+        self._alive: dict[int, tuple[str, float]] = {}  # pid -> backend, CPU seconds last seen
+        self._gone: dict[str, float] = {}  # CPU seconds of a backend's processes that have exited
 
     def samples(self) -> tuple[list[Sample], list[Sample]]:
         """(counter samples, gauge samples), refreshed at most every ``min_interval`` seconds."""
@@ -32,8 +34,9 @@ class ProcessWatcher:
     def _scan(self) -> list[Sample]:
         import psutil  # only a server that is scraped needs it: keep --oneshot start-up short
 
-        cpu: dict[str, float] = {}
+        cpu: dict[str, float] = dict(self._gone)
         rss: dict[str, float] = {}
+        alive: dict[int, tuple[str, float]] = {}
         for proc in psutil.process_iter(["cmdline", "cpu_times", "memory_info"]):
             cmd = " ".join(proc.info.get("cmdline") or ())
             if not cmd or "logmetrics" in cmd:
@@ -42,10 +45,17 @@ class ProcessWatcher:
                 if any(p in cmd for p in pats):
                     times, mem = proc.info.get("cpu_times"), proc.info.get("memory_info")
                     if times is not None:
-                        cpu[backend] = cpu.get(backend, 0.0) + times.user + times.system
+                        used = times.user + times.system
+                        cpu[backend] = cpu.get(backend, 0.0) + used
+                        alive[proc.pid] = (backend, used)
                     if mem is not None:
                         rss[backend] = rss.get(backend, 0.0) + mem.rss
                     break
+        for pid, (backend, used) in self._alive.items():
+            if pid not in alive:  # exited: its CPU time stays in the counter, which never goes down
+                self._gone[backend] = self._gone.get(backend, 0.0) + used
+                cpu[backend] = cpu.get(backend, 0.0) + used
+        self._alive = alive
         out: list[Sample] = [("backend_process_cpu_seconds_total", (b, "local"), v) for b, v in cpu.items()]
         out += [("backend_process_resident_memory_bytes", (b, "local"), v) for b, v in rss.items()]
         return out

@@ -96,10 +96,11 @@ def test_process_watcher_finds_a_backend_by_command_line() -> None:
     """CPU and memory of processes whose command line names the backend are summed."""
     proc = subprocess.Popen([sys.executable, "-c", "import sys, time; sum(range(10**6)); sys.stdin.read()",
                              "--fake-vllm-backend"], stdin=subprocess.PIPE)
+    watcher = ProcessWatcher({"vllm": ("--fake-vllm-backend",)}, min_interval=0)
     try:
         deadline = time.monotonic() + 10
         while True:
-            cpu, mem = ProcessWatcher({"vllm": ("--fake-vllm-backend",)}, min_interval=0).samples()
+            cpu, mem = watcher.samples()
             if (cpu and cpu[0][2] > 0) or time.monotonic() > deadline:
                 break
         assert [s[:2] for s in cpu] == [("backend_process_cpu_seconds_total", ("vllm", "local"))]
@@ -107,6 +108,9 @@ def test_process_watcher_finds_a_backend_by_command_line() -> None:
         assert mem[0][2] > 1_000_000
     finally:
         proc.communicate(b"", timeout=10)
+    after, mem = watcher.samples()
+    assert after and after[0][2] >= cpu[0][2]  # an exited process's CPU time stays counted
+    assert mem == []  # no process left: no memory to report
 
 
 def test_progress_line_for_long_oneshot_runs() -> None:
