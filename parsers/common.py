@@ -125,6 +125,8 @@ ERROR_CONTEXTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("asgi", ("Exception in ASGI application",)),
     ("stream_error", ("stream generator",)),
 )
+#: Every error_type ``classify_error`` can return, so that parsers can start their counters at 0.
+ERROR_TYPES: tuple[str, ...] = (*dict.fromkeys(kind for kind, _ in ERROR_CAUSES + ERROR_CONTEXTS), "exception", "error")
 _TYPE_OF = {phrase: kind for kind, phrases in ERROR_CAUSES + ERROR_CONTEXTS for phrase in phrases}
 # No groups: an alternation of plain literals lets ``re`` skip on the first characters.
 _CAUSE = re.compile("|".join(re.escape(p) for _, phrases in ERROR_CAUSES for p in phrases)).search

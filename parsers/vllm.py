@@ -28,6 +28,7 @@ from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
+from .common import ERROR_TYPES
 from .vllm_lines import Records, access_and_errors
 from .vllm_startup import LOGO, Startup, model_from, startup_kind
 
@@ -363,8 +364,9 @@ class VllmParser(Parser):
             return
         if len(self._zeroed) >= 64:
             self._zeroed.clear()
-        if not self._zeroed:
+        if not self._zeroed:  # once per stream: so that the first restart or error shows in increase()
             events.append(Event("backend_restarts_total", (), 0, rule="model"))
+            events.extend(Event("backend_errors_total", (kind,), 0, rule="model") for kind in ERROR_TYPES)
         self._zeroed.add(model)
         events.extend(Event(name, (model,), 0, rule="model") for name in COUNTERS)
         events.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in OUTCOMES)

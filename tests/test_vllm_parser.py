@@ -17,10 +17,10 @@ from logmetrics.plugins import validate
 from logmetrics.records import CONTINUATION, Batch, Record, RecordAssembler, split_records
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.common import classify_error, route_template, split_access_key
+    from parsers.common import ERROR_TYPES, classify_error, route_template, split_access_key
     from parsers.vllm import MAX_PENDING, VllmParser
 else:
-    from logmetrics_parsers.common import classify_error, route_template, split_access_key
+    from logmetrics_parsers.common import ERROR_TYPES, classify_error, route_template, split_access_key
     from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,11 +319,14 @@ def test_zero_counters_once_per_model() -> None:
     parser = VllmParser()
     line = "INFO 06-02 10:00:00 [api_server.py:1] args: Namespace(model='m', served_model_name=None)\n"
     first = totals(scan(line, parser)[0])
+    errors: Totals = {("backend_errors_total", (kind,)): 0.0 for kind in ERROR_TYPES}
     assert first == {
         ("backend_restarts_total", ()): 0.0, ("llm_prompt_tokens_total", ("m",)): 0.0,
         ("llm_generation_tokens_total", ("m",)): 0.0, ("llm_preemptions_total", ("m",)): 0.0,
         ("llm_requests_total", ("m", "ok")): 0.0, ("llm_requests_total", ("m", "error")): 0.0,
-        ("llm_requests_total", ("m", "aborted")): 0.0}
+        ("llm_requests_total", ("m", "aborted")): 0.0,
+        **errors}
+    assert len(ERROR_TYPES) == 10
     assert scan(line, parser)[0] == []
 
 
