@@ -106,6 +106,13 @@ class Engine:
                 self._route(stream, final=True)
         self.idle()
 
+    def vanished(self, path: str) -> None:
+        """A followed file is gone for good: its streams' gauges would only mislead now."""
+        for stream in self.streams.values():
+            if stream.path == path:
+                self.idle()
+                self.store.drop_gauges(stream.source)
+
     # -- restarts ----------------------------------------------------------------------------
     def stream_states(self) -> list[dict[str, object]]:
         """Each routed stream's parser and its state, to go on with after a restart."""

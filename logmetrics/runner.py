@@ -186,13 +186,17 @@ class Runner:
     def poll(self) -> int:
         """One pass over every source; returns how many chunks it fed."""
         chunks: list[Chunk] = []
+        gone: list[str] = []
         self._polled_at = time.time()
         if self.tailer is not None:
             chunks += self.tailer.poll()
+            gone = self.tailer.vanished()
         if self.stdin is not None:
             chunks += self.stdin.poll()
         for chunk in chunks:
             self.engine.feed(chunk)
+        for path in gone:
+            self.engine.vanished(path)
         return len(chunks)
 
     def drain(self, progress: Progress | None = None) -> None:

@@ -160,6 +160,7 @@ class FileTailer:
         self._start_at_end: set[Ident] = set()  # present at the first poll but not readable then
         self._reported: set[str] = set()
         self._first = True
+        self._vanished: list[str] = []  # streams whose last file was closed, not yet reported
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
         self._resumed_at: float | None = None  # when they were saved
         self._seq = 0
@@ -456,6 +457,13 @@ class FileTailer:
         f.close()
         del self._files[f.ident]
         self._known[f.ident] = _Known(f.stream, f.head, f.offset)
+        if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
+            self._vanished.append(f.stream)
+
+    def vanished(self) -> list[str]:
+        """Streams whose files are all gone (deleted, not replaced) since the last call."""
+        gone, self._vanished = self._vanished, []
+        return gone
 
     def flush(self) -> list[Chunk]:
         """End of input: every held partial last line, with a newline appended."""

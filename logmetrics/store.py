@@ -109,6 +109,14 @@ class Store:
             self._unknown.add(ev.metric)
             log.warning("dropping events for %r: not a known metric or wrong number of labels", ev.metric)
 
+    def drop_gauges(self, source: str) -> int:
+        """Forget the gauges of a source that is gone; its counters stay (they never expire)."""
+        with self.lock:
+            stale = [key for key in self.gauges if len(key[1]) >= 2 and key[1][1] == source]
+            for key in stale:
+                del self.gauges[key]
+        return len(stale)
+
     def add_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
         """Add to one of the engine's own counters (``logmetrics_*``)."""
         assert name in SELF_BY_NAME, name

@@ -614,3 +614,20 @@ def test_copy_caught_while_being_written_is_not_read_twice(tmp_path: Path, tail:
     append(log, lines(1000, 1003))
     got += drain(t)
     assert data(got) == lines(0, 40) + lines(1000, 1003)
+
+
+def test_vanished_reports_a_stream_once_all_its_files_are_gone(tmp_path: Path, tail: Tail) -> None:
+    """A deleted, drained file's stream is reported vanished once; a rotated one is not."""
+    gone, rotated = tmp_path / "gone.log", tmp_path / "rot.log"
+    t = tail(tmp_path, rotate_wait=0.0)
+    t.poll()
+    gone.write_bytes(lines(0, 2))
+    rotated.write_bytes(lines(0, 2))
+    drain(t)
+    gone.unlink()
+    rotated.rename(tmp_path / "rot.log.1")
+    rotated.write_bytes(lines(2, 3))
+    drain(t)
+    drain(t)
+    assert t.vanished() == [str(gone)]
+    assert t.vanished() == []

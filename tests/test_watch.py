@@ -102,3 +102,23 @@ def test_stdin_is_served_after_its_end() -> None:
         assert total(srv.samples(), "http_requests_total") == 4
     finally:
         assert srv.stop() == 0
+
+
+def test_gauges_of_a_deleted_log_expire_and_counters_stay(tmp_path: Path) -> None:
+    """A log deleted for good (a pod gone) drops its gauges; its counters stay."""
+    stats = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
+             "throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 4.2%, Prefix cache "
+             "hit rate: 0.0%\n")
+    (tmp_path / "vllm-a.log").write_text("")
+    (tmp_path / "vllm-b.log").write_text("")
+    srv = Server(str(tmp_path), "--poll-interval", "0.05")
+    try:
+        append(tmp_path / "vllm-a.log", stats + access_line(1))
+        append(tmp_path / "vllm-b.log", stats)
+        srv.wait_for(lambda s: total(s, "llm_requests_running") == 6)
+        (tmp_path / "vllm-a.log").unlink()
+        got = srv.wait_for(lambda s: total(s, "llm_requests_running") == 3, timeout=20)
+        assert total(got, "llm_requests_running", source=str(tmp_path / "vllm-b.log")) == 3
+        assert total(got, "http_requests_total", source=str(tmp_path / "vllm-a.log")) == 1
+    finally:
+        assert srv.stop() == 0
