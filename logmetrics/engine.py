@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 UNROUTED = "none"
 SNIFF_MIN_SCORE = 0.3
+SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text while it is sniffed
 
 
 def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
@@ -156,7 +157,8 @@ class Engine:
 
     def _route(self, stream: Stream, *, final: bool) -> None:
         entry = self._choose(stream)
-        if entry is None and not final and stream.held_lines < self.sniff_lines:
+        held_bytes = sum(map(len, stream.held))
+        if entry is None and not final and stream.held_lines < self.sniff_lines and held_bytes < SNIFF_MAX_CHARS:
             return
         self._route_to(stream, entry)
 
