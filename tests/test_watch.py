@@ -29,6 +29,20 @@ def requests(srv: Server) -> float:
     return total(srv.samples(), "http_requests_total")
 
 
+def settle(srv: Server, d: Path, polls: int = 3) -> None:
+    """Let the engine finish several more polls, each proven by a line of another file being read."""
+    barrier = d / "barrier" / "vllm-barrier.log"
+    barrier.parent.mkdir(exist_ok=True)
+    for _ in range(polls):
+        append(barrier, "barrier\n")
+        wait_lines_read(srv, barrier, barrier.read_text().count("\n"))
+
+
+def wait_lines_read(srv: Server, path: Path, n: int) -> None:
+    """Block until the engine reports ``n`` lines read from ``path``."""
+    srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total", source=str(path)) == n)
+
+
 def test_appended_lines_show_within_a_second(server: tuple[Server, Path]) -> None:
     """Lines appended to DIR/vllm.log are on /metrics within a second."""
     srv, d = server
@@ -50,7 +64,7 @@ def test_rename_rotation_counts_every_line_once(server: tuple[Server, Path]) -> 
     append(d / "vllm.log", "".join(access_line(i) for i in range(4)))
     got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 21)
     assert total(got, "logmetrics_rotations_total") >= 1
-    time.sleep(0.5)  # several poll intervals: nothing more may arrive
+    settle(srv, d)
     assert requests(srv) == 21
 
 
@@ -65,7 +79,7 @@ def test_copytruncate_counts_every_line_once(server: tuple[Server, Path]) -> Non
         f.truncate(0)
     append(d / "vllm.log", "".join(access_line(i) for i in range(6)))
     srv.wait_for(lambda s: total(s, "http_requests_total") >= 19)
-    time.sleep(0.5)  # several poll intervals: nothing more may arrive
+    settle(srv, d)
     assert requests(srv) == 19
 
 
