@@ -108,11 +108,21 @@ class Engine:
         self.idle()
 
     def vanished(self, path: str) -> None:
-        """A followed file is gone for good: its streams' gauges would only mislead now."""
-        for stream in self.streams.values():
+        """A followed file is gone for good: forget its streams; their gauges would only mislead now.
+
+        Their counters stay in the store (counters never expire).
+        """
+        unwrapper = self.unwrappers.pop(path, None)
+        for piece in unwrapper.flush() if unwrapper is not None else ():
+            self._piece(path, piece)
+        for key, stream in list(self.streams.items()):
             if stream.path == path:
-                self.idle()
+                if not stream.routed and stream.held:
+                    self._route(stream, final=True)
+                if stream.assembler.pending:
+                    self._records(stream, *stream.assembler.flush())
                 self.store.drop_gauges(stream.source)
+                del self.streams[key]
 
     # -- restarts ----------------------------------------------------------------------------
     def stream_states(self) -> list[dict[str, object]]:
