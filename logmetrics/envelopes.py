@@ -10,6 +10,8 @@ hands back :class:`Piece` objects holding decoded text without the container env
   fragments are joined, per stream, up to the ``F`` line that ends them.
 * ``docker-timestamps``: ``docker logs -t`` / ``kubectl logs --timestamps`` output.
 * ``compose``: ``docker compose logs`` output, ``service  | content``; one piece per service.
+* ``journald``: ``journalctl`` output (``short`` or ``short-iso``), ``Jan 02 03:04:05 host
+  unit[pid]: content``; one piece per unit, which becomes the source like a compose service.
 * ``none``: plain text, the hot path: decoded and cleaned a whole chunk at a time.
 
 Every mode decodes UTF-8 with ``errors="replace"`` and removes NUL bytes, ANSI escape sequences
@@ -29,7 +31,7 @@ import orjson
 
 __all__ = ["MODES", "Piece", "Unwrapper", "parse_rfc3339"]
 
-MODES = ("auto", "none", "docker-json", "cri", "docker-timestamps", "compose")
+MODES = ("auto", "none", "docker-json", "cri", "docker-timestamps", "compose", "journald")
 
 
 class Piece(NamedTuple):
@@ -51,6 +53,12 @@ _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
 _TS_PREFIX = re.compile(_TS + " ")
 _CRI_LINE = re.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
 _COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
+# `journalctl` (short and short-iso formats): the time, the host, the unit or program and its pid.
+# Group 1: the unit name. journalctl's own "-- Boot ... --" / "-- No entries --" lines are kept.
+_JOURNAL_PREFIX = re.compile(
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
+    r" \S+ ([\w.@/-]+?)(?:\[\d+\])?: "
+)
 # What `docker compose up` prints before the first service line; skipped while detecting.
 _COMPOSE_PREAMBLE = re.compile(
     r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
@@ -146,6 +154,9 @@ def _classify(sample: list[str]) -> str:
     composed = sum(1 for line in sample if _COMPOSE_PREFIX.match(line))
     if 2 * composed > len(sample):
         return "compose"
+    journaled = sum(1 for line in sample if _JOURNAL_PREFIX.match(line))
+    if 2 * journaled > len(sample):
+        return "journald"
     return "none"
 
 
@@ -208,7 +219,9 @@ class Unwrapper:
             return self._cri(data, time)
         if kind == "docker-timestamps":
             return self._stamps(data, time)
-        return self._compose(data, time)
+        if kind == "journald":
+            return self._grouped(data, time, _JOURNAL_PREFIX)
+        return self._grouped(data, time, _COMPOSE_PREFIX)
 
     def flush(self) -> list[Piece]:
         """End of input: emit the held-back line and partial entries that never got their end."""
@@ -333,16 +346,17 @@ class Unwrapper:
         lines.append("")
         return [Piece(None, "\n".join(lines), _envelope_time(last, time), len(lines) - 1)]
 
-    def _compose(self, data: bytes, time: float) -> list[Piece]:
+    def _grouped(self, data: bytes, time: float, prefix: re.Pattern[str]) -> list[Piece]:
+        """Lines prefixed with a service (compose) or unit (journald) name: one piece per name."""
         lines = _clean(data.decode("utf-8", "replace")).split("\n")
         lines.pop()
         groups: dict[str | None, list[str]] = {}
         service = self._service
-        match = _COMPOSE_PREFIX.match
+        match = prefix.match
         for line in lines:
             m = match(line)
             if m is not None:
-                service = m.group(1) or m.group(2)
+                service = next((name for name in m.groups() if name), service)
                 line = line[m.end() :]
             group = groups.get(service)
             if group is None:

@@ -154,3 +154,12 @@ def test_a_claim_on_the_file_name_beats_one_on_its_folder(tmp_path: Path) -> Non
     got = parse(out.stdout)
     assert total(got, "backend_restarts_total", backend="gateway") == 1
     assert total(got, "llm_requests_running", backend="vllm", source=str(folder / "engine.log")) == 3
+
+
+def test_journalctl_output_unit_becomes_the_source(tmp_path: Path) -> None:
+    """'journalctl -f -u vllm' output: the prefix is peeled off and the unit names the source."""
+    log = tmp_path / "journal.txt"
+    log.write_text("".join(f"Jan 02 03:04:0{i} gpu-1 vllm[812]: {access_line(i)}" for i in range(3)))
+    out = oneshot("--parser", "vllm", str(log))
+    assert out.returncode == 0, out.stderr
+    assert total(parse(out.stdout), "http_requests_total", source="vllm") == 3

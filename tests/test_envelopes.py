@@ -499,3 +499,46 @@ def test_round_trip(kind: str, chunk: int) -> None:
     last = len(ROUND_TRIP_LINES) - 1
     expected = datetime(2025, 1, 2, 3, 4, last, tzinfo=UTC).timestamp() + last * 1e-9
     assert pieces[-1].time == pytest.approx(expected, abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ journald
+
+
+def test_journald_short_format_groups_lines_by_unit() -> None:
+    """journalctl output: the prefix is removed and each unit is its own piece (and source)."""
+    data = (
+        b"Jan 02 03:04:05 gpu-1 vllm[812]: INFO 01-02 03:04:05 [loggers.py:80] Engine 000: Avg prompt\n"
+        b"Jan 02 03:04:06 gpu-1 gateway.service[90]: request done\n"
+        b"Jan 02 03:04:07 gpu-1 vllm[812]: INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK\n"
+    )
+    unwrapper, pieces = run(data)
+    assert unwrapper.kind == "journald"
+    assert [(p.service, p.text, p.lines) for p in pieces] == [
+        ("vllm", 'INFO 01-02 03:04:05 [loggers.py:80] Engine 000: Avg prompt\n'
+                 'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n', 2),
+        ("gateway.service", "request done\n", 1),
+    ]
+
+
+def test_journald_short_iso_and_continuation_lines() -> None:
+    """short-iso timestamps are recognised; a line without a prefix stays with the unit before it."""
+    data = (
+        b"2025-01-02T03:04:05+0000 gpu-1 vllm[812]: Traceback (most recent call last):\n"
+        b"2025-01-02T03:04:05+0000 gpu-1 vllm[812]:   File \"x.py\", line 1\n"
+        b"-- Boot 0123 --\n"
+    )
+    unwrapper, pieces = run(data)
+    assert unwrapper.kind == "journald"
+    assert text_of(pieces) == 'Traceback (most recent call last):\n  File "x.py", line 1\n-- Boot 0123 --\n'
+    assert {p.service for p in pieces} == {"vllm"}
+
+
+def test_plain_logs_are_not_taken_for_journald() -> None:
+    """vLLM, uvicorn and llama.cpp lines are plain text, not journalctl output."""
+    data = (
+        b"INFO 01-02 03:04:05 [loggers.py:80] Engine 000: Avg prompt throughput: 1.0 tokens/s\n"
+        b'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
+        b"srv  update_slots: all slots are idle\n"
+    )
+    unwrapper, _ = run(data)
+    assert unwrapper.kind == "none"
