@@ -12,6 +12,8 @@ hands back :class:`Piece` objects holding decoded text without the container env
 * ``compose``: ``docker compose logs`` output, ``service  | content``; one piece per service.
 * ``journald``: ``journalctl`` output (``short`` or ``short-iso``), ``Jan 02 03:04:05 host
   unit[pid]: content``; one piece per unit, which becomes the source like a compose service.
+* ``kubectl``: ``kubectl logs --prefix`` output, ``[pod/NAME/CONTAINER] content``; one piece per
+  pod and container (``NAME/CONTAINER`` becomes the source).
 * ``none``: plain text, the hot path: decoded and cleaned a whole chunk at a time.
 
 Every mode decodes UTF-8 with ``errors="replace"`` and removes NUL bytes, ANSI escape sequences
@@ -31,7 +33,7 @@ import orjson
 
 __all__ = ["MODES", "Piece", "Unwrapper", "parse_rfc3339"]
 
-MODES = ("auto", "none", "docker-json", "cri", "docker-timestamps", "compose", "journald")
+MODES = ("auto", "none", "docker-json", "cri", "docker-timestamps", "compose", "journald", "kubectl")
 
 
 class Piece(NamedTuple):
@@ -59,6 +61,8 @@ _JOURNAL_PREFIX = re.compile(
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
     r" \S+ ([\w.@/-]+?)(?:\[\d+\])?: "
 )
+# `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
+_KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
 # What `docker compose up` prints before the first service line; skipped while detecting.
 _COMPOSE_PREAMBLE = re.compile(
     r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
@@ -154,9 +158,9 @@ def _classify(sample: list[str]) -> str:
     composed = sum(1 for line in sample if _COMPOSE_PREFIX.match(line))
     if 2 * composed > len(sample):
         return "compose"
-    journaled = sum(1 for line in sample if _JOURNAL_PREFIX.match(line))
-    if 2 * journaled > len(sample):
-        return "journald"
+    for kind, prefix in (("journald", _JOURNAL_PREFIX), ("kubectl", _KUBECTL_PREFIX)):
+        if 2 * sum(1 for line in sample if prefix.match(line)) > len(sample):
+            return kind
     return "none"
 
 
@@ -219,9 +223,8 @@ class Unwrapper:
             return self._cri(data, time)
         if kind == "docker-timestamps":
             return self._stamps(data, time)
-        if kind == "journald":
-            return self._grouped(data, time, _JOURNAL_PREFIX)
-        return self._grouped(data, time, _COMPOSE_PREFIX)
+        prefix = _JOURNAL_PREFIX if kind == "journald" else _KUBECTL_PREFIX if kind == "kubectl" else _COMPOSE_PREFIX
+        return self._grouped(data, time, prefix)
 
     def flush(self) -> list[Piece]:
         """End of input: emit the held-back line and partial entries that never got their end."""
@@ -347,7 +350,7 @@ class Unwrapper:
         return [Piece(None, "\n".join(lines), _envelope_time(last, time), len(lines) - 1)]
 
     def _grouped(self, data: bytes, time: float, prefix: re.Pattern[str]) -> list[Piece]:
-        """Lines prefixed with a service (compose) or unit (journald) name: one piece per name."""
+        """Lines prefixed with a service (compose), unit (journald) or pod (kubectl): a piece per name."""
         lines = _clean(data.decode("utf-8", "replace")).split("\n")
         lines.pop()
         groups: dict[str | None, list[str]] = {}

@@ -542,3 +542,16 @@ def test_plain_logs_are_not_taken_for_journald() -> None:
     )
     unwrapper, _ = run(data)
     assert unwrapper.kind == "none"
+
+
+def test_kubectl_prefix_groups_lines_by_pod_and_container() -> None:
+    """'kubectl logs --prefix' output: one piece per pod/container, the prefix removed."""
+    data = (
+        b"[pod/vllm-7d9f5c-abcde/vllm] INFO 01-02 03:04:05 [api_server.py:1] vLLM API server version 0.11.0\n"
+        b"[pod/vllm-7d9f5c-fghij/vllm] INFO:     10.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK\n"
+        b"[pod/vllm-7d9f5c-abcde/vllm] INFO:     10.0.0.2:2 - \"GET /health HTTP/1.1\" 200 OK\n"
+    )
+    unwrapper, pieces = run(data)
+    assert unwrapper.kind == "kubectl"
+    assert [(p.service, p.lines) for p in pieces] == [("vllm-7d9f5c-abcde/vllm", 2), ("vllm-7d9f5c-fghij/vllm", 1)]
+    assert pieces[1].text == 'INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
