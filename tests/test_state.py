@@ -27,6 +27,19 @@ def lines(n: int, first: int = 0) -> str:
     return "".join(access_line(first + i) for i in range(n))
 
 
+def first_run(d: Path, state: Path, text: str, want: float) -> None:
+    """Start on ``d`` (an empty vllm.log) with the state file, append ``text``, wait for ``want``
+    requests, stop."""
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        append(d / "vllm.log", text)
+        srv.wait_for(lambda s: total(s, "http_requests_total") == want)
+    finally:
+        assert srv.stop() == 0
+
+
 def run_until(d: Path, state: Path, want: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Start on ``d`` with the state file, wait for ``want`` requests, stop; the last scrape."""
     srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
@@ -40,14 +53,7 @@ def run_until(d: Path, state: Path, want: float) -> dict[tuple[str, tuple[tuple[
 def test_counters_go_on_and_lines_written_while_down_count(tmp_path: Path) -> None:
     """A restart continues the counters and reads what was appended while it was down, once."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
-    d.mkdir()
-    (d / "vllm.log").write_text("")
-    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
-    try:
-        append(d / "vllm.log", lines(10))
-        srv.wait_for(lambda s: total(s, "http_requests_total") == 10)
-    finally:
-        assert srv.stop() == 0
+    first_run(d, state, lines(10), 10)
     assert json.loads(state.read_text())["positions"][0]["offset"] == (d / "vllm.log").stat().st_size
     append(d / "vllm.log", lines(5))
     got = run_until(d, state, 15)
@@ -70,14 +76,7 @@ def test_rename_rotation_while_down(tmp_path: Path) -> None:
 def test_copytruncate_while_down(tmp_path: Path) -> None:
     """logrotate's copytruncate while down: the copy's unread tail and the new lines count once."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
-    d.mkdir()
-    (d / "vllm.log").write_text("")
-    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
-    try:
-        append(d / "vllm.log", lines(10))
-        srv.wait_for(lambda s: total(s, "http_requests_total") == 10)
-    finally:
-        assert srv.stop() == 0
+    first_run(d, state, lines(10), 10)
     append(d / "vllm.log", lines(3))
     shutil.copyfile(d / "vllm.log", d / "vllm.log.1")
     with open(d / "vllm.log", "r+") as f:
@@ -90,14 +89,7 @@ def test_copytruncate_while_down(tmp_path: Path) -> None:
 def test_model_label_survives_a_restart(tmp_path: Path) -> None:
     """The model learned from start-up lines before a restart labels the stats read after it."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
-    d.mkdir()
-    (d / "vllm.log").write_text("")
-    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
-    try:
-        append(d / "vllm.log", START + lines(1))
-        srv.wait_for(lambda s: total(s, "http_requests_total") == 1)
-    finally:
-        assert srv.stop() == 0
+    first_run(d, state, START + lines(1), 1)
     append(d / "vllm.log", STATS + lines(1))
     got = run_until(d, state, 2)
     assert total(got, "llm_requests_running", model="chat-model") == 3
