@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from logmetrics.procs import ProcessWatcher
-from tests.helpers import access_line, parse, total
+from tests.helpers import Samples, access_line, parse, total
 
 STATS = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
          "throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 4.2%, Prefix cache "
@@ -22,13 +22,18 @@ def oneshot(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
+def oneshot_metrics(*args: str) -> Samples:
+    """Run 'logmetrics watch --oneshot ARGS', which must succeed, and parse what it prints."""
+    out = oneshot(*args)
+    assert out.returncode == 0, out.stderr
+    return parse(out.stdout)
+
+
 def test_unclaimed_file_is_routed_by_sniffing(tmp_path: Path) -> None:
     """A file whose name claims nothing is routed to vLLM by its first lines."""
     log = tmp_path / "server.log"
     log.write_text(STATS + "".join(access_line(i) for i in range(4)))
-    out = oneshot(str(log))
-    assert out.returncode == 0, out.stderr
-    got = parse(out.stdout)
+    got = oneshot_metrics(str(log))
     assert total(got, "http_requests_total", backend="vllm") == 4
     assert total(got, "llm_requests_running", backend="vllm") == 3
 
@@ -37,9 +42,7 @@ def test_unrecognised_stream_is_counted_not_lost(tmp_path: Path) -> None:
     """Lines no parser recognises are counted as unmatched under parser 'none'."""
     log = tmp_path / "other.log"
     log.write_text("".join(f"hello {i}\n" for i in range(7)))
-    out = oneshot(str(log))
-    assert out.returncode == 0, out.stderr
-    got = parse(out.stdout)
+    got = oneshot_metrics(str(log))
     assert total(got, "logmetrics_lines_unmatched_total", parser="none") == 7
     assert total(got, "logmetrics_lines_read_total") == 7
 
@@ -52,9 +55,7 @@ def test_compose_service_becomes_the_source(tmp_path: Path) -> None:
         lines.append(f"{service}  | {access_line(i)}")
     log = tmp_path / "compose.log"
     log.write_text("".join(lines))
-    out = oneshot("--parser", "vllm", str(log))
-    assert out.returncode == 0, out.stderr
-    got = parse(out.stdout)
+    got = oneshot_metrics("--parser", "vllm", str(log))
     assert total(got, "http_requests_total", source="vllm-a") == 4
     assert total(got, "http_requests_total", source="vllm-b") == 2
 
@@ -65,9 +66,7 @@ def test_docker_json_envelope_and_source_flag(tmp_path: Path) -> None:
     with log.open("w") as f:
         for line in [STATS, *(access_line(i) for i in range(3))]:
             f.write(json.dumps({"log": line, "stream": "stdout", "time": "2025-04-06T07:55:21.108632509Z"}) + "\n")
-    out = oneshot("--parser", "vllm", "--source", "vllm-0", str(log))
-    assert out.returncode == 0, out.stderr
-    got = parse(out.stdout)
+    got = oneshot_metrics("--parser", "vllm", "--source", "vllm-0", str(log))
     assert total(got, "http_requests_total", source="vllm-0") == 3
     assert total(got, "llm_kv_cache_usage_ratio", source="vllm-0") == 0.042
 
@@ -149,9 +148,7 @@ def test_a_claim_on_the_file_name_beats_one_on_its_folder(tmp_path: Path) -> Non
     folder.mkdir()
     (folder / "gateway.log").write_text("started\n")
     (folder / "engine.log").write_text(STATS)
-    out = oneshot("--plugin", str(plugin), str(folder))
-    assert out.returncode == 0, out.stderr
-    got = parse(out.stdout)
+    got = oneshot_metrics("--plugin", str(plugin), str(folder))
     assert total(got, "backend_restarts_total", backend="gateway") == 1
     assert total(got, "llm_requests_running", backend="vllm", source=str(folder / "engine.log")) == 3
 
@@ -160,6 +157,4 @@ def test_journalctl_output_unit_becomes_the_source(tmp_path: Path) -> None:
     """'journalctl -f -u vllm' output: the prefix is peeled off and the unit names the source."""
     log = tmp_path / "journal.txt"
     log.write_text("".join(f"Jan 02 03:04:0{i} gpu-1 vllm[812]: {access_line(i)}" for i in range(3)))
-    out = oneshot("--parser", "vllm", str(log))
-    assert out.returncode == 0, out.stderr
-    assert total(parse(out.stdout), "http_requests_total", source="vllm") == 3
+    assert total(oneshot_metrics("--parser", "vllm", str(log)), "http_requests_total", source="vllm") == 3
