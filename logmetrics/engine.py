@@ -103,24 +103,19 @@ class Engine:
                 for piece in unwrapper.flush():
                     self._piece(name, piece)
         for stream in self.streams.values():
-            if (path is None or stream.path == path) and not stream.routed and stream.held:
-                self._route(stream, final=True)
-        self.idle()
-
-    def vanished(self, path: str) -> None:
-        """A followed file is gone for good: forget its streams; their gauges would only mislead now.
-
-        Their counters stay in the store (counters never expire).
-        """
-        unwrapper = self.unwrappers.pop(path, None)
-        for piece in unwrapper.flush() if unwrapper is not None else ():
-            self._piece(path, piece)
-        for key, stream in list(self.streams.items()):
-            if stream.path == path:
+            if path is None or stream.path == path:
                 if not stream.routed and stream.held:
                     self._route(stream, final=True)
                 if stream.assembler.pending:
                     self._records(stream, *stream.assembler.flush())
+
+    def vanished(self, path: str) -> None:
+        """A followed file is gone for good: count what its streams still hold, then forget them;
+        their gauges would only mislead now. Their counters stay (counters never expire)."""
+        self.finish(path)
+        self.unwrappers.pop(path, None)
+        for key, stream in list(self.streams.items()):
+            if stream.path == path:
                 self.store.drop_gauges(stream.source)
                 del self.streams[key]
 
