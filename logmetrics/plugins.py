@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -28,6 +30,8 @@ from typing import ClassVar
 from logmetrics.catalog import BY_NAME, COMMON_LABELS, Family
 from logmetrics.events import Event
 from logmetrics.records import CONTINUATION, Batch, Record, split_records
+
+log = logging.getLogger(__name__)
 
 GROUP = "logmetrics.parsers"
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
@@ -148,7 +152,7 @@ def _load_file(path: Path, attr: str | None) -> list[ParserEntry]:
         raise PluginError(f"plugin {str(path)!r}: import failed: {type(exc).__name__}: {exc}") from exc
     origin = f"file {path}"
     if attr:
-        return [validate(getattr(module, attr, None), origin)]
+        return [validate(_attribute(module, attr, f"{path}:{attr}"), origin)]
     found = [obj for obj in vars(module).values()
              if inspect.isclass(obj) and issubclass(obj, Parser) and obj is not Parser
              and obj.__module__ == modname]
@@ -157,18 +161,35 @@ def _load_file(path: Path, attr: str | None) -> list[ParserEntry]:
     return [validate(cls, origin) for cls in found]
 
 
+def _attribute(module: object, attr: str, spec: str) -> object:
+    """The class ``attr`` of a plugin module, or a ``PluginError`` that names it and what there is."""
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        there = sorted(name for name, obj in vars(module).items()
+                       if inspect.isclass(obj) and issubclass(obj, Parser) and obj is not Parser)
+        hint = f"; its parser classes: {', '.join(there)}" if there else "; it defines no parser class"
+        raise PluginError(f"plugin {spec!r}: has no class {attr!r}{hint}") from None
+
+
 def load_spec(spec: str) -> list[ParserEntry]:
-    """Load ``--plugin`` SPEC: ``path/to/file.py``, ``path.py:Class`` or ``module:Class``."""
+    """Load ``--plugin`` SPEC: ``path/to/file.py``, ``path.py:Class`` or ``module:Class``.
+
+    A module is looked up on ``sys.path`` and, as ``python -m`` does, in the current directory.
+    """
     target, _, attr = spec.partition(":") if not spec.endswith(".py") else (spec, "", "")
     if target.endswith(".py") or "/" in target:
         return _load_file(Path(target), attr or None)
     if not attr:
         raise PluginError(f"plugin {spec!r}: expected path/to/file.py or module:Class")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)  # after the installed packages: a local file never shadows one of them
     try:
         module = importlib.import_module(target)
     except Exception as exc:  # same reason as above: report, do not crash
         raise PluginError(f"plugin {spec!r}: import failed: {type(exc).__name__}: {exc}") from exc
-    return [validate(getattr(module, attr, None), f"module {spec}")]
+    return [validate(_attribute(module, attr, spec), f"module {spec}")]
 
 
 def discover(extra: Iterable[str] = ()) -> dict[str, ParserEntry]:
@@ -187,5 +208,8 @@ def discover(extra: Iterable[str] = ()) -> dict[str, ParserEntry]:
         found[entry.name] = entry
     for spec in extra:
         for entry in load_spec(spec):
+            replaced = found.get(entry.name)
+            if replaced is not None:
+                log.warning("parser %r from --plugin %s replaces the one from %s", entry.name, spec, replaced.origin)
             found[entry.name] = entry
     return found

@@ -73,3 +73,33 @@ def test_missing_plugin_file(tmp_path: Path) -> None:
     """A plugin path that does not exist is a clear error."""
     with pytest.raises(PluginError, match="no such file"):
         load_spec(str(tmp_path / "nope.py"))
+
+
+@pytest.mark.parametrize("form", ["file", "module"])
+def test_missing_class_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """--plugin x.py:Nope and module:Nope name the missing class and the parser classes there are."""
+    path = write(tmp_path, GOOD, "namedplug.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"{path}:Nope" if form == "file" else "namedplug:Nope"
+    with pytest.raises(PluginError) as info:
+        load_spec(spec)
+    assert "no class 'Nope'" in str(info.value) and "Echo" in str(info.value)
+    assert "None" not in str(info.value)
+
+
+def test_module_spec_imports_from_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--plugin module:Class finds a module in the current directory, as `python -m` would."""
+    write(tmp_path, GOOD, "cwdplug.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    [entry] = load_spec("cwdplug:Echo")
+    assert entry.name == "echo"
+
+
+def test_plugin_replacing_an_installed_parser_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A --plugin with the name of an installed parser replaces it, with a warning naming both."""
+    path = write(tmp_path, GOOD.replace('"echo"', '"vllm"'), "myvllm.py")
+    found = discover([path])
+    assert found["vllm"].origin == f"file {path}"
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "'vllm'" in warning and "myvllm.py" in warning and "entry point" in warning
