@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -27,6 +28,17 @@ def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntr
         known = ", ".join(sorted(entries)) or "none"
         raise UserError(f"unknown parser {parser!r} (installed: {known}; see 'logmetrics parsers')")
     return entries
+
+
+def _check_state_file(path: str) -> None:
+    """Refuse at start a state file that could never be saved, rather than warn at the first save."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"--state-file {path}: directory {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"--state-file {path}: directory {folder} is not writable")
+    if os.path.isdir(path):
+        raise UserError(f"--state-file {path}: is a directory")
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -98,6 +110,8 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
 
     if oneshot and state_file:
         raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
+    if state_file:
+        _check_state_file(state_file)
     entries = _entries(plugins, parser)
     opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
                    envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,

@@ -102,6 +102,13 @@ def test_plugin_bad_class_name(vllm_log: Path, tmp_path: Path) -> None:
     assert "Not A-Valid Name" in line, line
 
 
+def test_state_file_in_a_missing_directory(vllm_log: Path, tmp_path: Path) -> None:
+    """A --state-file whose directory does not exist is refused at start, not at the first save."""
+    line = one_error_line(run("watch", str(vllm_log), "--listen", "127.0.0.1:0",
+                              "--state-file", str(tmp_path / "no-such-dir" / "state.json")))
+    assert "no-such-dir" in line and "does not exist" in line, line
+
+
 def test_plugin_missing_file(vllm_log: Path, tmp_path: Path) -> None:
     """A --plugin path that does not exist is refused with exit code 2 and one line naming it."""
     line = one_error_line(run("watch", str(vllm_log), "--plugin", str(tmp_path / "nope_plugin.py"), "--oneshot"))
