@@ -12,6 +12,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+from logmetrics.catalog import BY_NAME
 from logmetrics.engine import choose
 from logmetrics.envelopes import Unwrapper
 from logmetrics.errors import UserError
@@ -52,6 +53,20 @@ def _read(path: str, envelope: str) -> tuple[str, float]:
     return "".join(p.text for p in pieces), mtime
 
 
+def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[str, None]) -> list[Event]:
+    """``events`` less the rules that only started counters at 0 (noted in ``zeroed``): no match."""
+    by_rule: dict[str, list[Event]] = defaultdict(list)
+    for ev in events:
+        by_rule[ev.rule or ev.metric].append(ev)
+    kept: list[Event] = []
+    for evs in by_rule.values():
+        if all(ev.value == 0 and ev.metric in counters for ev in evs):
+            zeroed.update((f"{ev.metric}{{{','.join(ev.labels)}}}", None) for ev in evs)
+        else:
+            kept += evs
+    return kept
+
+
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
     """The text ``logmetrics check`` prints."""
     text, mtime = _read(path, envelope)
@@ -60,9 +75,11 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
         raise UserError(f"no parser recognises {path}; name one with --parser (see 'logmetrics parsers')")
     inst = entry.cls()
     records = split_records(text, entry.cls.continuation)
+    counters = {f.name for f in (*BY_NAME.values(), *entry.cls.metrics) if f.kind == "counter"}
     rules: dict[str, int] = Counter()
     produced: dict[str, Counter[str]] = defaultdict(Counter)
     unmatched: Counter[str] = Counter()
+    zeroed: dict[str, None] = {}  # series a parser started at 0: they exist, but nothing was counted
     examples: dict[str, str] = {}
     errors = 0
     for rec in records:
@@ -71,6 +88,7 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
         except Exception as exc:  # reported per record: this is what check is for
             errors += 1
             events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
+        events = _without_zero_starts(events, counters, zeroed)
         if not events:
             first = rec.split("\n", 1)[0]
             key = shape(first)
@@ -90,6 +108,9 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
         out.append(f"{rule:<28} {n:>8}")
         for series, k in produced[rule].most_common(8):
             out.append(f"{'':<38}{k:>6} x {series}")
+    if zeroed:
+        out += ["", f"series started at 0 (they exist from the start; no record counted in them): {len(zeroed)}"]
+        out += [f"{'':<10}{series}" for series in zeroed]
     out += ["", f"unmatched records by shape (top {top}):"]
     for key, n in unmatched.most_common(top):
         out.append(f"{n:>8}  {examples[key]}")

@@ -69,3 +69,13 @@ def test_example_plugin_check(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "3 records, 1 matched, 2 unmatched" in out.stdout
     assert "2  ts=2 starting up on port 8080" in out.stdout
+
+
+def test_check_does_not_count_zero_started_series_as_matches(tmp_path: Path) -> None:
+    """'logmetrics check' lists series a parser starts at 0 apart from the rules that matched."""
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 06-19 15:38:02 [utils.py:326] non-default args: {'model': 'm1'}\nhello\n")
+    out = cli("check", "--parser", "vllm", str(log), cwd=tmp_path).stdout
+    assert "2 records, 0 matched, 2 unmatched" in out, out
+    assert "series started at 0" in out and "backend_errors_total{oom}" in out
+    assert "\nmodel " not in out, out
