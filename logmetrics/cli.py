@@ -56,6 +56,14 @@ plugin_option = click.option(
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
+ENVELOPE_HELP = (
+    "Container log wrapper to peel off; 'auto' detects it per stream from its first lines. One of: "
+    "none, docker-json, cri, docker-timestamps ('docker logs -t'), compose, journald, kubectl "
+    "('kubectl logs --prefix'), or layers joined with '+', outer first: compose+docker-timestamps "
+    "('docker compose logs -t'), kubectl+docker-timestamps ('kubectl logs --prefix --timestamps'), "
+    "journald+docker-timestamps, docker-timestamps+compose, journald+compose, "
+    "journald+compose+docker-timestamps.")
+
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="logmetrics")
@@ -79,8 +87,8 @@ def cli(verbose: int) -> None:
               help="Parse every input with this parser instead of routing by path or content.")
 @click.option("--source", default=None, metavar="NAME",
               help="The 'source' label for every input (default: the file path, 'stdin', or the compose service).")
-@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True,
-              help="Container log wrapper to peel off; 'auto' detects it per stream.")
+@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
+              help=ENVELOPE_HELP)
 @click.option("--from-beginning", is_flag=True,
               help="Read files present at start from their beginning (default: from their end, like tail -F).")
 @plugin_option
@@ -131,8 +139,8 @@ def parsers(plugins: tuple[str, ...]) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--parser", default=None, metavar="NAME", help="The parser to check (default: routed as watch would).")
-@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True,
-              help="Container log wrapper to peel off.")
+@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
+              help=ENVELOPE_HELP)
 @click.option("--top", default=15, show_default=True, help="How many unmatched line shapes to show.")
 @plugin_option
 def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:

@@ -14,26 +14,39 @@ hands back :class:`Piece` objects holding decoded text without the container env
   unit[pid]: content``; one piece per unit, which becomes the source like a compose service.
 * ``kubectl``: ``kubectl logs --prefix`` output, ``[pod/NAME/CONTAINER] content``; one piece per
   pod and container (``NAME/CONTAINER`` becomes the source).
+* layered prefixes, outer first (see :data:`~logmetrics.envkinds.LAYERED`): e.g.
+  ``compose+docker-timestamps`` for ``docker compose logs -t``, ``kubectl+docker-timestamps`` for
+  ``kubectl logs --prefix --timestamps``, ``docker-timestamps+compose``, ``journald+compose``.
+  Each layer is peeled in turn; the innermost name (service, unit, pod) becomes the source and
+  the timestamp, where there is one, the piece's time. A line whose outer prefix is missing is
+  kept whole (with the name of the line before it), as are its inner layers.
 * ``none``: plain text, the hot path: decoded and cleaned a whole chunk at a time.
 
 Every mode decodes UTF-8 with ``errors="replace"`` and removes NUL bytes, ANSI escape sequences
 and carriage returns at line ends. With ``mode="auto"`` the kind is decided once per stream from
-its first non-empty lines, then fixed. Nothing here raises on malformed input: lines that do not
-fit the envelope are kept as they are.
+its first non-empty lines (:func:`logmetrics.envkinds.classify`), then fixed. Nothing here raises
+on malformed input: lines that do not fit the envelope are kept as they are.
 """
 
 from __future__ import annotations
 
-import calendar
 import re
-from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["MODES", "Piece", "Unwrapper", "parse_rfc3339"]
+from logmetrics.envkinds import (
+    COMPOSE_PREAMBLE,
+    LAYERED,
+    MODES,
+    PATTERNS,
+    STAMPS,
+    TS_PREFIX,
+    classify,
+    parse_rfc3339,
+)
 
-MODES = ("auto", "none", "docker-json", "cri", "docker-timestamps", "compose", "journald", "kubectl")
+__all__ = ["MODES", "Piece", "Unwrapper", "parse_rfc3339"]
 
 
 class Piece(NamedTuple):
@@ -51,27 +64,12 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 _CR_AT_EOL = re.compile(r"\r+(?=\n)")
 
-_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
-_TS_PREFIX = re.compile(_TS + " ")
-_CRI_LINE = re.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
-_COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
-# `journalctl` (short and short-iso formats): the time, the host, the unit or program and its pid.
-# Group 1: the unit name. journalctl's own "-- Boot ... --" / "-- No entries --" lines are kept.
-_JOURNAL_PREFIX = re.compile(
-    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
-    r" \S+ ([\w.@/-]+?)(?:\[\d+\])?: "
-)
-# `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
-_KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
-# What `docker compose up` prints before the first service line; skipped while detecting.
-_COMPOSE_PREAMBLE = re.compile(
-    r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
-)
-
 _SAMPLE_LINES = 10  # non-empty lines looked at to decide the kind of a stream
 _SCAN_LINES = 50  # lines scanned at most to find them
 _SAMPLE_CHARS = 4096  # only the start of each line matters for detection
 _MAX_PARTS = 1024  # partial entries held per stream (16 MiB of 16 KiB parts) before a line is let out
+# The prefix layers of each layered kind, outer first: (pattern, whether it is a timestamp).
+_LAYERS = {kind: tuple((PATTERNS[layer], layer == STAMPS) for layer in kind.split("+")) for kind in LAYERED}
 
 
 def _clean(text: str) -> str:
@@ -87,47 +85,6 @@ def _clean(text: str) -> str:
     return text
 
 
-_EPOCH_CACHE: dict[str, int] = {}
-
-
-def parse_rfc3339(ts: str) -> float | None:
-    """Unix seconds of an RFC 3339 timestamp (any number of fractional digits, ``Z`` or an offset).
-
-    Returns None for anything else (including a timestamp without a zone). The whole-second part
-    is cached, so the lines of one second cost a dictionary lookup and a small int conversion.
-    """
-    n = len(ts)
-    if n < 20 or ts[4] != "-" or ts[10] not in "Tt ":
-        return None
-    end = 19
-    frac = 0.0
-    if ts[19] in ".,":
-        end = 20
-        while end < n and "0" <= ts[end] <= "9":
-            end += 1
-        if end > 20:
-            frac = int(ts[20:end]) / 10 ** (end - 20)
-    key = ts[:19] + ts[end:]
-    base = _EPOCH_CACHE.get(key)
-    if base is None:
-        zone = ts[end:]
-        if zone in ("Z", "z"):
-            zone = "+00:00"
-        elif not zone or zone[0] not in "+-":
-            return None
-        try:
-            moment = datetime.fromisoformat(ts[:19] + zone)
-        except ValueError:
-            return None
-        if moment.tzinfo is None:
-            return None
-        base = calendar.timegm(moment.utctimetuple())
-        if len(_EPOCH_CACHE) >= 4096:
-            _EPOCH_CACHE.clear()
-        _EPOCH_CACHE[key] = base
-    return base + frac
-
-
 def _envelope_time(ts: object, default: float) -> float:
     """The parsed envelope timestamp, or ``default`` when there is none or it does not parse."""
     if isinstance(ts, bytes):
@@ -137,31 +94,6 @@ def _envelope_time(ts: object, default: float) -> float:
         if parsed is not None:
             return parsed
     return default
-
-
-def _classify(sample: list[str]) -> str:
-    """The envelope kind of a stream from its first non-empty lines (cleaned, without newlines).
-
-    JSON-file and CRI lines are written by the runtime itself, so the first line decides. The
-    timestamp and compose prefixes could be mimicked by an application's own lines, so most of
-    the sample must agree, and a timestamp must have more than microsecond precision (Docker
-    always prints nine digits; application loggers rarely print more than six).
-    """
-    first = sample[0]
-    if first.startswith('{"log":'):
-        return "docker-json"
-    if _CRI_LINE.match(first):
-        return "cri"
-    stamps = [m for m in map(_TS_PREFIX.match, sample) if m]
-    if 2 * len(stamps) > len(sample) and any(len(m.group(1) or "") > 6 for m in stamps):
-        return "docker-timestamps"
-    composed = sum(1 for line in sample if _COMPOSE_PREFIX.match(line))
-    if 2 * composed > len(sample):
-        return "compose"
-    for kind, prefix in (("journald", _JOURNAL_PREFIX), ("kubectl", _KUBECTL_PREFIX)):
-        if 2 * sum(1 for line in sample if prefix.match(line)) > len(sample):
-            return kind
-    return "none"
 
 
 def _load_lossy(raw: bytes) -> tuple[Any, object]:
@@ -221,10 +153,12 @@ class Unwrapper:
             return self._docker(data, time)
         if kind == "cri":
             return self._cri(data, time)
-        if kind == "docker-timestamps":
+        if kind == STAMPS:
             return self._stamps(data, time)
-        prefix = _JOURNAL_PREFIX if kind == "journald" else _KUBECTL_PREFIX if kind == "kubectl" else _COMPOSE_PREFIX
-        return self._grouped(data, time, prefix)
+        layers = _LAYERS.get(kind)
+        if layers is not None:
+            return self._layered(data, time, layers)
+        return self._grouped(data, time, PATTERNS[kind])
 
     def flush(self) -> list[Piece]:
         """End of input: emit the held-back line and partial entries that never got their end."""
@@ -257,11 +191,11 @@ class Unwrapper:
             line = _clean(data[pos : min(end, pos + _SAMPLE_CHARS)].decode("utf-8", "replace"))
             pos, scanned = end + 1, scanned + 1
             line = line.rstrip("\r")
-            if line.strip() and not _COMPOSE_PREAMBLE.match(line):
+            if line.strip() and not COMPOSE_PREAMBLE.match(line):
                 sample.append(line)
         if not sample:
             return "none"  # nothing to go by yet: pass this chunk through, decide later
-        self.kind = _classify(sample)
+        self.kind = classify(sample)
         return self.kind
 
     def _docker(self, data: bytes, time: float) -> list[Piece]:
@@ -337,7 +271,7 @@ class Unwrapper:
         lines = _clean(data.decode("utf-8", "replace")).split("\n")
         lines.pop()  # the empty string after the final newline
         last: str | None = None
-        match = _TS_PREFIX.match
+        match = TS_PREFIX.match
         for i, line in enumerate(lines):
             m = match(line)
             if m is None:
@@ -367,3 +301,35 @@ class Unwrapper:
             group.append(line)
         self._service = service
         return [Piece(name, "\n".join(group) + "\n", time, len(group)) for name, group in groups.items()]
+
+    def _layered(self, data: bytes, time: float, layers: tuple[tuple[re.Pattern[str], bool], ...]) -> list[Piece]:
+        """Layered prefixes, outer first: each is peeled in turn while it matches.
+
+        The innermost name becomes the piece's source; the timestamp layer, the piece's time (that
+        of its last line, else the feed time, as for ``docker-timestamps``).
+        """
+        lines = _clean(data.decode("utf-8", "replace")).split("\n")
+        lines.pop()
+        groups: dict[str | None, list[str]] = {}
+        stamps: dict[str | None, str | None] = {}
+        service = self._service
+        for line in lines:
+            stamp = None
+            pos = 0
+            for pattern, is_stamp in layers:
+                m = pattern.match(line, pos)
+                if m is None:
+                    break
+                if is_stamp:
+                    stamp = line[pos : m.end() - 1]
+                elif m.lastindex:
+                    service = m[m.lastindex]
+                pos = m.end()
+            group = groups.get(service)
+            if group is None:
+                group = groups[service] = []
+            group.append(line[pos:] if pos else line)
+            stamps[service] = stamp
+        self._service = service
+        return [Piece(name, "\n".join(group) + "\n", _envelope_time(stamps[name], time), len(group))
+                for name, group in groups.items()]

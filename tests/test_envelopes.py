@@ -555,3 +555,87 @@ def test_kubectl_prefix_groups_lines_by_pod_and_container() -> None:
     assert unwrapper.kind == "kubectl"
     assert [(p.service, p.lines) for p in pieces] == [("vllm-7d9f5c-abcde/vllm", 2), ("vllm-7d9f5c-fghij/vllm", 1)]
     assert pieces[1].text == 'INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
+
+
+# ------------------------------------------------------------------------------------ layered prefixes
+
+HEALTH = 'INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n'
+T1 = "2025-08-21T14:02:11.000000001Z"
+T1_UNIX = datetime(2025, 8, 21, 14, 2, 11, tzinfo=UTC).timestamp() + 1e-9
+
+
+def test_compose_logs_with_timestamps() -> None:
+    """'docker compose logs -t': the service prefix and then the timestamp are peeled off."""
+    unwrapper, pieces = run(f"vllm-1  | {T1} {HEALTH}".encode())
+    assert unwrapper.kind == "compose+docker-timestamps"
+    assert [(p.service, p.text, p.lines) for p in pieces] == [("vllm-1", HEALTH, 1)]
+    assert pieces[0].time == pytest.approx(T1_UNIX)
+
+
+def test_compose_timestamps_per_service_time_and_continuations() -> None:
+    """Each service's piece takes the time of its own last line; an unprefixed line stays whole."""
+    data = (
+        f"\x1b[36mvllm-1   |\x1b[0m 2025-08-21T14:02:11.000000001Z {VLLM}"
+        f"llama-1  | 2025-08-21T14:02:12.500000000Z {LLAMA_SRV}"
+        f"vllm-1   | 2025-08-21T14:02:13.000000001Z {UVICORN}"
+        "Traceback (most recent call last):\n"
+    ).encode()
+    unwrapper, pieces = run(data, time=5.0)
+    assert unwrapper.kind == "compose+docker-timestamps"
+    assert [(p.service, p.text) for p in pieces] == [
+        ("vllm-1", VLLM + UVICORN + "Traceback (most recent call last):\n"),
+        ("llama-1", LLAMA_SRV),
+    ]
+    assert pieces[0].time == 5.0  # its last line had no timestamp
+    assert pieces[1].time == pytest.approx(T1_UNIX + 1.5, abs=1e-6)
+
+
+def test_kubectl_prefix_with_timestamps() -> None:
+    """'kubectl logs --prefix --timestamps': pod/container prefix, then kubelet's timestamp."""
+    data = (
+        f"[pod/vllm-7d9f5c-abcde/vllm] 2025-08-21T14:02:11.123456789Z {VLLM}"
+        f"[pod/vllm-7d9f5c-abcde/vllm] 2025-08-21T14:02:11.2Z {HEALTH}"
+    ).encode()
+    unwrapper, pieces = run(data)
+    assert unwrapper.kind == "kubectl+docker-timestamps"
+    assert [(p.service, p.text) for p in pieces] == [("vllm-7d9f5c-abcde/vllm", VLLM + HEALTH)]
+    assert pieces[0].time == pytest.approx(T1_UNIX - 1e-9 + 0.2, abs=1e-6)
+
+
+def test_timestamps_around_compose_prefix() -> None:
+    """'docker logs -t' of a container running 'docker compose up': timestamp, then service."""
+    data = f"{T1} vllm-1  | {HEALTH}{T1} api-1   | ready\n".encode()
+    unwrapper, pieces = run(data)
+    assert unwrapper.kind == "docker-timestamps+compose"
+    assert [(p.service, p.text) for p in pieces] == [("vllm-1", HEALTH), ("api-1", "ready\n")]
+    assert [p.time for p in pieces] == pytest.approx([T1_UNIX, T1_UNIX])
+
+
+@pytest.mark.parametrize("stamped", [False, True])
+def test_journald_around_compose(stamped: bool) -> None:
+    """A systemd unit running 'docker compose up' (with or without -t): the compose service is the source."""
+    stamp = f"{T1} " if stamped else ""
+    data = (
+        f"Aug 21 14:02:11 gpu-1 docker-compose[812]: vllm-1  | {stamp}{HEALTH}"
+        f"Aug 21 14:02:11 gpu-1 docker-compose[812]: vllm-1  | {stamp}{VLLM}"
+    ).encode()
+    unwrapper, pieces = run(data, time=3.0)
+    assert unwrapper.kind == "journald+compose" + ("+docker-timestamps" if stamped else "")
+    assert [(p.service, p.text) for p in pieces] == [("vllm-1", HEALTH + VLLM)]
+    assert pieces[0].time == (pytest.approx(T1_UNIX) if stamped else 3.0)
+
+
+def test_app_timestamps_inside_compose_are_kept() -> None:
+    """An application's own microsecond timestamps after a compose prefix are not peeled."""
+    line = "2025-08-21T14:02:11.123456Z  INFO text_embeddings_router: Ready\n"
+    unwrapper, pieces = run(f"tei-1  | {line}".encode() * 3)
+    assert unwrapper.kind == "compose"
+    assert text_of(pieces) == line * 3
+
+
+def test_forced_layered_mode() -> None:
+    """--envelope compose+docker-timestamps peels both layers from the first line, whatever it looks like."""
+    unwrapper, pieces = run(b"svc | 2025-08-21T14:02:11Z one\n", mode="compose+docker-timestamps")
+    assert unwrapper.kind == "compose+docker-timestamps"
+    assert [(p.service, p.text) for p in pieces] == [("svc", "one\n")]
+    assert pieces[0].time == pytest.approx(T1_UNIX - 1e-9)
