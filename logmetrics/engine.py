@@ -67,13 +67,18 @@ class Engine:
     """Routes chunks to streams and parsers and applies the resulting events to the store."""
 
     def __init__(self, parsers: dict[str, ParserEntry], store: Store, *, parser: str | None = None,
-                 source: str | None = None, envelope: str = "auto", sniff_lines: int = 200) -> None:
+                 source: str | None = None, envelope: str = "auto", sniff_lines: int = 200,
+                 max_line_bytes: int = 1 << 20, lines_truncated: dict[str, int] | None = None) -> None:
         self.parsers = parsers
         self.store = store
         self.forced = parser
         self.source = source
         self.envelope = envelope
         self.sniff_lines = sniff_lines
+        self.max_line_bytes = max_line_bytes
+        # Joined lines the envelopes cut, per raw stream: the tailer's own figures (SourceStats), so
+        # that logmetrics_lines_truncated_total counts both.
+        self.lines_truncated: dict[str, int] = {} if lines_truncated is None else lines_truncated
         self.unwrappers: dict[str, Unwrapper] = {}
         self.streams: dict[str, Stream] = {}
         self._warned: set[str] = set()
@@ -86,9 +91,11 @@ class Engine:
         """Take one chunk of whole lines from a source."""
         unwrapper = self.unwrappers.get(chunk.stream)
         if unwrapper is None:
-            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self.envelope)
+            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self.envelope, max_line_bytes=self.max_line_bytes)
         for piece in unwrapper.feed(chunk.data, chunk.time):
             self._piece(chunk.stream, piece)
+        if unwrapper.truncated:
+            self._truncated(chunk.stream, unwrapper)
 
     def idle(self) -> None:
         """The input went quiet: held-back records are complete now."""
@@ -102,6 +109,8 @@ class Engine:
             if path is None or name == path:
                 for piece in unwrapper.flush():
                     self._piece(name, piece)
+                if unwrapper.truncated:
+                    self._truncated(name, unwrapper)
         for stream in self.streams.values():
             if path is None or stream.path == path:
                 if not stream.routed and stream.held:
@@ -131,6 +140,11 @@ class Engine:
             key, name, state = item.get("key"), item.get("parser"), item.get("state")
             if isinstance(key, str) and isinstance(name, str) and name in self.parsers and isinstance(state, dict):
                 self._presets[key] = (name, state)
+
+    def _truncated(self, path: str, unwrapper: Unwrapper) -> None:
+        counts = self.lines_truncated
+        counts[path] = counts.get(path, 0) + unwrapper.truncated
+        unwrapper.truncated = 0
 
     # -- stages ------------------------------------------------------------------------------
     def source_label(self, path: str, service: str | None = None) -> str:

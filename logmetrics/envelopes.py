@@ -26,6 +26,10 @@ Every mode decodes UTF-8 with ``errors="replace"`` and removes NUL bytes, ANSI e
 and carriage returns at line ends. With ``mode="auto"`` the kind is decided once per stream from
 its first non-empty lines (:func:`logmetrics.envkinds.classify`), then fixed. Nothing here raises
 on malformed input: lines that do not fit the envelope are kept as they are.
+
+A line joined again from json-file partial entries or CRI ``P`` fragments is held at most up to
+``max_line_bytes``: a longer one is cut there and let out at once, the rest of it (up to its final
+entry) skipped, and counted in ``truncated``, like the tailer's own cap on raw lines.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ _CR_AT_EOL = re.compile(r"\r+(?=\n)")
 _SAMPLE_LINES = 10  # non-empty lines looked at to decide the kind of a stream
 _SCAN_LINES = 50  # lines scanned at most to find them
 _SAMPLE_CHARS = 4096  # only the start of each line matters for detection
-_MAX_PARTS = 1024  # partial entries held per stream (16 MiB of 16 KiB parts) before a line is let out
+_COMPACT_PARTS = 1024  # partial entries held per stream before they are joined into one (tiny parts)
 # The prefix layers of each layered kind, outer first: (pattern, whether it is a timestamp).
 _LAYERS = {kind: tuple((PATTERNS[layer], layer == STAMPS) for layer in kind.split("+")) for kind in LAYERED}
 
@@ -108,27 +112,39 @@ def _load_lossy(raw: bytes) -> tuple[Any, object]:
         return None, None
 
 
+def _cut(text: str, cap: int) -> str:
+    """The first ``cap`` bytes of a line (never a split character), with its newline."""
+    return text.encode()[:cap].decode("utf-8", "ignore") + "\n"
+
+
 class Unwrapper:
     """Peels the envelope off the raw lines of one stream; keep one per stream.
 
     ``feed`` takes whole lines (a trailing incomplete line is held back until its newline comes or
-    ``flush`` is called); ``flush`` emits what is still pending at the end of input.
+    ``flush`` is called); ``flush`` emits what is still pending at the end of input. ``truncated``
+    counts the joined lines cut at ``max_line_bytes``; the caller reads and resets it.
     """
 
     __slots__ = ("_cri_parts", "_cri_times", "_json_parts", "_json_times", "_last_time", "_rest",
-                 "_service", "kind", "mode")
+                 "_service", "_sizes", "_skipping", "kind", "max_line_bytes", "mode", "truncated")
 
-    def __init__(self, mode: str = "auto") -> None:
+    def __init__(self, mode: str = "auto", *, max_line_bytes: int = 1 << 20) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown envelope mode {mode!r} (expected one of: {', '.join(MODES)})")
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be at least 1")
         self.mode = mode
         self.kind: str | None = None if mode == "auto" else mode
+        self.max_line_bytes = max_line_bytes
+        self.truncated = 0
         self._rest = b""  # an incomplete trailing line
         self._last_time = 0.0
         self._json_parts: dict[str, list[str]] = {}  # docker partial entries, per stream
         self._json_times: dict[str, object] = {}
         self._cri_parts: dict[bytes, list[bytes]] = {}  # CRI P fragments, per stream
         self._cri_times: dict[bytes, bytes] = {}
+        self._sizes: dict[str | bytes, int] = {}  # bytes held in the parts, per stream
+        self._skipping: set[str | bytes] = set()  # streams whose line was cut: the rest is skipped
         self._service: str | None = None  # compose service of the previous line
 
     def feed(self, data: bytes, time: float) -> list[Piece]:
@@ -165,6 +181,8 @@ class Unwrapper:
         time = self._last_time
         rest, self._rest = self._rest, b""
         pieces = self.feed(rest + b"\n", time) if rest else []
+        self._sizes.clear()
+        self._skipping.clear()
         if self._json_parts:
             text = _clean("".join("".join(parts) + "\n" for parts in self._json_parts.values()))
             last = list(self._json_times.values())[-1] if self._json_times else None
@@ -198,10 +216,17 @@ class Unwrapper:
         self.kind = classify(sample)
         return self.kind
 
+    def _hold(self, key: str | bytes, size: int) -> bool:
+        """Count ``size`` more bytes held for the line of ``key``; False once that passes the cap."""
+        held = self._sizes.get(key, 0) + size
+        self._sizes[key] = held
+        return held <= self.max_line_bytes
+
     def _docker(self, data: bytes, time: float) -> list[Piece]:
         out: list[str] = []
         last: object = None
-        parts, times = self._json_parts, self._json_times
+        parts, times, skipping = self._json_parts, self._json_times, self._skipping
+        sizes, cap = self._sizes, self.max_line_bytes
         loads = orjson.loads
         for raw in data.split(b"\n"):
             if not raw:
@@ -217,19 +242,35 @@ class Unwrapper:
                 continue
             stream = obj.get("stream")
             key = stream if isinstance(stream, str) else ""
-            if log.endswith("\n"):
-                if parts and key in parts:
-                    log = "".join(parts.pop(key)) + log
-                    times.pop(key, None)
-                out.append(log)
-                last = obj.get("time")
-            else:
+            complete = log.endswith("\n")
+            if skipping and key in skipping:  # the rest of a line already cut at the cap
+                if complete:
+                    skipping.discard(key)
+                continue
+            if not complete:
                 pending = parts.setdefault(key, [])
                 pending.append(log)
                 times[key] = obj.get("time")
-                if len(pending) >= _MAX_PARTS:  # a runaway line: let it out rather than grow without end
-                    out.append("".join(parts.pop(key)) + "\n")
-                    last = times.pop(key, None)
+                if self._hold(key, len(log.encode())):
+                    if len(pending) >= _COMPACT_PARTS:
+                        pending[:] = ["".join(pending)]
+                    continue
+                log = _cut("".join(parts.pop(key)), cap)  # too long: out now, cut; the rest is skipped
+                del sizes[key]
+                last = times.pop(key, None)
+                skipping.add(key)
+                self.truncated += 1
+            elif parts and key in parts:  # the end of a line split into partial entries
+                size = sizes.pop(key) + len(log.encode()) - 1
+                log = "".join(parts.pop(key)) + log
+                times.pop(key, None)
+                if size > cap:
+                    log = _cut(log[:-1], cap)
+                    self.truncated += 1
+                last = obj.get("time")
+            else:
+                last = obj.get("time")
+            out.append(log)
         if not out:
             return []
         text = _clean("".join(out))
@@ -238,7 +279,8 @@ class Unwrapper:
     def _cri(self, data: bytes, time: float) -> list[Piece]:
         out: list[bytes] = []
         last: bytes | None = None
-        parts, times = self._cri_parts, self._cri_times
+        parts, times, skipping = self._cri_parts, self._cri_times, self._skipping
+        sizes, cap = self._sizes, self.max_line_bytes
         for raw in data.split(b"\n"):
             if not raw:
                 continue
@@ -250,16 +292,28 @@ class Unwrapper:
                 continue
             stamp, stream, tag = fields[0], fields[1], fields[2]
             content = fields[3] if len(fields) == 4 else b""
+            if skipping and stream in skipping:  # the rest of a line already cut at the cap
+                if tag == b"F":
+                    skipping.discard(stream)
+                continue
             if tag == b"P":
                 pending = parts.setdefault(stream, [])
                 pending.append(content)
                 times[stream] = stamp
-                if len(pending) < _MAX_PARTS:
+                if self._hold(stream, len(content)):
+                    if len(pending) >= _COMPACT_PARTS:
+                        pending[:] = [b"".join(pending)]
                     continue
-                content = b""  # a runaway line: let it out rather than grow without end
-            if parts and stream in parts:
+                content = b"".join(parts.pop(stream))[:cap]  # too long: out now, cut; the rest is skipped
+                del sizes[stream], times[stream]
+                skipping.add(stream)
+                self.truncated += 1
+            elif parts and stream in parts:  # the F that ends P fragments
                 content = b"".join(parts.pop(stream)) + content
-                times.pop(stream, None)
+                del sizes[stream], times[stream]
+                if len(content) > cap:
+                    content = content[:cap]
+                    self.truncated += 1
             out.append(content + b"\n")
             last = stamp
         if not out:

@@ -118,7 +118,8 @@ class Runner:
         self.opts = opts
         self.store = Store()
         self.stats = SourceStats()
-        self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope)
+        self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
+                             max_line_bytes=opts.max_line_bytes, lines_truncated=self.stats.lines_truncated)
         files = [p for p in opts.paths if p != "-"]
         try:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,

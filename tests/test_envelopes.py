@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
 from datetime import UTC, datetime
 
 import pytest
@@ -386,18 +387,87 @@ def test_cri_partial_across_feeds_and_flush() -> None:
 
 
 @pytest.mark.parametrize("kind", ["docker", "cri"])
-def test_runaway_partial_line_is_let_out(kind: str) -> None:
-    """A partial line that never ends is let out after a bounded number of parts, nothing lost."""
+def test_many_tiny_parts_are_joined_whole(kind: str) -> None:
+    """A line of 1,100 one-byte parts stays one line (the parts are compacted, not let out)."""
     if kind == "docker":
-        data = b"".join(docker_entry(f"{i % 10}") for i in range(1100))
+        data = b"".join(docker_entry(f"{i % 10}") for i in range(1100)) + docker_entry("!\n")
     else:
         data = b"".join(f"2024-05-06T07:08:09.1Z stdout P {i % 10}\n".encode() for i in range(1100))
-    unwrapper = Unwrapper()
-    fed = unwrapper.feed(data, 1.0)
-    assert [p.lines for p in fed] == [1]
-    assert len(fed[0].text) < 1100
-    flushed = unwrapper.flush()
-    assert text_of(fed + flushed).replace("\n", "") == "".join(str(i % 10) for i in range(1100))
+        data += b"2024-05-06T07:08:09.2Z stdout F !\n"
+    unwrapper, pieces = run(data)
+    assert text_of(pieces) == "".join(str(i % 10) for i in range(1100)) + "!\n"
+    assert unwrapper.truncated == 0
+
+
+# ------------------------------------------------------------------------------- the line-length cap
+
+CAP = 64 * 1024
+
+
+@pytest.mark.parametrize("kind", ["docker", "cri"])
+def test_joined_5mb_line_is_cut_at_the_cap(kind: str) -> None:
+    """A 5 MB line split by the runtime comes out once, cut to the cap, counted; its neighbours intact."""
+    data = wrap(["before", "x" * 5_000_000, "after"], kind)
+    unwrapper = Unwrapper(max_line_bytes=CAP)
+    pieces: list[Piece] = []
+    for start in range(0, len(data), 128 * 1024):  # as the tailer hands them over
+        pieces += unwrapper.feed(data[start : start + 128 * 1024], 1.0)
+    pieces += unwrapper.flush()
+    assert text_of(pieces).split("\n") == ["before", "x" * CAP, "after", ""]
+    assert unwrapper.truncated == 1
+
+
+@pytest.mark.parametrize("kind", ["docker", "cri"])
+def test_joined_line_memory_stays_near_the_cap(kind: str) -> None:
+    """Joining a 5 MB line holds about the cap, not the line: the peak allocation stays under 1 MB."""
+    data = wrap(["y" * 5_000_000], kind)
+    chunks = [data[start : start + 64 * 1024] for start in range(0, len(data), 64 * 1024)]
+    unwrapper = Unwrapper(max_line_bytes=CAP)
+    tracemalloc.start()
+    try:
+        for chunk in chunks:
+            unwrapper.feed(chunk, 1.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    assert unwrapper.truncated == 1
+
+
+@pytest.mark.parametrize("kind", ["docker", "cri"])
+def test_cap_is_checked_on_the_final_part_too(kind: str) -> None:
+    """A line at the cap is kept whole; one byte more, arriving with its final part, is cut and counted."""
+    unwrapper, pieces = run(wrap(["a" * 20000, "b" * 20001], kind))
+    assert (unwrapper.truncated, len(text_of(pieces))) == (0, 40003)
+    unwrapper = Unwrapper(max_line_bytes=20000)
+    pieces = unwrapper.feed(wrap(["a" * 20000, "b" * 20001, "c"], kind), 1.0) + unwrapper.flush()
+    assert text_of(pieces) == "a" * 20000 + "\n" + "b" * 20000 + "\nc\n"
+    assert unwrapper.truncated == 1
+
+
+def test_cut_never_splits_a_character() -> None:
+    """A line of multi-byte characters is cut at a character boundary, within the cap."""
+    unwrapper = Unwrapper(max_line_bytes=20001)
+    pieces = unwrapper.feed(wrap(["日" * 20000], "docker"), 1.0) + unwrapper.flush()
+    line = text_of(pieces)[:-1]
+    assert line == "日" * (20001 // 3)
+    assert unwrapper.truncated == 1
+
+
+def test_cut_line_skips_to_its_final_entry_per_stream() -> None:
+    """After a cut, stdout's remaining parts are skipped up to its final entry; stderr goes on."""
+    data = (
+        docker_entry("o" * 1500, "stdout")
+        + docker_entry("e" * 10, "stderr")
+        + docker_entry("o" * 1500, "stdout")
+        + docker_entry("o\n", "stdout")
+        + docker_entry("E\n", "stderr")
+        + docker_entry("next\n", "stdout")
+    )
+    unwrapper = Unwrapper(max_line_bytes=2000)
+    pieces = unwrapper.feed(data, 1.0) + unwrapper.flush()
+    assert text_of(pieces) == "o" * 2000 + "\n" + "e" * 10 + "E\nnext\n"
+    assert unwrapper.truncated == 1
 
 
 # ------------------------------------------------------------------------- invalid input never raises

@@ -1,13 +1,22 @@
-"""Wrapped streams end to end through --oneshot: layered envelopes."""
+"""Wrapped streams end to end through --oneshot: layered envelopes, the line cap."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import access_line, parse, total
 from tests.test_engine import oneshot, oneshot_metrics
+from tests.test_envelopes import wrap
 
 HEALTH = 'INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n'
+CAP = 64 * 1024
 
 
 def test_compose_logs_with_timestamps_are_counted() -> None:
@@ -34,3 +43,53 @@ def test_forced_layered_envelope_flag(tmp_path: Path) -> None:
     log.write_text(f"api | 2025-08-21T14:02:11Z {HEALTH}" * 2)
     got = oneshot_metrics("--parser", "vllm", "--envelope", "compose+docker-timestamps", str(log))
     assert total(got, "http_requests_total", source="api") == 2
+
+
+@pytest.mark.parametrize("kind", ["docker", "cri"])
+def test_joined_line_is_cut_and_counted(tmp_path: Path, kind: str) -> None:
+    """A 5 MB line split by the runtime is one line, cut at --max-line-bytes and counted once."""
+    log = tmp_path / f"{kind}.log"
+    log.write_bytes(wrap([HEALTH[:-1], "x" * 5_000_000, HEALTH[:-1]], kind))
+    got = oneshot_metrics("--parser", "vllm", "--max-line-bytes", str(CAP), str(log))
+    assert total(got, "logmetrics_lines_truncated_total", source=str(log)) == 1
+    assert total(got, "logmetrics_lines_read_total", source=str(log)) == 3
+    assert total(got, "http_requests_total", source=str(log)) == 2
+
+
+def test_envelope_and_tailer_truncations_add_up(tmp_path: Path) -> None:
+    """A raw line over the cap (cut by the tailer) and a joined one (cut by the envelope) count 2."""
+    log = tmp_path / "docker.log"
+    raw_too_long = json.dumps({"log": "y" * (CAP + 10) + "\n", "stream": "stdout"}).encode() + b"\n"
+    log.write_bytes(wrap(["x" * 5_000_000], "docker") + raw_too_long + wrap([HEALTH[:-1]], "docker"))
+    got = oneshot_metrics("--parser", "vllm", "--max-line-bytes", str(CAP), str(log))
+    assert total(got, "logmetrics_lines_truncated_total", source=str(log)) == 2
+
+
+def test_50mb_line_on_stdin_is_cut_with_bounded_memory() -> None:
+    """A 50 MB line on stdin is cut at the cap and counted; the process stays far below the line's size."""
+    proc = subprocess.Popen([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm",
+                             "--max-line-bytes", str(CAP), "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    block = b"z" * (1 << 20)
+
+    def write() -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(HEALTH.encode())
+        for _ in range(50):
+            proc.stdin.write(block)
+        proc.stdin.write(b"\n" + HEALTH.encode())
+        proc.stdin.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    out = proc.stdout.read().decode()
+    writer.join()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0
+    got = parse(out)
+    assert total(got, "logmetrics_lines_truncated_total", source="stdin") == 1
+    assert total(got, "logmetrics_lines_read_total", source="stdin") == 3
+    assert total(got, "http_requests_total", source="stdin") == 2
+    assert usage.ru_maxrss * 1024 < 100_000_000  # Linux gives KiB; the line alone would be 50 MB, held twice
