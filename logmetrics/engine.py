@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 UNROUTED = "none"
 SNIFF_MIN_SCORE = 0.3
 SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text while it is sniffed
+NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unmatched gets a warning
 
 
 def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
@@ -61,6 +62,7 @@ class Stream:
     held: list[str] = field(default_factory=list)
     held_lines: int = 0
     time: float = 0.0
+    unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
 
 
 class Engine:
@@ -117,6 +119,8 @@ class Engine:
                     self._route(stream, final=True)
                 if stream.assembler.pending:
                     self._records(stream, *stream.assembler.flush())
+                if stream.unmatched > 0:
+                    self._no_match(stream)
 
     def vanished(self, path: str) -> None:
         """A followed file is gone for good: count what its streams still hold, then forget them;
@@ -145,6 +149,18 @@ class Engine:
         counts = self.lines_truncated
         counts[path] = counts.get(path, 0) + unwrapper.truncated
         unwrapper.truncated = 0
+
+    def _no_match(self, stream: Stream) -> None:
+        """Say once that a stream's parser matched none of its lines, and what to try."""
+        n, stream.unmatched = stream.unmatched, -1
+        assert stream.parser is not None
+        unwrapper = self.unwrappers.get(stream.path)
+        kind = unwrapper.kind if unwrapper is not None and unwrapper.kind else "none"
+        what = f"its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else f"its {n} lines"
+        name, path = stream.parser.name, "FILE" if stream.path == "-" else stream.path
+        log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
+                    "the wrapper with --envelope, and see what the parser makes of them with "
+                    "'logmetrics check --parser %s %s'", stream.source, name, what, kind, name, path)
 
     # -- stages ------------------------------------------------------------------------------
     def source_label(self, path: str, service: str | None = None) -> str:
@@ -223,6 +239,13 @@ class Engine:
             ("logmetrics_lines_unmatched_total", (name,), max(lines - matched, 0)),
             ("logmetrics_parse_errors_total", (name,), errors),
         ))
+        if stream.unmatched >= 0:  # until the first match: per batch, not per line
+            if matched:
+                stream.unmatched = -1
+            else:
+                stream.unmatched += lines
+                if stream.unmatched >= NO_MATCH_LINES:
+                    self._no_match(stream)
 
     def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
         events: list[Event] = []

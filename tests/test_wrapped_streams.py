@@ -1,9 +1,10 @@
-"""Wrapped streams end to end through --oneshot: layered envelopes, the line cap."""
+"""Wrapped streams end to end through --oneshot: layered envelopes, the no-match warning, the line cap."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -25,6 +26,7 @@ def test_compose_logs_with_timestamps_are_counted() -> None:
     got = parse(out.stdout)
     assert total(got, "http_requests_total", source="vllm-1", code="200") == 1
     assert total(got, "logmetrics_lines_unmatched_total", parser="vllm") == 0
+    assert "WARNING" not in out.stderr
 
 
 def test_kubectl_prefix_and_timestamps_are_counted(tmp_path: Path) -> None:
@@ -43,6 +45,27 @@ def test_forced_layered_envelope_flag(tmp_path: Path) -> None:
     log.write_text(f"api | 2025-08-21T14:02:11Z {HEALTH}" * 2)
     got = oneshot_metrics("--parser", "vllm", "--envelope", "compose+docker-timestamps", str(log))
     assert total(got, "http_requests_total", source="api") == 2
+
+
+def test_stream_matching_nothing_is_reported_once(tmp_path: Path) -> None:
+    """A routed stream none of whose first 1,000 lines match gets exactly one warning with hints."""
+    wrapped = tmp_path / "wrapped.log"
+    wrapped.write_text("".join(f"<<{i}>> {access_line(i)}" for i in range(2500)))
+    fine = tmp_path / "fine.log"
+    fine.write_text(access_line(1) + "".join(f"<<{i}>> noise\n" for i in range(1500)))
+    out = oneshot("--parser", "vllm", str(wrapped), str(fine))
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "matched none" in line]
+    assert len(warnings) == 1, out.stderr
+    seen = re.search(r"matched none of its first (\d+) lines", warnings[0])
+    assert str(wrapped) in warnings[0] and seen and int(seen[1]) >= 1000  # counted per batch
+    assert "--envelope" in warnings[0] and "logmetrics check" in warnings[0]
+
+
+def test_short_stream_matching_nothing_is_reported_at_its_end() -> None:
+    """A short input of which nothing matched says so when it ends."""
+    out = oneshot("-", "--parser", "vllm", stdin="hello\nworld\n")
+    assert "stream stdin: parser vllm matched none of its 2 lines (envelope: none)" in out.stderr
 
 
 @pytest.mark.parametrize("kind", ["docker", "cri"])
