@@ -117,6 +117,20 @@ def _cut(text: str, cap: int) -> str:
     return text.encode()[:cap].decode("utf-8", "ignore") + "\n"
 
 
+def _cut_bytes(content: bytes, cap: int) -> bytes:
+    """The first ``cap`` bytes of a line, less a UTF-8 character the cut would split."""
+    cut = content[:cap]
+    for back in range(1, min(4, len(cut)) + 1):
+        byte = cut[-back]
+        if byte < 0x80:
+            break  # ASCII: nothing split
+        if byte >= 0xC0:  # the lead byte of the last character: is the character whole?
+            if back < (2 if byte < 0xE0 else 3 if byte < 0xF0 else 4):
+                cut = cut[:-back]
+            break
+    return cut
+
+
 class Unwrapper:
     """Peels the envelope off the raw lines of one stream; keep one per stream.
 
@@ -304,7 +318,7 @@ class Unwrapper:
                     if len(pending) >= _COMPACT_PARTS:
                         pending[:] = [b"".join(pending)]
                     continue
-                content = b"".join(parts.pop(stream))[:cap]  # too long: out now, cut; the rest is skipped
+                content = _cut_bytes(b"".join(parts.pop(stream)), cap)  # too long: out now; the rest is skipped
                 del sizes[stream], times[stream]
                 skipping.add(stream)
                 self.truncated += 1
@@ -312,7 +326,7 @@ class Unwrapper:
                 content = b"".join(parts.pop(stream)) + content
                 del sizes[stream], times[stream]
                 if len(content) > cap:
-                    content = content[:cap]
+                    content = _cut_bytes(content, cap)
                     self.truncated += 1
             out.append(content + b"\n")
             last = stamp

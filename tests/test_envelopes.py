@@ -445,12 +445,15 @@ def test_cap_is_checked_on_the_final_part_too(kind: str) -> None:
     assert unwrapper.truncated == 1
 
 
-def test_cut_never_splits_a_character() -> None:
+@pytest.mark.parametrize("kind", ["docker", "cri"])
+@pytest.mark.parametrize(("line", "cap"), [("日" * 20000, 20001), ("日" * 20000, 50000), ("é🙂" * 9000, 30001)])
+def test_cut_never_splits_a_character(kind: str, line: str, cap: int) -> None:
     """A line of multi-byte characters is cut at a character boundary, within the cap."""
-    unwrapper = Unwrapper(max_line_bytes=20001)
-    pieces = unwrapper.feed(wrap(["日" * 20000], "docker"), 1.0) + unwrapper.flush()
-    line = text_of(pieces)[:-1]
-    assert line == "日" * (20001 // 3)
+    unwrapper = Unwrapper(max_line_bytes=cap)
+    pieces = unwrapper.feed(wrap([line], kind), 1.0) + unwrapper.flush()
+    got = text_of(pieces)[:-1]
+    assert "\ufffd" not in got and line.startswith(got)
+    assert cap - 4 < len(got.encode()) <= cap
     assert unwrapper.truncated == 1
 
 
