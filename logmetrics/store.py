@@ -3,6 +3,9 @@
 No ``prometheus_client`` metric object is touched per line; the exposition reads a snapshot of
 this store at scrape time. Label values that come from log text pass through a cardinality guard:
 per family and label a bounded set of values, overflow folded into ``__other__`` and counted.
+The guard also makes each new label value valid UTF-8 (file names and plugins may hand over
+surrogate escapes), and ``apply`` refuses values a family cannot take (NaN, infinities, negative
+counter increments and observations), counting them per parser and metric.
 """
 
 from __future__ import annotations
@@ -22,8 +25,31 @@ OTHER = "__other__"
 # Distinct values allowed per (family, label) before folding into __other__.
 LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
 DEFAULT_LIMIT = 100
+INF = float("inf")
+REJECTED = "logmetrics_values_rejected_total"
 
 Key = tuple[str, tuple[str, ...]]
+
+
+def safe_label(value: object) -> str:
+    """``value`` as a label value that always encodes as UTF-8.
+
+    Surrogate escapes (a file name that is not UTF-8, as ``os.walk`` gives it) become the bytes'
+    ``\\xNN`` form, stable and readable: ``vllm-\\xe9.log``. Meant for where a value is made or
+    first seen, not for every line.
+    """
+    text = value if type(value) is str else str(value)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass
@@ -56,6 +82,7 @@ class Store:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _seen: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     _unknown: set[str] = field(default_factory=set)
+    _warned: set[Key] = field(default_factory=set)
 
     def register(self, families: Iterable[Family]) -> None:
         """Add a plugin's own families (validated at load)."""
@@ -68,9 +95,16 @@ class Store:
             seen = self._seen.setdefault((name, i), set())
             if value in seen:
                 continue
+            clean = safe_label(value)  # a value met for the first time (or one that needed cleaning)
+            if clean is not value:
+                if out is None:
+                    out = list(labels)
+                out[i] = clean
+                if clean in seen:
+                    continue
             label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
             if len(seen) < LABEL_LIMITS.get(label, DEFAULT_LIMIT):
-                seen.add(value)
+                seen.add(clean)
                 continue
             if out is None:
                 out = list(labels)
@@ -80,29 +114,56 @@ class Store:
         return labels if out is None else tuple(out)
 
     def apply(self, events: Iterable[Event], backend: str, source: str) -> None:
-        """Apply one batch of a stream's events under the lock."""
+        """Apply one batch of a stream's events (from parser ``backend``) under the lock.
+
+        Values a family cannot take are refused and counted in ``logmetrics_values_rejected_total``:
+        NaN and infinities everywhere, negative values in counters and histograms.
+        """
         families = self.families
         counters, gauges, histograms = self.counters, self.gauges, self.histograms
+        rejected: list[Event] | None = None
         with self.lock:
             for ev in events:
                 fam = families.get(ev.metric)
                 if fam is None or len(ev.labels) != len(fam.labels):
                     self._reject(ev)
                     continue
+                kind, value = fam.kind, ev.value
+                try:
+                    ok = -INF < value < INF if kind == "gauge" else 0.0 <= value < INF
+                except TypeError:  # not a number at all
+                    ok = False
+                if not ok:
+                    rejected = rejected if rejected is not None else []
+                    rejected.append(ev)
+                    continue
                 labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
                 key = (ev.metric, labels)
-                if fam.kind == "counter":
-                    if ev.value >= 0:
-                        counters[key] = counters.get(key, 0.0) + ev.value
-                elif fam.kind == "gauge":
-                    gauges[key] = ev.value
+                if kind == "counter":
+                    counters[key] = counters.get(key, 0.0) + value
+                elif kind == "gauge":
+                    gauges[key] = value
                 else:
                     hist = histograms.get(key)
                     if hist is None:
                         hist = histograms[key] = Histogram([0] * (len(fam.buckets) + 1))
-                    hist.buckets[bisect_left(fam.buckets, ev.value)] += 1
-                    hist.sum += ev.value
+                    hist.buckets[bisect_left(fam.buckets, value)] += 1
+                    hist.sum += value
                     hist.count += 1
+            if rejected is not None:
+                self._refuse(rejected, backend)
+
+    def _refuse(self, events: list[Event], parser: str) -> None:
+        """Count refused values per parser and metric; warn once for each pair (under the lock)."""
+        counters = self.counters
+        for ev in events:
+            key = (REJECTED, (parser, ev.metric))
+            counters[key] = counters.get(key, 0.0) + 1
+            if key not in self._warned:
+                self._warned.add(key)
+                kind = self.families[ev.metric].kind
+                log.warning("parser %s gave %s the value %r, which a %s cannot take: refused "
+                            "(counted in %s)", parser, ev.metric, ev.value, kind, REJECTED)
 
     def _reject(self, ev: Event) -> None:
         if ev.metric not in self._unknown:
@@ -145,13 +206,14 @@ class Store:
     def load(self, data: dict[str, list[list[object]]]) -> int:
         """Take back what ``dump`` gave; series of families no longer known, or malformed, are left out.
 
-        Returns how many series were restored.
+        Returns how many series were restored. Values a series cannot hold (NaN, infinite or
+        negative, as an older version may have saved them) are left out too.
         """
         restored = 0
         with self.lock:
             for row in data.get("counters", []):
                 key = self._key(row, 3)
-                if key is not None and isinstance(row[2], int | float):
+                if key is not None and isinstance(row[2], int | float) and 0 <= row[2] < INF:
                     self.counters[key] = self.counters.get(key, 0.0) + float(row[2])
                     restored += 1
             for row in data.get("histograms", []):
@@ -161,7 +223,7 @@ class Store:
                 buckets, total, count = row[2], row[3], row[4]
                 if (isinstance(buckets, list) and len(buckets) == len(self.families[key[0]].buckets) + 1
                         and all(isinstance(b, int) for b in buckets) and isinstance(total, int | float)
-                        and isinstance(count, int)):
+                        and 0 <= total < INF and isinstance(count, int)):
                     self.histograms[key] = Histogram([int(b) for b in buckets], float(total), count)
                     restored += 1
         return restored
@@ -174,7 +236,7 @@ class Store:
         fam = self.families.get(name) if isinstance(name, str) else None
         if fam is None or not isinstance(labels, list) or len(labels) != len(fam.labels) + 2:
             return None
-        return fam.name, tuple(str(v) for v in labels)
+        return fam.name, tuple(safe_label(v) for v in labels)
 
     def snapshot(self) -> Snapshot:
         """A copy taken under the lock, for the exposition."""

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import os
+
+import pytest
+
 from logmetrics.events import Event
 from logmetrics.exposition import make_registry, render, text
-from logmetrics.store import OTHER, Store
+from logmetrics.store import OTHER, Store, safe_label
 from tests.helpers import Samples, parse
 
 
@@ -95,3 +100,53 @@ def test_dump_and_load_round_trip_and_skip_malformed_rows() -> None:
     hist = again.histograms[("llm_request_duration_seconds", ("p", "s", "m"))]
     assert (hist.count, hist.sum, sum(hist.buckets)) == (1, 0.5, 1)
     assert again.gauges == {}
+
+
+def test_values_a_family_cannot_take_are_refused_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    """NaN, infinities and negative counter/histogram values are refused, counted per parser and warned once."""
+    store = Store()
+    nan, inf = float("nan"), float("inf")
+    good = [Event("llm_request_duration_seconds", ("m",), 0.5), Event("llm_prompt_tokens_total", ("m",), 4),
+            Event("llm_requests_running", ("m",), 2)]
+    bad = [Event("llm_request_duration_seconds", ("m",), nan), Event("llm_request_duration_seconds", ("m",), -1.0),
+           Event("llm_request_duration_seconds", ("m",), inf), Event("llm_prompt_tokens_total", ("m",), inf),
+           Event("llm_prompt_tokens_total", ("m",), -3), Event("llm_requests_running", ("m",), nan),
+           Event("llm_requests_running", ("m",), -inf), Event("llm_requests_running", ("m",), "7")]  # type: ignore[arg-type]  # a plugin's mistake on purpose
+    with caplog.at_level(logging.WARNING, logger="logmetrics.store"):
+        store.apply([*good, *bad], "myplug", "s")
+        store.apply(bad, "myplug", "s")
+    hist = store.histograms[("llm_request_duration_seconds", ("myplug", "s", "m"))]
+    assert (hist.count, hist.sum) == (1, 0.5)
+    assert store.counters[("llm_prompt_tokens_total", ("myplug", "s", "m"))] == 4
+    assert store.gauges[("llm_requests_running", ("myplug", "s", "m"))] == 2
+    rejected = {k[1]: v for k, v in store.counters.items() if k[0] == "logmetrics_values_rejected_total"}
+    assert rejected == {("myplug", "llm_request_duration_seconds"): 6, ("myplug", "llm_prompt_tokens_total"): 4,
+                        ("myplug", "llm_requests_running"): 6}
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and all("parser myplug" in w for w in warnings), warnings
+    got = samples(store)
+    assert got[("logmetrics_values_rejected_total", (("metric", "llm_prompt_tokens_total"), ("parser", "myplug")))] == 4
+
+
+def test_label_values_that_are_not_utf8_are_made_valid_once() -> None:
+    """A surrogate-escaped label value (a non-UTF-8 file name) is stored as its \\xNN form and renders."""
+    store = Store()
+    raw = os.fsdecode(b"vllm-\xe9.log")
+    store.apply([Event("llm_requests_running", ("m\udce9",), 1), Event("llm_prompt_tokens_total", ("m\udce9",), 1),
+                 Event("llm_prompt_tokens_total", ("m\udce9",), 2)], "p", raw)
+    body = text(make_registry(store)).decode("utf-8")
+    assert 'source="vllm-\\\\xe9.log"' in body and 'model="m\\\\xe9"' in body, body
+    assert store.counters[("llm_prompt_tokens_total", ("p", "vllm-\\xe9.log", "m\\xe9"))] == 3
+    assert safe_label("caf\u00e9") == "caf\u00e9" and safe_label("\ud800x") == "\\ud800x" and safe_label(7) == "7"
+
+
+def test_load_leaves_out_values_no_series_can_hold() -> None:
+    """A state file holding a NaN sum or an infinite counter (older versions saved them) does not restore those."""
+    store = Store()
+    data: dict[str, list[list[object]]] = {
+        "counters": [["llm_prompt_tokens_total", ["p", "s", "m"], float("inf")],
+                     ["llm_generation_tokens_total", ["p", "s\udce9", "m"], 3]],
+        "histograms": [["llm_request_duration_seconds", ["p", "s", "m"], [1] + [0] * 14, float("nan"), 1]],
+    }
+    assert store.load(data) == 1
+    assert store.counters == {("llm_generation_tokens_total", ("p", "s\\xe9", "m")): 3}
