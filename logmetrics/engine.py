@@ -17,7 +17,7 @@ from logmetrics.events import Event
 from logmetrics.plugins import Parser, ParserEntry
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.sources import Chunk
-from logmetrics.store import Store
+from logmetrics.store import Store, safe_label
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,9 @@ class Engine:
 
     # -- stages ------------------------------------------------------------------------------
     def source_label(self, path: str, service: str | None = None) -> str:
-        """The ``source`` label of a raw stream (or of one compose service inside it)."""
-        return self.source or service or ("stdin" if path == "-" else path)
+        """The ``source`` label of a raw stream (or of one compose service inside it), valid UTF-8
+        even for a file name that is not (``vllm-\\xe9.log``)."""
+        return safe_label(self.source or service or ("stdin" if path == "-" else path))
 
     def _stream(self, path: str, service: str | None) -> Stream:
         key = path if service is None else f"{path}\0{service}"
