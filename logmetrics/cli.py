@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -41,11 +42,22 @@ def _check_state_file(path: str) -> None:
         raise UserError(f"--state-file {path}: is a directory")
 
 
+LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::1]:9877)"
+
+
 def _listen(value: str) -> tuple[str, int]:
+    """``--listen`` as (host, port); host "" means every interface, IPv6 and IPv4."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise UserError(f"--listen expects HOST:PORT (e.g. 127.0.0.1:9877 or :9877), got {value!r}")
-    host = host.strip("[]") or "0.0.0.0"
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise UserError(f"--listen expects {LISTEN_FORMS}, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise UserError(f"--listen: {host!r} in brackets is not an IPv6 address, in {value!r}") from None
+    elif ":" in host or "[" in host or "]" in host:
+        raise UserError(f"--listen expects {LISTEN_FORMS}; an IPv6 address goes in brackets, got {value!r}")
     return host, int(port)
 
 
@@ -82,7 +94,8 @@ def cli(verbose: int) -> None:
 @cli.command(context_settings=CONTEXT)
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
-              help="Where to serve /metrics and /healthz. Port 0 picks a free port.")
+              help="Where to serve /metrics and /healthz: HOST:PORT, [IPV6]:PORT, or :PORT for every "
+                   "interface (IPv6 and IPv4, as [::]:PORT where the OS allows). Port 0 picks a free port.")
 @click.option("--parser", default=None, metavar="NAME",
               help="Parse every input with this parser instead of routing by path or content.")
 @click.option("--source", default=None, metavar="NAME",

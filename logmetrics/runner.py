@@ -17,7 +17,7 @@ from typing import TextIO
 from logmetrics import state
 from logmetrics.engine import Engine
 from logmetrics.errors import UserError
-from logmetrics.exposition import MetricsServer, make_registry, text
+from logmetrics.exposition import MetricsServer, host_port, make_registry, text
 from logmetrics.plugins import ParserEntry
 from logmetrics.procs import ProcessWatcher
 from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
@@ -256,7 +256,7 @@ def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
         try:
             server = MetricsServer(host, port, runner.registry)
         except OSError as exc:
-            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+            raise UserError(f"cannot listen on {host_port(host, port)}: {exc.strerror or exc}") from exc
 
         def stop(signum: int, frame: FrameType | None) -> None:
             runner.stop.set()
