@@ -18,6 +18,7 @@ from logmetrics.errors import UserError
 from logmetrics.plugins import ParserEntry, PluginError, discover
 
 DEFAULT_LISTEN = "0.0.0.0:9877"
+LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::1]:9877)"
 
 
 def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
@@ -40,9 +41,6 @@ def _check_state_file(path: str) -> None:
         raise UserError(f"--state-file {path}: directory {folder} is not writable")
     if os.path.isdir(path):
         raise UserError(f"--state-file {path}: is a directory")
-
-
-LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::1]:9877)"
 
 
 def _listen(value: str) -> tuple[str, int]:
