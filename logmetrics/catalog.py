@@ -77,6 +77,9 @@ FAMILIES: tuple[Family, ...] = (
     _f("backend_errors_total", "counter", ("error_type",),
        "Error records logged by the backend (a multi-line traceback counts once), by error type."),
     _f("backend_restarts_total", "counter", (), "Backend start-ups seen in the log."),
+    _f("backend_ready", "gauge", M,
+       "1 from the backend's server-ready line until it logs a shutdown, a death or a new start-up, then 0 "
+       "(and its other gauges are reset to 0). sum by (model) = ready replicas."),
     _f("backend_process_cpu_seconds_total", "counter", (), "CPU seconds used by the backend's processes."),
     _f("backend_process_resident_memory_bytes", "gauge", (), "Resident memory of the backend's processes."),
 )
@@ -106,6 +109,9 @@ SELF_FAMILIES: tuple[Family, ...] = (
        "Label values folded into __other__ by the cardinality guard."),
     _f("logmetrics_open_files", "gauge", (), "Files currently followed."),
     _f("logmetrics_lag_bytes", "gauge", ("source",), "Bytes written to a file and not yet read."),
+    _f("logmetrics_last_line_timestamp_seconds", "gauge", ("source",),
+       "Unix time of the last line read from each source: its envelope timestamp where it has one, "
+       "else when it was read."),
 )
 SELF_BY_NAME: dict[str, Family] = {f.name: f for f in SELF_FAMILIES}
 

@@ -184,6 +184,7 @@ class Engine:
         stream = self._stream(path, piece.service)
         stream.time = piece.time
         self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
+        self.store.set_self("logmetrics_last_line_timestamp_seconds", (stream.source,), piece.time)
         if stream.routed:
             self._text(stream, piece.text, piece.lines)
             return

@@ -6,6 +6,18 @@ cheap substring ``prefilter``, an optional ``sniff(first_lines) -> score`` for a
 per-stream state (the model name, a request's start line). It never touches the store, the clock or
 the registry: time comes with the record.
 
+Two optional parts concern the backend's life:
+
+- ``learn(text)``: a file present at start is read from its end, so its start-up lines are never
+  parsed. The engine hands the parser the file's head and its last start-up block (bounded, in file
+  order, envelopes removed) before the first line is read; ``learn`` only updates state (the model
+  name, whether the server was ready), it produces no events and counts nothing. Default: no-op.
+- Readiness and the reset of a dead backend: emit ``backend_ready`` (labels ``model``) 1 on the
+  server-ready line and 0 when the log shows a shutdown, a death, a failed start or a new start-up.
+  The store then resets every other gauge of that backend and source to 0 (running, waiting, KV
+  cache, throughputs, and a plugin's own gauges): a dead server runs nothing, and a zero keeps the
+  series where a gap would look like a failed scrape. Nothing else is needed for it.
+
 Built-in parsers and third-party ones are found the same way, through the ``logmetrics.parsers``
 entry-point group; ``--plugin path.py`` and ``--plugin module:Class`` become the same kind of
 entry. Every parser is validated when it is loaded; a bad one is refused with a message that names
@@ -68,6 +80,9 @@ class Parser:
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` returned in an earlier run."""
+
+    def learn(self, text: str) -> None:
+        """Take what the lines logged before reading began say (the model name): state only, no events."""
 
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
         """Events for a batch of whole records, and how many records matched.

@@ -30,6 +30,12 @@ REJECTED = "logmetrics_values_rejected_total"
 
 Key = tuple[str, tuple[str, ...]]
 
+#: The readiness gauge. A parser that sets it to 0 (the backend shut down, died or failed to
+#: start) resets every other gauge of that backend and source to 0: nothing runs, waits or is
+#: cached in a dead server, and a zero keeps the series continuous where an absent one would look
+#: like a scrape failure. The next stats line after a restart sets them again.
+READY = "backend_ready"
+
 
 def safe_label(value: object) -> str:
     """``value`` as a label value that always encodes as UTF-8.
@@ -143,6 +149,8 @@ class Store:
                     counters[key] = counters.get(key, 0.0) + value
                 elif kind == "gauge":
                     gauges[key] = value
+                    if not value and ev.metric == READY:
+                        self._reset(labels[0], labels[1])
                 else:
                     hist = histograms.get(key)
                     if hist is None:
@@ -164,6 +172,18 @@ class Store:
                 kind = self.families[ev.metric].kind
                 log.warning("parser %s gave %s the value %r, which a %s cannot take: refused "
                             "(counted in %s)", parser, ev.metric, ev.value, kind, REJECTED)
+
+    def _reset(self, backend: str, source: str) -> None:
+        """A backend stopped (its ready gauge went to 0): its other gauges go to 0 (lock held)."""
+        gauges = self.gauges
+        for key in [k for k in gauges if k[0] != READY and k[1][:2] == (backend, source)]:
+            gauges[key] = 0.0
+
+    def set_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        """Set one of the engine's own gauges (``logmetrics_*``)."""
+        assert name in SELF_BY_NAME, name
+        with self.lock:
+            self.gauges[(name, labels)] = value
 
     def _reject(self, ev: Event) -> None:
         if ev.metric not in self._unknown:
