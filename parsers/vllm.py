@@ -30,7 +30,7 @@ from logmetrics.records import Batch, Record
 from . import vllm_patterns as P
 from .common import ERROR_TYPES
 from .vllm_lines import Records, access_and_errors
-from .vllm_startup import LOGO, Startup, model_from, startup_kind
+from .vllm_startup import DEAD, LOGO, READY, Startup, life_kind, model_from, startup_kind
 
 MAX_DT = 60
 MAX_PENDING = 10000
@@ -78,6 +78,8 @@ class VllmParser(Parser):
         self._minutes: dict[str, int | None] = {}
         self._year_month = (0, 0)
         self._records = Records()
+        self._ready = False  # the server said it is ready and has not stopped since
+        self._announce = False  # ``learn`` found it ready: say so with the next events
 
     def state(self) -> dict[str, object]:
         """The served model's name, so that a restart goes on with the same series."""
@@ -88,6 +90,20 @@ class VllmParser(Parser):
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
+
+    def learn(self, text: str) -> None:
+        """The model name and readiness from lines logged before we started reading (no events)."""
+        t = "\n" + text
+        at = [(m.start(1), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t)]
+        at += [(m.start(1), life_kind(m.group(1)), "") for m in P.LIFE.finditer(t)]
+        at += [(m.start(), DEAD, "") for m in P.DEAD.finditer(t)]
+        ready = False
+        for _pos, kind, value in sorted(at):
+            model = model_from(value) if value else None
+            if model:
+                self.model = model
+            ready = kind == READY  # any later start-up or shutdown line says it is not
+        self._ready = self._announce = ready
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -116,6 +132,9 @@ class VllmParser(Parser):
             self._year_month = (tm.tm_year, tm.tm_mon)
             self._minutes.clear()
         events: list[Event] = []
+        if self._announce:
+            self._announce = False
+            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         records = self._records
         records.clear()
         matched = access_and_errors(t, events, records)
@@ -124,7 +143,7 @@ class VllmParser(Parser):
         items: list[Item] = []
         finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
         ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
-        if rare:
+        if rare or records.life:
             ended = self._rare_items(t, rare, controls, items)
             if controls and finished:  # count them per segment
                 items.extend((m.start(), FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
@@ -160,6 +179,10 @@ class VllmParser(Parser):
             controls.extend((m.start(), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t))
         if any("\u2580" <= key[-1:] <= "\u259f" for key in rare):
             controls.extend((m.start(), LOGO, m.group(1)) for m in P.LOGO_MODEL.finditer(t))
+        if self._records.life:
+            controls.extend((m.start(1), life_kind(m.group(1)), "") for m in P.LIFE.finditer(t))
+        if any(key in P.DEAD_KEYS or key.endswith("EngineDeadError") for key in rare):
+            controls.extend((m.start(), DEAD, "") for m in P.DEAD.finditer(t))
         controls.sort()
         ended = (0, 0, 0)
         if controls:
@@ -372,9 +395,20 @@ class VllmParser(Parser):
         events.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in OUTCOMES)
 
     def _control(self, kind: int, value: str, at: int | None, events: list[Event]) -> int:
-        """A start-up line: count a start (once per start, not per line of it), learn the model."""
+        """A start-up line: count a start (once per start, not per line of it), learn the model.
+        A lifecycle line: the server is ready, or it went down (shut down, died, failed to start)."""
         before = len(events)
         starts = self._startup.line(kind, at)
+        if kind >= READY:
+            if kind == READY:
+                self._ready = True
+                events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+            else:
+                self._down(events)
+            # an engine's death is an error line, counted as such; the others count if they said something
+            return 1 if kind != DEAD and len(events) > before else 0
+        if starts:  # the old server, if any, is gone
+            self._down(events)
         model = value if kind == LOGO else model_from(value)
         if model:
             self.model = model
@@ -386,3 +420,14 @@ class VllmParser(Parser):
             self._preempt_total = 0
             events.append(Event("backend_restarts_total", (), 1, rule="startup"))
         return 1 if len(events) > before else 0
+
+    def _down(self, events: list[Event]) -> None:
+        """The server stopped: not ready, and (in the store) its other gauges reset to 0.
+
+        Said only of a server known to have been up or to serve a model: an excerpt's first lines
+        must not make a ``model="unknown"`` series out of nothing.
+        """
+        if self._ready or self._engines or self.model != UNKNOWN_MODEL:
+            events.append(Event("backend_ready", (self.model,), 0, rule="down"))
+        self._ready = self._announce = False
+        self._engines.clear()

@@ -22,21 +22,24 @@ class Records:
     ``heads``: where the records already counted begin. ``inside``: lines that produced events
     inside another line's record (errors after a line they are glued to, the logo), resolved by
     ``resolve`` once every rule has run. ``dynamic``: lines whose events depend on state (start-up
-    lines, preemption warnings) and that produced some.
+    lines, preemption warnings) and that produced some. ``life``: the scan saw a uvicorn lifecycle
+    line (server ready, shutting down), to be handled with the start-up lines.
     """
 
-    __slots__ = ("dynamic", "heads", "inside")
+    __slots__ = ("dynamic", "heads", "inside", "life")
 
     def __init__(self) -> None:
         self.heads: set[int] = set()
         self.inside: list[int] = []
         self.dynamic: set[int] = set()
+        self.life = False
 
     def clear(self) -> None:
         """Forget the previous scan."""
         self.heads.clear()
         self.inside.clear()
         self.dynamic.clear()
+        self.life = False
 
     def resolve(self, t: str) -> int:
         """How many records, not counted yet, hold the lines in ``inside``."""
@@ -57,8 +60,10 @@ def access_and_errors(t: str, events: list[Event], records: Records) -> int:
     errors: Counter[str] = Counter()
     matched = rows = 0
     multi = False
-    for (key, source, inside, raw, text, more), n in Counter(P.LINES.findall(t)).items():
-        if key:
+    for (key, source, inside, raw, text, more, life), n in Counter(P.LINES.findall(t)).items():
+        if life:
+            records.life = True
+        elif key:
             access[split_access_key(key)] += n
             matched += n
         elif inside or raw or more:

@@ -60,7 +60,10 @@ RARE = re.compile(
     r"|Aborted request|Request(?= \S+ (?:aborted|failed))"
     r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
     r"|Initializing an?(?= (?:V\d )?LLM engine)|args: Namespace|non-default args|Prefix cache hit rate: GPU"
-    r"|[ \t]*[\u2580-\u259f])",
+    r"|[ \t]*[\u2580-\u259f]"
+    r"|EngineCore encountered a fatal error|(?:Engine core|Worker) proc(?= \S+ died unexpectedly)"
+    r"|(?:EngineCore|WorkerProc) failed to start|Engine background task failed"
+    r"|(?:vllm\.[\w.]*\.)?(?:Async|MQ)?EngineDeadError)",
     re.ASCII,
 )
 FINISHED = "Finished request"
@@ -88,6 +91,18 @@ STARTUP = re.compile(
 )
 STARTUP_KEYS = frozenset({"vLLM", "Starting vLLM", "Initializing a", "Initializing an", "args: Namespace",
                           "non-default args"})
+#: RARE's keys of the lines that say the engine died or failed to start (also any
+#: ``...EngineDeadError`` key), and those lines with their positions.
+DEAD_KEYS = frozenset({"EngineCore encountered a fatal error", "Engine core proc", "Worker proc",
+                       "EngineCore failed to start", "WorkerProc failed to start", "Engine background task failed"})
+DEAD = re.compile(
+    r"\] (?:EngineCore encountered a fatal error|(?:Engine core|Worker) proc \S+ died unexpectedly"
+    r"|(?:EngineCore|WorkerProc) failed to start|Engine background task failed"
+    r"|(?:vllm\.[\w.]*\.)?(?:Async|MQ)?EngineDeadError)"
+)
+#: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES``; here with positions.
+_LIFE = r"INFO: +(Application startup complete|Shutting down|Finished server process)"
+LIFE = re.compile(rf"\n{PFX}?{_LIFE}", re.ASCII)
 LOGO_MODEL = re.compile(r"\] [ \t]*[\u2580-\u259f][^\n]*? model {3}(\S+)")
 
 #: An error record's first line: an ERROR/CRITICAL line (vLLM header or uvicorn ``ERROR:``) or a
@@ -102,13 +117,14 @@ ERROR_START = re.compile(
 )
 #: Access lines and error lines in one scan (one ``findall``, counted in C). Groups: 1 the access
 #: key (see ``UVICORN_ACCESS``); for an error: 2 the logging file, 3 set if the line continues a
-#: record, 4 set for a raw traceback, 5 the message, 6 set if the next line continues the record.
+#: record, 4 set for a raw traceback, 5 the message, 6 set if the next line continues the record;
+#: 7 a uvicorn lifecycle line (``_LIFE``), rare, handled as a start-up line is.
 #: Flags capture one character, so that ``findall``'s empty string means "not set".
 LINES = re.compile(
     rf"\n{PFX}?(?:{UVICORN_ACCESS}"
     rf"|(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
     rf"(?:(?=((?={TRACEBACK_BODY})[\s\S])))?| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
-    rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?))",
+    rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE})",
     re.ASCII,
 )
 

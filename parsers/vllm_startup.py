@@ -10,6 +10,10 @@ MAX_MODEL_LEN = 200
 # "Starting vLLM ... server" line, lines that only name the model (args), and the logo (0.2x+:
 # a version line that names the model).
 VERSION, ENGINE_INIT, SERVER_START, MODEL_ONLY, LOGO = range(5)
+# Lifecycle lines: uvicorn's "Application startup complete." (the server is ready), its shutdown
+# lines, and the engine's death or failed start (error lines, counted as errors already).
+READY, STOPPED, DEAD = range(5, 8)
+_LIFE_KIND = {"Application startup complete": READY, "Shutting down": STOPPED, "Finished server process": STOPPED}
 _KIND_BY_START = {"vL": VERSION, "In": ENGINE_INIT, "St": SERVER_START, "ar": MODEL_ONLY, "no": MODEL_ONLY}
 
 SERVED_NAME = re.compile(r"served_model_name(?:=|': )\[?(?:'([^']+)'|(?!None\b)([^\s,'\[\]{}()]+))")
@@ -21,6 +25,11 @@ MODEL_TAG = re.compile(r"'model_tag': '([^']+)'")
 def startup_kind(marker: str) -> int:
     """The kind of a start-up line from its marker (``vLLM API server version``, ``args: ...``)."""
     return _KIND_BY_START.get(marker[:2], MODEL_ONLY)
+
+
+def life_kind(line: str) -> int:
+    """The kind of a uvicorn lifecycle line from what ``LIFE`` captured."""
+    return _LIFE_KIND.get(line, STOPPED)
 
 
 def model_from(line: str) -> str | None:
@@ -72,6 +81,8 @@ class Startup:
             self.starting = False
         else:
             new = False
+            if kind >= READY:  # up, or down: any start in progress is over
+                self.starting = False
         return new
 
     def serving(self) -> None:
