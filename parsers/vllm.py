@@ -29,8 +29,8 @@ from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
 from .common import ERROR_TYPES
-from .vllm_lines import Records, access_and_errors
-from .vllm_startup import DEAD, LOGO, READY, Startup, life_kind, model_from, startup_kind
+from .vllm_lines import Records, access_and_errors, life_lines
+from .vllm_startup import DEAD, LOGO, READY, STOPPED, Startup, life_kind, model_from, startup_kind
 
 MAX_DT = 60
 MAX_PENDING = 10000
@@ -140,11 +140,15 @@ class VllmParser(Parser):
         matched = access_and_errors(t, events, records)
         rare = Counter(P.RARE.findall(t))
         controls: list[tuple[int, int, str]] = []
+        life: list[tuple[int, int, str]] = []
+        after: list[Event] = []
         items: list[Item] = []
         finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
         ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
         if rare or records.life:
-            ended = self._rare_items(t, rare, controls, items)
+            ended = self._rare_items(t, rare, controls, items, life)
+            if life:
+                matched += self._life(t, life, events, after)
             if controls and finished:  # count them per segment
                 items.extend((m.start(), FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
                 finished = 0
@@ -165,10 +169,11 @@ class VllmParser(Parser):
                     records.dynamic.add(end)
                     matched += 1
             start = end
+        events.extend(after)
         return events, matched + records.resolve(t)
 
     def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],
-                    items: list[Item]) -> tuple[int, int, int]:
+                    items: list[Item], life: list[tuple[int, int, str]]) -> tuple[int, int, int]:
         """Positions and values of the rare lines that ``rare`` says are in ``t``.
 
         Aborted and failed requests need no position when the text has no start-up line (one
@@ -180,9 +185,12 @@ class VllmParser(Parser):
         if any("\u2580" <= key[-1:] <= "\u259f" for key in rare):
             controls.extend((m.start(), LOGO, m.group(1)) for m in P.LOGO_MODEL.finditer(t))
         if self._records.life:
-            controls.extend((m.start(1), life_kind(m.group(1)), "") for m in P.LIFE.finditer(t))
+            life.extend(life_lines(t, self._records.life))
         if any(key in P.DEAD_KEYS or key.endswith("EngineDeadError") for key in rare):
-            controls.extend((m.start(), DEAD, "") for m in P.DEAD.finditer(t))
+            life.extend((m.start(), DEAD, "") for m in P.DEAD.finditer(t))
+        if controls and life:  # start-up lines too: each in its place, for the model it concerns
+            controls.extend(life)
+            life.clear()
         controls.sort()
         ended = (0, 0, 0)
         if controls:
@@ -398,7 +406,6 @@ class VllmParser(Parser):
         """A start-up line: count a start (once per start, not per line of it), learn the model.
         A lifecycle line: the server is ready, or it went down (shut down, died, failed to start)."""
         before = len(events)
-        starts = self._startup.line(kind, at)
         if kind >= READY:
             if kind == READY:
                 self._ready = True
@@ -407,6 +414,7 @@ class VllmParser(Parser):
                 self._down(events)
             # an engine's death is an error line, counted as such; the others count if they said something
             return 1 if kind != DEAD and len(events) > before else 0
+        starts = self._startup.line(kind, at)
         if starts:  # the old server, if any, is gone
             self._down(events)
         model = value if kind == LOGO else model_from(value)
@@ -424,10 +432,44 @@ class VllmParser(Parser):
     def _down(self, events: list[Event]) -> None:
         """The server stopped: not ready, and (in the store) its other gauges reset to 0.
 
-        Said only of a server known to have been up or to serve a model: an excerpt's first lines
-        must not make a ``model="unknown"`` series out of nothing.
+        Said only of a server known to have been up, to have logged stats or to serve a model: an
+        excerpt's first lines must not make a ``model="unknown"`` series out of nothing.
         """
         if self._ready or self._engines or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
         self._ready = self._announce = False
-        self._engines.clear()
+
+    def _life(self, t: str, life: list[tuple[int, int, str]], before: list[Event], after: list[Event]) -> int:
+        """Lifecycle lines of a text without start-up lines (one model), without cutting it in segments.
+
+        Only the order against the stats lines matters: a stop followed by stats lines resets the
+        gauges before them (events in ``before``), a stop after the last stats line resets them after
+        (``after``), and the last line says whether the server is ready. Returns the records matched.
+        """
+        life.sort()
+        matched = 0
+        first_stop = -1
+        live = bool(self._engines) or self.model != UNKNOWN_MODEL
+        stats_at = t.find(P.STATS_MARK)
+        for pos, kind, _ in life:
+            if kind == READY:
+                self._ready = counted = True
+            else:
+                down = self._ready or live or 0 <= stats_at < pos  # as ``_down`` decides
+                first_stop = pos if down and first_stop < 0 else first_stop
+                counted = down and kind == STOPPED  # DEAD lines are errors, counted as such
+                self._ready = self._announce = False
+            if counted:
+                matched += 1
+                self._records.dynamic.add(t.rfind("\n", 0, pos))
+        model = (self.model,)
+        last_at, last = life[-1][:2]
+        if first_stop >= 0:
+            stats_at = t.rfind(P.STATS_MARK)
+            if last == READY or stats_at > first_stop:
+                before.append(Event("backend_ready", model, 0, rule="down"))
+            if last != READY and stats_at < last_at:
+                after.append(Event("backend_ready", model, 0, rule="down"))
+        if last == READY:
+            after.append(Event("backend_ready", model, 1, rule="ready"))
+        return matched

@@ -14,6 +14,7 @@ from logmetrics.events import Event
 
 from . import vllm_patterns as P
 from .common import classify_error, split_access_key
+from .vllm_startup import life_kind
 
 
 class Records:
@@ -22,8 +23,8 @@ class Records:
     ``heads``: where the records already counted begin. ``inside``: lines that produced events
     inside another line's record (errors after a line they are glued to, the logo), resolved by
     ``resolve`` once every rule has run. ``dynamic``: lines whose events depend on state (start-up
-    lines, preemption warnings) and that produced some. ``life``: the scan saw a uvicorn lifecycle
-    line (server ready, shutting down), to be handled with the start-up lines.
+    lines, preemption warnings) and that produced some. ``life``: the uvicorn lifecycle lines (server
+    ready, shutting down) the scan saw, by their text, to be handled with the start-up lines.
     """
 
     __slots__ = ("dynamic", "heads", "inside", "life")
@@ -32,14 +33,14 @@ class Records:
         self.heads: set[int] = set()
         self.inside: list[int] = []
         self.dynamic: set[int] = set()
-        self.life = False
+        self.life: set[str] = set()
 
     def clear(self) -> None:
         """Forget the previous scan."""
         self.heads.clear()
         self.inside.clear()
         self.dynamic.clear()
-        self.life = False
+        self.life.clear()
 
     def resolve(self, t: str) -> int:
         """How many records, not counted yet, hold the lines in ``inside``."""
@@ -62,7 +63,7 @@ def access_and_errors(t: str, events: list[Event], records: Records) -> int:
     multi = False
     for (key, source, inside, raw, text, more, life), n in Counter(P.LINES.findall(t)).items():
         if life:
-            records.life = True
+            records.life.add(life)
         elif key:
             access[split_access_key(key)] += n
             matched += n
@@ -79,6 +80,22 @@ def access_and_errors(t: str, events: list[Event], records: Records) -> int:
     events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
     events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items())
     return matched
+
+
+def life_lines(t: str, texts: set[str]) -> list[tuple[int, int, str]]:
+    """Where the uvicorn lifecycle lines with these ``texts`` are in ``t``, and their kinds: found
+    with ``str.find`` (they are few), each checked to be a whole uvicorn line."""
+    out: list[tuple[int, int, str]] = []
+    at_line = P.LIFE_AT.match
+    for text in texts:
+        kind = life_kind(text)
+        pos = t.find(text)
+        while pos >= 0:
+            m = at_line(t, t.rfind("\n", 0, pos) + 1)
+            if m is not None and m.end() == pos:
+                out.append((pos, kind, ""))
+            pos = t.find(text, pos + len(text))
+    return out
 
 
 def error_records(t: str, counts: Counter[str], records: Records) -> int:

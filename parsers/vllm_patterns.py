@@ -34,6 +34,8 @@ _STATS_TAIL = (rf"Avg prompt throughput: {NUM} tokens/s, Avg generation throughp
                r"(?:Max iteration time: [^,\n]*, Avg time/tok:[^,\n]*, )?"
                r"Running: (\d+) reqs, (?:Swapped: \d+ reqs, Pending: (\d+)|Waiting: (\d+)) reqs([^\n]*)")
 STATS = re.compile(_STATS_HEAD + _STATS_TAIL, re.ASCII)
+#: A stats line's literal, to place stats lines against rare ones without a scan of its own.
+STATS_MARK = "Avg prompt throughput: "
 #: The same split at its literal, for the batch scan: the tail, found by a fast literal-led scan
 #: of the whole text, and the head, which must fill its line from the start up to the tail.
 STATS_HEAD = re.compile(_STATS_HEAD, re.ASCII)
@@ -100,9 +102,12 @@ DEAD = re.compile(
     r"|(?:EngineCore|WorkerProc) failed to start|Engine background task failed"
     r"|(?:vllm\.[\w.]*\.)?(?:Async|MQ)?EngineDeadError)"
 )
-#: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES``; here with positions.
-_LIFE = r"INFO: +(Application startup complete|Shutting down|Finished server process)"
+#: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES`` (one group: the text);
+#: ``LIFE`` finds them on its own (``learn``), ``LIFE_AT`` checks a line's start up to the text.
+_LIFE_TEXT = r"Application startup complete|Shutting down|Finished server process"
+_LIFE = rf"INFO: +({_LIFE_TEXT})"
 LIFE = re.compile(rf"\n{PFX}?{_LIFE}", re.ASCII)
+LIFE_AT = re.compile(rf"{PFX}?INFO: +(?={_LIFE_TEXT})", re.ASCII)
 LOGO_MODEL = re.compile(r"\] [ \t]*[\u2580-\u259f][^\n]*? model {3}(\S+)")
 
 #: An error record's first line: an ERROR/CRITICAL line (vLLM header or uvicorn ``ERROR:``) or a

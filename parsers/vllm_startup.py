@@ -81,8 +81,6 @@ class Startup:
             self.starting = False
         else:
             new = False
-            if kind >= READY:  # up, or down: any start in progress is over
-                self.starting = False
         return new
 
     def serving(self) -> None:
