@@ -19,6 +19,7 @@ from logmetrics.plugins import ParserEntry, PluginError, discover
 
 DEFAULT_LISTEN = "0.0.0.0:9877"
 LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::1]:9877)"
+STATIC_LABELS = ("model",)  # labels an operator may set per input (--label); the others come from the log
 
 
 def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
@@ -57,6 +58,19 @@ def _listen(value: str) -> tuple[str, int]:
     elif ":" in host or "[" in host or "]" in host:
         raise UserError(f"--listen expects {LISTEN_FORMS}; an IPv6 address goes in brackets, got {value!r}")
     return host, int(port)
+
+
+def _label(spec: str) -> tuple[str | None, str, str]:
+    """``--label [GLOB:]NAME=VALUE``: the name ends at the first '=', the glob at the last ':' before it."""
+    left, eq, value = spec.partition("=")
+    glob, colon, name = left.rpartition(":")
+    if not eq or not name or not value or (colon and not glob):
+        raise UserError(f"--label expects [GLOB:]NAME=VALUE, e.g. model=llama-3-8b or 'vllm-*:model=llama-3-8b'; "
+                        f"got {spec!r}")
+    if name not in STATIC_LABELS:
+        raise UserError(f"--label {spec!r}: only {', '.join(STATIC_LABELS)} can be set per input; "
+                        f"{name!r} comes from the log")
+    return (glob if colon else None), name, value
 
 
 plugin_option = click.option(
@@ -100,6 +114,10 @@ def cli(verbose: int) -> None:
               help="The 'source' label for every input (default: the file path, 'stdin', or the compose service).")
 @click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
               help=ENVELOPE_HELP)
+@click.option("--label", "labels", multiple=True, metavar="[GLOB:]model=NAME",
+              help="Set the model label of every input, or with GLOB: of the inputs whose source label, path or "
+                   "file name matches it (fnmatch; the last ':' before the '=' ends it). It wins over the model "
+                   "the log names; a scoped one wins over an unscoped one. Repeatable.")
 @click.option("--from-beginning", is_flag=True,
               help="Read files present at start from their beginning (default: from their end, like tail -F).")
 @plugin_option
@@ -113,7 +131,7 @@ def cli(verbose: int) -> None:
 @click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True, metavar="BYTES",
               help="Longer lines are cut to this length and counted in logmetrics_lines_truncated_total.")
 def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
-          from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
+          labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
           state_file: str | None, max_line_bytes: int) -> None:
     """Follow log files and serve their metrics.
 
@@ -124,6 +142,7 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
       logmetrics watch /var/log/llm/
       docker logs -f vllm 2>&1 | logmetrics watch - --parser vllm --source vllm-0
       logmetrics watch --oneshot --parser vllm samples/vllm/v1-0.10.log
+      logmetrics watch /var/log/llm/ --label 'vllm-a*:model=llama-3-8b' --label 'vllm-b*:model=qwen-7b'
     """
     from logmetrics.runner import Options, run
 
@@ -131,10 +150,11 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
         raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
     if state_file:
         _check_state_file(state_file)
+    static = tuple(_label(spec) for spec in labels)
     entries = _entries(plugins, parser)
     opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
                    envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,
-                   max_line_bytes=max_line_bytes, state_file=state_file)
+                   max_line_bytes=max_line_bytes, state_file=state_file, labels=static)
     run(opts, entries)
 
 

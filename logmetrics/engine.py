@@ -3,6 +3,10 @@
 Each logical stream (a followed file, stdin, one compose service) has its own envelope state,
 record assembler and parser instance. The parser of a stream is chosen once: ``--parser``, else
 the parser that claims the path or source name, else the best ``sniff`` of its first lines.
+
+Static labels (``--label [GLOB:]model=NAME``) replace the model label of a stream's events: an
+operator's setting wins over what the parser learned. Scoped ones (GLOB matched against the source
+label, the path or the file name) win over unscoped ones; among each, the last one given.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from logmetrics.envelopes import Piece, Unwrapper
@@ -21,6 +27,7 @@ from logmetrics.store import Store, safe_label
 
 log = logging.getLogger(__name__)
 
+StaticLabel = tuple[str | None, str, str]  # (GLOB or None for every input, label name, value)
 UNROUTED = "none"
 SNIFF_MIN_SCORE = 0.3
 SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text while it is sniffed
@@ -63,6 +70,7 @@ class Stream:
     held_lines: int = 0
     time: float = 0.0
     unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
+    model: str | None = None  # a static model label (--label)
 
 
 class Engine:
@@ -70,7 +78,8 @@ class Engine:
 
     def __init__(self, parsers: dict[str, ParserEntry], store: Store, *, parser: str | None = None,
                  source: str | None = None, envelope: str = "auto", sniff_lines: int = 200,
-                 max_line_bytes: int = 1 << 20, lines_truncated: dict[str, int] | None = None) -> None:
+                 max_line_bytes: int = 1 << 20, lines_truncated: dict[str, int] | None = None,
+                 labels: Sequence[StaticLabel] = ()) -> None:
         self.parsers = parsers
         self.store = store
         self.forced = parser
@@ -87,6 +96,9 @@ class Engine:
         self._presets: dict[str, tuple[str, dict[str, object]]] = {}  # stream key -> parser, its state
         for entry in parsers.values():
             store.register(entry.cls.metrics)
+        self.labels = list(labels)
+        # where the model label sits in each family's own labels, for --label model=...
+        self._model_at = {f.name: f.labels.index("model") for f in store.families.values() if "model" in f.labels}
 
     # -- input -------------------------------------------------------------------------------
     def feed(self, chunk: Chunk) -> None:
@@ -132,6 +144,30 @@ class Engine:
                 self.store.drop_gauges(stream.source)
                 del self.streams[key]
 
+    def learn(self, path: str, parts: Sequence[bytes]) -> None:
+        """What was logged before a file's read position (its head, its last start-up block, in
+        file order, whole lines): routes its streams and gives each parser's ``learn`` the text.
+        Nothing is counted."""
+        unwrapper = Unwrapper(self.envelope)
+        texts: dict[str | None, list[str]] = {}
+        now = time.time()
+        pieces = [p for part in parts for p in unwrapper.feed(part, now)] + unwrapper.flush()
+        for piece in pieces:
+            texts.setdefault(piece.service, []).append(piece.text)
+        for service, text in texts.items():
+            stream = self._stream(path, service)
+            whole = "".join(text)
+            if not stream.routed:
+                entry = self._choose(stream, whole)
+                if entry is None:
+                    continue
+                self._route_to(stream, entry)
+            if stream.parser is not None:
+                try:
+                    stream.parser.learn(whole)
+                except Exception:  # a plugin's bug here must not stop the stream
+                    log.exception("parser %s: learn failed", stream.parser.name)
+
     # -- restarts ----------------------------------------------------------------------------
     def stream_states(self) -> list[dict[str, object]]:
         """Each routed stream's parser and its state, to go on with after a restart."""
@@ -173,6 +209,7 @@ class Engine:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = Stream(self.source_label(path, service), path)
+            stream.model = self._static_model(stream)
             preset = self._presets.pop(key, None)
             if preset is not None and self.forced in (None, preset[0]):
                 self._route_to(stream, self.parsers[preset[0]])
@@ -211,9 +248,19 @@ class Engine:
         for text in held:
             self._text(stream, text, None)
 
-    def _choose(self, stream: Stream) -> ParserEntry | None:
+    def _static_model(self, stream: Stream) -> str | None:
+        names = (stream.source, stream.path, os.path.basename(stream.path))
+        value = None
+        for scoped in (False, True):
+            for glob, _name, val in self.labels:
+                if (glob is not None) == scoped and (glob is None or any(fnmatch.fnmatch(n, glob) for n in names)):
+                    value = val
+        return value
+
+    def _choose(self, stream: Stream, first: str | None = None) -> ParserEntry | None:
         names = (os.path.basename(stream.path), stream.source, stream.path)
-        first = "".join(stream.held[:8])  # the first pieces hold the first lines
+        if first is None:
+            first = "".join(stream.held[:8])  # the first pieces hold the first lines
         lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]
         return choose(self.parsers, self.forced, names, lines)
 
@@ -234,6 +281,8 @@ class Engine:
             events, matched = parser.parse_batch(batch)
         except Exception:  # one bad batch must not stop the stream: retry record by record
             events, matched, errors = self._one_by_one(parser, batch)
+        if stream.model is not None and events:
+            events = self._relabel(events, stream.model)
         name = parser.name
         self.store.apply(events, name, stream.source)
         self.store.add_self_many((
@@ -248,6 +297,17 @@ class Engine:
                 stream.unmatched += lines
                 if stream.unmatched >= NO_MATCH_LINES:
                     self._no_match(stream)
+
+    def _relabel(self, events: list[Event], model: str) -> list[Event]:
+        """The events with their model label set to the static one (few per batch)."""
+        at = self._model_at
+        out: list[Event] = []
+        for ev in events:
+            i = at.get(ev.metric)
+            if i is not None and i < len(ev.labels) and ev.labels[i] != model:
+                ev = ev._replace(labels=(*ev.labels[:i], model, *ev.labels[i + 1:]))
+            out.append(ev)
+        return out
 
     def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
         events: list[Event] = []

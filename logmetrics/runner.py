@@ -27,6 +27,7 @@ from logmetrics.store import Store
 Sample = tuple[str, tuple[str, ...], float]
 SAVE_EVERY = 10.0  # seconds between saves of the state file, at a quiet moment
 SAVE_AT_LATEST = 30.0  # ... or, under continuous input, at the latest
+LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before its end, this much of each
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Options:
     poll_interval: float
     max_line_bytes: int
     state_file: str | None = None
+    labels: tuple[tuple[str | None, str, str], ...] = ()  # --label: (GLOB or None, name, value)
 
 
 def tune_allocator() -> None:
@@ -76,6 +78,23 @@ def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Samp
                          ("logmetrics_lag_bytes", stats.lag_bytes)):
         out += [(name, (label(stream),), float(v)) for stream, v in list(values.items())]
     return out
+
+
+def read_before(path: str, offset: int, size: int = LEARN_BYTES) -> list[bytes]:
+    """Whole lines logged before ``offset``: the file's first ``size`` bytes and the last ``size``
+    bytes before ``offset`` (where its last start-up block most likely is), or all of it if short."""
+    try:
+        with open(path, "rb") as f:
+            if offset <= 2 * size:
+                data = f.read(offset)
+                return [data[: data.rfind(b"\n") + 1]]
+            head = f.read(size)
+            f.seek(offset - size)
+            tail = f.read(size)
+    except OSError as exc:  # it was readable a moment ago; without it the stream only learns later
+        log.debug("cannot read what came before the end of %s: %s", path, exc)
+        return []
+    return [head[: head.rfind(b"\n") + 1], tail[tail.find(b"\n") + 1 : tail.rfind(b"\n") + 1]]
 
 
 class Progress:
@@ -119,7 +138,8 @@ class Runner:
         self.store = Store()
         self.stats = SourceStats()
         self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
-                             max_line_bytes=opts.max_line_bytes, lines_truncated=self.stats.lines_truncated)
+                             max_line_bytes=opts.max_line_bytes, lines_truncated=self.stats.lines_truncated,
+                             labels=opts.labels)
         files = [p for p in opts.paths if p != "-"]
         try:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
@@ -192,6 +212,8 @@ class Runner:
         if self.tailer is not None:
             chunks += self.tailer.poll()
             gone = self.tailer.vanished()
+            for path, offset in self.tailer.started_at_end():
+                self.engine.learn(path, read_before(path, offset))
         if self.stdin is not None:
             chunks += self.stdin.poll()
         for chunk in chunks:

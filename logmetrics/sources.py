@@ -161,6 +161,7 @@ class FileTailer:
         self._reported: set[str] = set()
         self._first = True
         self._vanished: list[str] = []  # streams whose last file was closed, not yet reported
+        self._at_end: list[tuple[str, int]] = []  # files started at their end, and that offset, not yet reported
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
         self._resumed_at: float | None = None  # when they were saved
         self._seq = 0
@@ -324,6 +325,8 @@ class FileTailer:
             self._start_at_end.discard(ident)
             end = not self._from_beginning and size > 0
             skip = end and os.pread(fd, 1, size - 1) != b"\n"  # started mid-line: skip to the next line
+            if end:
+                self._at_end.append((path, size))
             self._follow(fd, ident, head, path, path, size if end else 0, size, active=True, skip=skip)
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
@@ -464,6 +467,11 @@ class FileTailer:
         """Streams whose files are all gone (deleted, not replaced) since the last call."""
         gone, self._vanished = self._vanished, []
         return gone
+
+    def started_at_end(self) -> list[tuple[str, int]]:
+        """Files (stream = path) first read from their end since the last call, with that offset."""
+        found, self._at_end = self._at_end, []
+        return found
 
     def flush(self) -> list[Chunk]:
         """End of input: every held partial last line, with a newline appended."""
