@@ -442,13 +442,13 @@ class VllmParser(Parser):
     def _life(self, t: str, life: list[tuple[int, int, str]], before: list[Event], after: list[Event]) -> int:
         """Lifecycle lines of a text without start-up lines (one model), without cutting it in segments.
 
-        Only the order against the stats lines matters: a stop followed by stats lines resets the
-        gauges before them (events in ``before``), a stop after the last stats line resets them after
-        (``after``), and the last line says whether the server is ready. Returns the records matched.
+        Only the order against the stats lines matters: if stats lines follow the last stop, the
+        reset goes before their gauges (events in ``before``), else after them (``after``); the last
+        line says whether the server is ready. Returns the records matched.
         """
         life.sort()
         matched = 0
-        first_stop = -1
+        last_stop = -1
         live = bool(self._engines) or self.model != UNKNOWN_MODEL
         stats_at = t.find(P.STATS_MARK)
         for pos, kind, _ in life:
@@ -456,20 +456,17 @@ class VllmParser(Parser):
                 self._ready = counted = True
             else:
                 down = self._ready or live or 0 <= stats_at < pos  # as ``_down`` decides
-                first_stop = pos if down and first_stop < 0 else first_stop
+                last_stop = pos if down else last_stop
                 counted = down and kind == STOPPED  # DEAD lines are errors, counted as such
                 self._ready = self._announce = False
             if counted:
                 matched += 1
                 self._records.dynamic.add(t.rfind("\n", 0, pos))
         model = (self.model,)
-        last_at, last = life[-1][:2]
-        if first_stop >= 0:
-            stats_at = t.rfind(P.STATS_MARK)
-            if last == READY or stats_at > first_stop:
-                before.append(Event("backend_ready", model, 0, rule="down"))
-            if last != READY and stats_at < last_at:
-                after.append(Event("backend_ready", model, 0, rule="down"))
+        last = life[-1][1]
+        if last_stop >= 0:  # the reset goes before the gauges if a stats line follows the last stop
+            (before if t.rfind(P.STATS_MARK) > last_stop else after).append(
+                Event("backend_ready", model, 0, rule="down"))
         if last == READY:
             after.append(Event("backend_ready", model, 1, rule="ready"))
         return matched

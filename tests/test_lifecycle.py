@@ -153,3 +153,52 @@ def test_last_line_timestamp_is_the_envelope_time_else_the_read_time(tmp_path: P
     name = "logmetrics_last_line_timestamp_seconds"
     assert total(got, name, source=str(docker)) == calendar.timegm((2025, 4, 6, 7, 56, 42)) + 0.5
     assert before <= total(got, name, source=str(plain)) <= time.time()
+
+
+PLUGIN = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Toy(Parser):
+    name = "toy"
+    claims = ("*toy*",)
+
+    def parse(self, record):
+        word, _, value = record.text.partition(" ")
+        if word == "load":
+            return [Event("llm_requests_running", ("m",), float(value)),
+                    Event("llm_kv_cache_usage_ratio", ("m",), 0.5)]
+        if word == "ready":
+            return [Event("backend_ready", ("m",), 1)]
+        if word == "dead":
+            return [Event("backend_ready", ("m",), 0)]
+        return []
+'''
+
+
+def test_any_parser_gets_the_reset_by_emitting_backend_ready_zero(tmp_path: Path) -> None:
+    """A plugin that only sets backend_ready 0 makes the engine reset its backend's other gauges."""
+    plugin = tmp_path / "toy.py"
+    plugin.write_text(PLUGIN)
+    dead, alive = tmp_path / "toy-dead.log", tmp_path / "toy-alive.log"
+    dead.write_text("ready\nload 7\ndead\n")
+    alive.write_text("ready\nload 3\n")
+    got = oneshot_metrics("--plugin", str(plugin), str(dead), str(alive))
+    assert total(got, "llm_requests_running", source=str(dead)) == 0
+    assert total(got, "llm_kv_cache_usage_ratio", source=str(dead)) == 0
+    assert total(got, "backend_ready", source=str(dead)) == 0
+    assert total(got, "llm_requests_running", source=str(alive)) == 3
+    assert total(got, "backend_ready", source=str(alive)) == 1
+
+
+def test_batches_without_start_up_lines_keep_the_order_of_stops_and_stats() -> None:
+    """Without start-up lines in a batch, a stop after stats resets them, stats after a stop set them."""
+    key = ("llm_requests_running", ("vllm", "s", "big"))
+    ready = ("backend_ready", ("vllm", "s", "big"))
+    store = store_after(START + READY, STATS + SHUTDOWN)
+    assert (store.gauges[key], store.gauges[ready]) == (0.0, 0.0)
+    store = store_after(START + READY, STATS + SHUTDOWN + READY)
+    assert (store.gauges[key], store.gauges[ready]) == (0.0, 1.0)
+    store = store_after(START + READY, STATS + FATAL + READY + STATS.replace("Running: 3", "Running: 1"))
+    assert (store.gauges[key], store.gauges[ready]) == (1.0, 1.0)
