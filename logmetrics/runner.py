@@ -28,6 +28,8 @@ Sample = tuple[str, tuple[str, ...], float]
 SAVE_EVERY = 10.0  # seconds between saves of the state file, at a quiet moment
 SAVE_AT_LATEST = 30.0  # ... or, under continuous input, at the latest
 LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before its end, this much of each
+LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and share LEARN_TOTAL_BYTES
+LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +214,10 @@ class Runner:
         if self.tailer is not None:
             chunks += self.tailer.poll()
             gone = self.tailer.vanished()
-            for path, offset in self.tailer.started_at_end():
-                self.engine.learn(path, read_before(path, offset))
+            started = self.tailer.started_at_end()
+            size = max(LEARN_MIN_BYTES, min(LEARN_BYTES, LEARN_TOTAL_BYTES // (2 * len(started) or 1)))
+            for path, offset in started:  # thousands of big files must not mean gigabytes read at start
+                self.engine.learn(path, read_before(path, offset, size))
         if self.stdin is not None:
             chunks += self.stdin.poll()
         for chunk in chunks:
