@@ -30,9 +30,11 @@ from logmetrics.tailfile import (
     TailFile,
     Watcher,
     copy_name,
+    descriptor_budget,
     discover,
     is_copy,
     is_glob,
+    out_of_descriptors,
     read_head,
     watch_root,
 )
@@ -41,6 +43,9 @@ log = logging.getLogger(__name__)
 
 POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file does not starve others
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
+COPY_WAIT = 10.0  # seconds a look-alike of a followed file waits for the truncation that makes it a copy
+OLD_MARGIN = 1.0  # a file first seen after start but last written this long before start is read from its end
+TAIL_CHECK = 256  # bytes compared at the end of a presumed copy with the original at the same place
 
 
 class Chunk(NamedTuple):
@@ -65,6 +70,7 @@ class SourceStats:
     truncations: dict[str, int] = field(default_factory=dict)
     read_errors: dict[str, int] = field(default_factory=dict)
     open_files: int = 0
+    files_waiting: int = 0
     lag_bytes: dict[str, int] = field(default_factory=dict)
 
 
@@ -105,6 +111,8 @@ class _Known:
     head: bytes
     offset: int | None  # read on from here if it grows; None: a copy, read only if its original is truncated
     pending: bytes = b""  # the partial line its original held when truncated
+    since: float = 0.0  # a presumed copy: when it last changed; it is read as a new file if no truncation follows
+    size: int = -1  # a presumed copy: its size when its content was last compared with the original
 
 
 @dataclass(slots=True)
@@ -117,12 +125,15 @@ class _Cut:
     pending: bytes
 
 
-def _validate(path: str) -> None:
+def _validate(path: str, wait_for_missing: bool) -> None:
     if is_glob(path):
         return
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
+        if wait_for_missing:
+            log.warning("%s does not exist yet; waiting for it", path)
+            return
         raise SourceError(f"logmetrics: no such file or directory: {path}") from None
     except OSError as err:
         raise SourceError(f"logmetrics: cannot access {path}: {err.strerror}") from None
@@ -142,23 +153,36 @@ class FileTailer:
         max_line_bytes: int = 1 << 20,
         read_size: int = 128 * 1024,
         rotate_wait: float = ROTATE_WAIT,
+        copy_wait: float = COPY_WAIT,
         poll_budget: int = POLL_BUDGET,
+        max_open: int | None = None,
+        wait_for_missing: bool = False,
+        strict: bool = False,
     ) -> None:
         for path in paths:
-            _validate(path)
+            _validate(path, wait_for_missing)
         self.stats = stats
         self._paths = list(paths)
         self._from_beginning = from_beginning
         self._max_line = max_line_bytes
         self._read_size = read_size
         self._rotate_wait = rotate_wait
+        self._copy_wait = copy_wait
+        self._max_open = max(2, max_open if max_open is not None else descriptor_budget())
+        self._nopen = 0  # files in _files holding a descriptor (the others are parked: idle, closed)
+        self._idle: list[TailFile] | None = None  # parking candidates this poll, least recently active last
+        self._waiting: set[str] = set()  # paths that wait for a descriptor in this poll
+        self._walk_incomplete = False  # a directory could not be listed (no descriptor): forget nothing
+        self._strict = strict  # errors on the PATH arguments themselves are kept for failed_args(), not logged
+        self._args = {os.path.normpath(p) for p in paths if not is_glob(p)}
+        self._started = 0.0  # when the first poll began (Unix time)
         self._budget = max(poll_budget, read_size)
-        self._files: dict[Ident, TailFile] = {}  # open files
+        self._files: dict[Ident, TailFile] = {}  # followed files (open, or parked while idle)
         self._active: dict[str, Ident] = {}  # stream -> the file now at its path
         self._known: dict[Ident, _Known] = {}
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
-        self._start_at_end: set[Ident] = set()  # present at the first poll but not readable then
-        self._reported: set[str] = set()
+        self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
+        self._reported: dict[str, str] = {}  # path -> the error reported for it
         self._first = True
         self._vanished: list[str] = []  # streams whose last file was closed, not yet reported
         self._at_end: list[tuple[str, int]] = []  # files started at their end, and that offset, not yet reported
@@ -205,45 +229,66 @@ class FileTailer:
         """One pass: find files, follow rotation and truncation, read what is there (bounded per file)."""
         if self._watcher is not None:
             self._watcher.retry()
+        if self._first:
+            self._started = time.time()
+        self._idle = None
+        self._waiting = set()
         cuts = self._check_open_files()
         self._scan(cuts)
         self._first = False
         return self._read_all()
 
     def _report(self, path: str, err: OSError) -> None:
+        if out_of_descriptors(err):
+            self._waiting.add(path)  # not unreadable: tried again at the next poll
+            return
         if path not in self._reported:
-            self._reported.add(path)
+            reason = err.strerror or str(err)
+            self._reported[path] = reason
             self.stats.read_errors[path] = self.stats.read_errors.get(path, 0) + 1
-            log.warning("cannot read %s: %s", path, err.strerror or err)
+            if not (self._strict and os.path.normpath(path) in self._args):
+                log.warning("cannot read %s: %s", path, reason)
+
+    def failed_args(self) -> list[str]:
+        """The PATH arguments that could not be read, each as a one-line message."""
+        return [f"cannot read {path}: {reason}" for path, reason in self._reported.items()
+                if os.path.normpath(path) in self._args]
 
     def _check_open_files(self) -> list[_Cut]:
         """Find the open files whose content was cut (copytruncate) and restart them at 0."""
         cuts: list[_Cut] = []
         for f in list(self._files.values()):
-            try:
-                if not f.truncated():
-                    continue
-                pending = f.cutter.reset()
-                cut = _Cut(f.stream, f.head, f.offset, pending)
-                f.seek(0)
-                f.head = read_head(f.fd)
-            except OSError as err:
-                self._report(f.path, err)
-                continue
-            cuts.append(cut)
-            self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
-            for known in self._known.values():
-                if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
-                    known.offset, known.pending = cut.offset, pending
+            if f.fd >= 0:
+                self._check_cut(f, cuts)
         return cuts
 
+    def _check_cut(self, f: TailFile, cuts: list[_Cut]) -> None:
+        try:
+            if not f.truncated():
+                return
+            pending = f.cutter.reset()
+            cut = _Cut(f.stream, f.head, f.offset, pending)
+            f.seek(0)
+            f.head = read_head(f.fd)
+        except OSError as err:
+            self._report(f.path, err)
+            return
+        cuts.append(cut)
+        self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
+        for known in self._known.values():
+            if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
+                known.offset, known.pending = cut.offset, pending
+
     def _walk_error(self, err: OSError) -> None:
-        if not isinstance(err, FileNotFoundError) and err.filename:
+        if out_of_descriptors(err):
+            self._walk_incomplete = True
+        elif not isinstance(err, FileNotFoundError) and err.filename:
             self._report(os.fsdecode(err.filename), err)
 
     def _scan(self, cuts: list[_Cut]) -> None:
         present: set[str] = set()
         idents: set[Ident] = set()
+        self._walk_incomplete = False
         for path in discover(self._paths, self._walk_error):
             try:
                 st = os.stat(path)
@@ -257,9 +302,11 @@ class FileTailer:
                 present.add(path)
                 idents.add(ident)
                 try:
-                    self._place(path, ident, st.st_size, cuts)
+                    self._place(path, ident, st.st_size, st.st_mtime, cuts)
                 except OSError as err:
                     self._report(path, err)
+        if self._walk_incomplete:
+            return  # what was not listed may still be there: decide at the next poll
         for stream in [s for s in self._active if s not in present]:
             self._drain(self._files[self._active.pop(stream)])
         for ident in [i for i in self._known if i not in idents]:
@@ -269,7 +316,7 @@ class FileTailer:
         f.draining = True
         f.idle_since = time.monotonic()
 
-    def _place(self, path: str, ident: Ident, size: int, cuts: list[_Cut]) -> None:
+    def _place(self, path: str, ident: Ident, size: int, mtime: float, cuts: list[_Cut]) -> None:
         """Decide what the file at ``path`` is: the same, a rotation, a copy, already known, or new."""
         current = self._active.get(path)
         if current is not None and current != ident:  # replaced: drain the old one first
@@ -280,19 +327,23 @@ class FileTailer:
             if f.stream == path and path not in self._active:
                 f.draining = False
                 self._active[path] = ident
+            if f.fd < 0 and size != f.offset:
+                self._unpark(f, path, size, cuts)
             return
         if self._first and self._resumed_at is not None and self._place_resumed(path, ident):
             return
         known = self._known.get(ident)
+        proven_new = False
         if known is not None:
             if known.offset is None:
-                original = self._files.get(self._active.get(known.stream, (-1, -1)))
-                if original is None or size <= original.size:
+                if self._still_copy(path, known, size):
                     return  # still a copy of what was (or is being) read from its original
+                del self._known[ident]  # not a copy after all: a new file
+                known, proven_new = None, True
             elif size == known.offset:
                 return
         if self._first:
-            self._start_at_end.add(ident)
+            self._start_at_end[ident] = size
         opened = self._open(path)
         if opened is None:
             return
@@ -302,7 +353,7 @@ class FileTailer:
             if known.offset is not None and size > known.offset and head.startswith(known.head):
                 self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
                 return
-        if not self._first and ident not in self._start_at_end:
+        if not self._first and not proven_new and ident not in self._start_at_end:
             for cut in cuts:  # logrotate's copy of a file just truncated: holds what we had not read yet
                 if is_copy(head, cut.head) and copy_name(path, cut.stream):
                     cuts.remove(cut)
@@ -311,25 +362,63 @@ class FileTailer:
             for f in self._files.values():
                 if f.draining or size > f.size or not copy_name(path, f.stream):
                     continue
-                if is_copy(head, f.head):
-                    self._known[ident] = _Known(f.stream, head, None)  # a copy, made before the truncation
+                if is_copy(head, f.head) or (f.head.startswith(head) and len(head) < len(f.head)):
+                    # a copy made before the truncation (or still being written): held back until the
+                    # truncation comes, or read as a new file once it proves to be one
+                    self._known[ident] = _Known(f.stream, head, None, since=time.monotonic(), size=size)
                     os.close(fd)
+                    self._nopen -= 1
                     return
-                if f.head.startswith(head) and len(head) < len(f.head):
-                    os.close(fd)  # maybe a copy still being written (empty so far, or its first bytes):
-                    return  # decide at a later poll, once it holds the whole fingerprint or differs
         if path in self._streams:
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
             self._follow(fd, ident, head, path, path, 0, size, active=True)
         elif ident in self._start_at_end:
-            self._start_at_end.discard(ident)
-            end = not self._from_beginning and size > 0
-            skip = end and os.pread(fd, 1, size - 1) != b"\n"  # started mid-line: skip to the next line
-            if end:
-                self._at_end.append((path, size))
-            self._follow(fd, ident, head, path, path, size if end else 0, size, active=True, skip=skip)
+            at = self._start_at_end.pop(ident)
+            self._follow_from(fd, ident, head, path, at if at <= size else 0, size)
+        elif not self._from_beginning and not proven_new and mtime < self._started - OLD_MARGIN:
+            self._follow_from(fd, ident, head, path, size, size)  # there at start, but not seen then
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _follow_from(self, fd: int, ident: Ident, head: bytes, path: str, at: int, size: int) -> None:
+        """Follow a file that was there at start from ``at`` (its end then), or from its start."""
+        end = not self._from_beginning and at > 0
+        skip = end and os.pread(fd, 1, at - 1) != b"\n"  # started mid-line: skip to the next line
+        self._follow(fd, ident, head, path, path, at if end else 0, size, active=True, skip=skip)
+        if end:
+            self._at_end.append((path, at))
+
+    def _still_copy(self, path: str, known: _Known, size: int) -> bool:
+        """Whether a file held back as a copy of a followed one still looks like one."""
+        now = time.monotonic()
+        original = self._files.get(self._active.get(known.stream, (-1, -1)))
+        if original is None:
+            return now - known.since < self._copy_wait
+        if size > original.size:
+            return False  # grew past its original
+        if size != known.size:  # changed (a copy still being written?): compare its content again
+            known.since, known.size = now, size
+            if original.fd >= 0 and not self._same_content(path, known, original, size):
+                return False
+        return now - known.since < self._copy_wait
+
+    def _same_content(self, path: str, known: _Known, original: TailFile, size: int) -> bool:
+        """Whether the file at ``path`` starts like ``original`` and its last bytes match it there."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return True  # cannot tell now: look again at the next change
+        try:
+            head = read_head(fd)
+            if not (is_copy(head, original.head) or original.head.startswith(head)):
+                return False
+            known.head = head
+            start = max(0, size - TAIL_CHECK)
+            return os.pread(fd, size - start, start) == os.pread(original.fd, size - start, start)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
 
     def _place_resumed(self, path: str, ident: Ident) -> bool:
         """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
@@ -368,12 +457,9 @@ class FileTailer:
         self._streams.add(stream)
 
     def _open(self, path: str) -> tuple[int, int, bytes] | None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as err:
-            self._report(path, err)
+        """Open ``path`` (counted in ``_nopen``): (fd, size, head), or None if gone, unreadable or no room."""
+        fd = self._open_fd(path)
+        if fd is None:
             return None
         try:
             st = os.fstat(fd)
@@ -382,7 +468,68 @@ class FileTailer:
         except OSError as err:
             self._report(path, err)
         os.close(fd)
+        self._nopen -= 1
         return None
+
+    def _open_fd(self, path: str) -> int | None:
+        """A descriptor for ``path``, parking idle files to stay within the budget; None: see _report."""
+        if self._nopen >= self._max_open and not self._make_room():
+            self._waiting.add(path)
+            return None
+        for attempt in range(2):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as err:
+                if attempt == 0 and out_of_descriptors(err):
+                    self._max_open = max(2, self._nopen - 8)  # the budget was too high for this process
+                    if self._make_room():
+                        continue
+                self._report(path, err)
+                return None
+            self._nopen += 1
+            return fd
+        return None
+
+    def _make_room(self) -> bool:
+        """Park the least recently active idle file (read to its end); False if there is none."""
+        for _ in range(2):
+            if self._idle is None:
+                idle = [f for f in self._files.values() if f.fd >= 0 and not f.draining]
+                idle.sort(key=lambda f: f.idle_since, reverse=True)
+                self._idle = idle
+            while self._idle:
+                f = self._idle.pop()
+                if f.fd >= 0 and not f.draining and f.offset >= f.size and self._files.get(f.ident) is f:
+                    f.park()
+                    self._nopen -= 1
+                    return True
+            self._idle = None  # files opened since may be idle by now: look once more
+            if not any(f.fd >= 0 and not f.draining and f.offset >= f.size for f in self._files.values()):
+                return False
+        return False
+
+    def _unpark(self, f: TailFile, path: str, size: int, cuts: list[_Cut]) -> None:
+        """Reopen a parked file that changed (``size`` from stat), if its path still leads to it."""
+        f.size = size  # for lag and files_waiting until it is reopened
+        fd = self._open_fd(path)
+        if fd is None:
+            return
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != f.ident:  # replaced meanwhile: placed at the next poll
+                os.close(fd)
+                self._nopen -= 1
+                return
+            f.fd = fd
+            f.path = path
+            os.lseek(fd, f.offset, os.SEEK_SET)
+        except OSError as err:
+            self._report(path, err)
+            return
+        f.size = f.offset  # so that truncated() compares the head if it grew: replaced content is a cut
+        self._check_cut(f, cuts)
 
     def _follow(
         self,
@@ -402,6 +549,7 @@ class FileTailer:
         f = TailFile(stream, path, fd, ident, head, LineCutter(self._max_line), self._seq)
         f.seek(offset)
         f.size = size
+        f.idle_since = time.monotonic()
         f.cutter.skipping = skip
         f.cutter.pending += pending
         self._files[ident] = f
@@ -425,7 +573,14 @@ class FileTailer:
         now = time.monotonic()
         for f in sorted(self._files.values(), key=lambda f: (f.stream, not f.draining, f.seq)):
             stream = f.stream
-            if stream not in held:
+            if f.fd < 0:  # parked: reopened by _scan once it changes
+                if f.offset < f.size:
+                    held.add(stream)
+                    self._waiting.add(f.path)
+                elif f.draining and now - f.idle_since >= self._rotate_wait:
+                    self._retire(f, chunks)
+                    continue
+            elif stream not in held:
                 try:
                     data, nbytes, at_end = f.read(self._read_size, self._budget)
                 except OSError as err:
@@ -450,6 +605,7 @@ class FileTailer:
             lag[stream] = lag.get(stream, 0) + max(0, f.size - f.offset)
         stats.lag_bytes = lag
         stats.open_files = len(self._files)
+        stats.files_waiting = len(self._waiting)
         return chunks
 
     def _retire(self, f: TailFile, chunks: list[Chunk]) -> None:
@@ -457,6 +613,8 @@ class FileTailer:
         line = f.cutter.flush()
         if line:
             chunks.append(Chunk(f.stream, line, time.time()))
+        if f.fd >= 0:
+            self._nopen -= 1
         f.close()
         del self._files[f.ident]
         self._known[f.ident] = _Known(f.stream, f.head, f.offset)
@@ -491,4 +649,5 @@ class FileTailer:
             f.close()
         self._files.clear()
         self._active.clear()
+        self._nopen = 0
         self.stats.open_files = 0

@@ -8,9 +8,12 @@ nothing runs per line in Python unless a line is longer than the cap.
 
 from __future__ import annotations
 
+import errno
 import glob
 import logging
 import os
+import re
+import resource
 from collections.abc import Callable, Sequence
 
 from watchdog.events import (
@@ -150,10 +153,24 @@ def is_copy(head: bytes, original: bytes) -> bool:
     return bool(original) and head.startswith(original)
 
 
+_COPY_SUFFIX = re.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
+_DATE_BEFORE_EXT = re.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
+
+
 def copy_name(path: str, original: str) -> bool:
-    """Whether ``path`` is named like a rotated copy of ``original`` (x.log.1, x.log-2024…, x-2024….log)."""
+    """Whether ``path`` is named like a rotated copy of ``original``.
+
+    A copy is the original's name plus a suffix after a separator (x.log.1, x.log-20240101,
+    x.log.2024-01-01), or a date or number inserted before its extension (x-20240101.log).
+    ``vllm-10.log`` is not a copy of ``vllm-1.log``.
+    """
     name, orig = os.path.basename(path), os.path.basename(original)
-    return name != orig and name.startswith(os.path.splitext(orig)[0])
+    if name.startswith(orig) and _COPY_SUFFIX.fullmatch(name, len(orig)):
+        return True
+    stem, ext = os.path.splitext(orig)
+    if not ext or not name.endswith(ext) or not name.startswith(stem):
+        return False
+    return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
 
 
 class TailFile:
@@ -175,6 +192,11 @@ class TailFile:
         self.size = 0  # from the last fstat
         self.draining = False  # replaced or gone: read to its end, closed once idle
         self.idle_since = 0.0
+
+    def park(self) -> None:
+        """Close the descriptor of an idle file to make room; it is reopened by path when it grows."""
+        self.close()
+        self.fd = -1
 
     def seek(self, offset: int) -> None:
         """Continue reading at ``offset``."""
@@ -219,7 +241,9 @@ class TailFile:
         return b"".join(parts), total, at_end
 
     def close(self) -> None:
-        """Release the file descriptor."""
+        """Release the file descriptor (if open)."""
+        if self.fd < 0:
+            return
         try:
             os.close(self.fd)
         except OSError:
@@ -235,17 +259,95 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[s
     """The files named by ``paths`` now (files, directories recursively, globs), sorted.
 
     Compressed and temporary rotations found in directories and globs are left out; a file named
-    explicitly is always kept.
+    explicitly is always kept. Symlinked subdirectories are followed, each directory walked once
+    (a symlink loop ends there; real paths are walked before symlinked ones).
     """
     found: set[str] = set()
+    seen: set[Ident] = set()
     for arg in paths:
         for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
             if os.path.isdir(path):
-                for top, _dirs, names in os.walk(path, onerror=onerror):
-                    found.update(os.path.join(top, n) for n in names if not n.endswith(IGNORED_SUFFIXES))
+                _walk(path, seen, found, onerror)
             elif path == arg or not path.endswith(IGNORED_SUFFIXES):
                 found.add(path)
     return sorted(found)
+
+
+def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSError], None]) -> None:
+    """Add the files under directory ``top`` to ``found``; ``seen`` holds the directories walked."""
+    try:
+        st = os.stat(top)
+    except OSError as err:
+        onerror(err)
+        return
+    if (st.st_dev, st.st_ino) in seen:
+        return
+    seen.add((st.st_dev, st.st_ino))
+    todo: list[tuple[str, int]] = [(top, st.st_dev)]
+    linked: list[str] = []  # symlinked directories: walked after every real one
+    while todo or linked:
+        if not todo:
+            path = linked.pop()
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # dangling, or gone
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            todo.append((path, st.st_dev))
+        directory, dev = todo.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = list(it)
+        except OSError as err:
+            onerror(err)
+            continue
+        for entry in entries:
+            try:
+                if entry.is_symlink():
+                    if entry.is_dir():
+                        linked.append(entry.path)
+                    elif not entry.name.endswith(IGNORED_SUFFIXES):
+                        found.add(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    key = (dev, entry.inode())
+                    if key not in seen:
+                        seen.add(key)
+                        todo.append((entry.path, dev))
+                elif not entry.name.endswith(IGNORED_SUFFIXES):
+                    found.add(entry.path)
+            except OSError:
+                continue  # gone meanwhile
+
+
+def out_of_descriptors(err: OSError) -> bool:
+    """Whether ``err`` says the process or the system ran out of file descriptors."""
+    return err.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft limit on open files to the hard limit; return the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (OSError, ValueError) as err:
+            log.debug("cannot raise the open-file limit to %s: %s", want, err)
+    return soft
+
+
+def descriptor_budget() -> int:
+    """How many log files may be open at once: most of the soft limit, leaving room for the rest.
+
+    Sockets, inotify, directory walks, the state file and the interpreter need some descriptors.
+    """
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(8, min(soft * 3 // 4, soft - 64))
 
 
 def watch_root(path: str) -> tuple[str, bool]:
