@@ -107,7 +107,9 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_truncations_total", "counter", ("source",), "File truncations followed (copytruncate)."),
     _f("logmetrics_label_overflow_total", "counter", ("metric", "label"),
        "Label values folded into __other__ by the cardinality guard."),
-    _f("logmetrics_open_files", "gauge", (), "Files currently followed."),
+    _f("logmetrics_open_files", "gauge", (), "Files currently followed (open, or closed while idle)."),
+    _f("logmetrics_files_waiting", "gauge", (),
+       "Files waiting for a file descriptor (out of open files): read once one is free."),
     _f("logmetrics_lag_bytes", "gauge", ("source",), "Bytes written to a file and not yet read."),
     _f("logmetrics_last_line_timestamp_seconds", "gauge", ("source",),
        "Unix time of the last line read from each source: its envelope timestamp where it has one, "

@@ -23,6 +23,7 @@ from logmetrics.procs import ProcessWatcher
 from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
 from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
+from logmetrics.tailfile import raise_open_file_limit
 
 Sample = tuple[str, tuple[str, ...], float]
 SAVE_EVERY = 10.0  # seconds between saves of the state file, at a quiet moment
@@ -71,7 +72,8 @@ def tune_allocator() -> None:
 
 def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Sample]:
     """The tailer's figures as samples of the engine's own families, per source label."""
-    out: list[Sample] = [("logmetrics_open_files", (), float(stats.open_files))]
+    out: list[Sample] = [("logmetrics_open_files", (), float(stats.open_files)),
+                         ("logmetrics_files_waiting", (), float(stats.files_waiting))]
     for name, values in (("logmetrics_bytes_read_total", stats.bytes_read),
                          ("logmetrics_lines_truncated_total", stats.lines_truncated),
                          ("logmetrics_rotations_total", stats.rotations),
@@ -145,7 +147,8 @@ class Runner:
         files = [p for p in opts.paths if p != "-"]
         try:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
-                                     max_line_bytes=opts.max_line_bytes) if files else None
+                                     max_line_bytes=opts.max_line_bytes, wait_for_missing=opts.listen is not None,
+                                     strict=opts.listen is None) if files else None
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("logmetrics: ")) from exc
         self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None
@@ -271,12 +274,16 @@ class Runner:
 def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
     """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM."""
     tune_allocator()
+    raise_open_file_limit()
     runner = Runner(opts, entries)
     try:
         if opts.listen is None:
             runner.drain(Progress(sys.stderr) if sys.stderr.isatty() else None)
             sys.stdout.buffer.write(text(runner.registry))
             sys.stdout.flush()
+            failed = runner.tailer.failed_args() if runner.tailer is not None else []
+            if failed:  # what could be read is printed; a named input that could not be read fails the run
+                raise UserError("; ".join(failed))
             return
         host, port = opts.listen
         try:

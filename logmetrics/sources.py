@@ -141,6 +141,14 @@ def _validate(path: str, wait_for_missing: bool) -> None:
         raise SourceError(f"logmetrics: not a regular file or directory: {path}")
 
 
+def _same_tail(fd: int, original: TailFile, size: int) -> bool:
+    """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
+    if original.fd < 0 or size <= 0:
+        return True  # nothing to compare (now)
+    start = max(0, size - TAIL_CHECK)
+    return os.pread(fd, size - start, start) == os.pread(original.fd, size - start, start)
+
+
 class FileTailer:
     """Follows the files under ``paths``; ``poll()`` returns the whole lines written since the last one."""
 
@@ -362,7 +370,7 @@ class FileTailer:
             for f in self._files.values():
                 if f.draining or size > f.size or not copy_name(path, f.stream):
                     continue
-                if is_copy(head, f.head) or (f.head.startswith(head) and len(head) < len(f.head)):
+                if (is_copy(head, f.head) or f.head.startswith(head)) and _same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one
                     self._known[ident] = _Known(f.stream, head, None, since=time.monotonic(), size=size)
@@ -413,8 +421,7 @@ class FileTailer:
             if not (is_copy(head, original.head) or original.head.startswith(head)):
                 return False
             known.head = head
-            start = max(0, size - TAIL_CHECK)
-            return os.pread(fd, size - start, start) == os.pread(original.fd, size - start, start)
+            return _same_tail(fd, original, size)
         except OSError:
             return True
         finally:

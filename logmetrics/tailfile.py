@@ -287,6 +287,7 @@ def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSErro
     linked: list[str] = []  # symlinked directories: walked after every real one
     while todo or linked:
         if not todo:
+            linked.sort(reverse=True)  # the first by name wins, whatever the listing order
             path = linked.pop()
             try:
                 st = os.stat(path)

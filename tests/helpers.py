@@ -39,10 +39,11 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 class Server:
     """A running 'logmetrics watch ... --listen 127.0.0.1:0' process."""
 
-    def __init__(self, *args: str, cwd: Path | None = None, stdin: int = subprocess.DEVNULL) -> None:
+    def __init__(self, *args: str, cwd: Path | None = None, stdin: int = subprocess.DEVNULL,
+                 preexec_fn: Callable[[], object] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args],
-            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn)
         assert self.proc.stderr is not None
         self.url = ""
         self.startup: list[str] = []  # what it printed on stderr before the URL

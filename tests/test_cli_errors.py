@@ -53,11 +53,10 @@ def vllm_log(tmp_path: Path) -> Path:
     return log
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_missing_path(tmp_path: Path, mode: str) -> None:
-    """A path that does not exist is refused with exit code 2 and one line naming it."""
+def test_missing_path(tmp_path: Path) -> None:
+    """--oneshot refuses a path that does not exist with exit code 2 and one line naming it."""
     missing = tmp_path / "no-such-dir" / "vllm.log"
-    line = one_error_line(run("watch", str(missing), *MODES[mode]))
+    line = one_error_line(run("watch", str(missing), *MODES["oneshot"]))
     assert "no-such-dir" in line, line
 
 

@@ -1,0 +1,281 @@
+"""The tailer at scale and at the edges: look-alike files, the open-file limit, paths that come later."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logmetrics.sources import FileTailer, SourceStats
+from logmetrics.tailfile import copy_name
+from tests.helpers import Server, access_line, parse, total
+from tests.test_sources import Tail, data, drain, line, lines, tail  # noqa: F401 (tail: a fixture used by name)
+
+BANNER = b"INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n"
+
+
+@pytest.mark.parametrize(("name", "original", "want"), [
+    ("vllm-10.log", "vllm-1.log", False),
+    ("vllm-1.log.1", "vllm-1.log", True),
+    ("x.log-20240101", "x.log", True),
+    ("x.log.2024-01-01", "x.log", True),
+    ("x-20240101.log", "x.log", True),
+    ("xy.log", "x.log", False),
+    ("x.log", "x.log", False),
+])
+def test_copy_name(name: str, original: str, want: bool) -> None:
+    """A rotated copy's name is the original's plus a separated suffix (or a date before the extension)."""
+    assert copy_name(f"/d/{name}", f"/d/{original}") is want
+
+
+def test_thousand_look_alike_files_and_a_copytruncate(tmp_path: Path, tail: Tail) -> None:
+    """1,000 new files with identical first lines are all counted exactly; a copytruncate among them once."""
+    t = tail(tmp_path)
+    t.poll()
+    paths = [tmp_path / f"vllm-{i}.log" for i in range(1, 1001)]
+    for path in paths:
+        path.write_bytes(BANNER)
+    got = drain(t)
+    for i, path in enumerate(paths, 1):
+        append(path, line(i))
+    got += drain(t)
+    assert all(data(got, p) == BANNER + line(i) for i, p in enumerate(paths, 1))
+    log = paths[6]  # vllm-7.log: copytruncate it, with lines not read yet
+    append(log, lines(2000, 2003))
+    shutil.copyfile(log, tmp_path / "vllm-7.log.1")
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, lines(3000, 3002))
+    got += drain(t)
+    assert data(got, log) == BANNER + line(7) + lines(2000, 2003) + lines(3000, 3002)
+    assert data(got, tmp_path / "vllm-7.log.1") == b""
+    assert t.stats.truncations[str(log)] == 1
+    assert sum(t.stats.rotations.values()) == 0
+
+
+def test_held_copy_is_read_once_no_truncation_follows(tmp_path: Path, tail: Tail) -> None:
+    """A file named and shaped like a copy but never followed by a truncation is read whole, once."""
+    t = tail(tmp_path, copy_wait=0.0)
+    t.poll()
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(lines(0, 40))
+    got = drain(t)
+    bak.write_bytes(lines(0, 40))
+    got += drain(t)
+    append(bak, b"")  # nothing new: it is still read, once, after copy_wait
+    got += drain(t)
+    assert data(got, bak) == lines(0, 40)
+    assert data(got, log) == lines(0, 40)
+
+
+def test_look_alike_with_other_content_is_read(tmp_path: Path, tail: Tail) -> None:
+    """A copy-named file with the original's first bytes but other content after them is read at once."""
+    t = tail(tmp_path)
+    t.poll()
+    log, other = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(BANNER + lines(0, 40))
+    drain(t)
+    other.write_bytes(BANNER + lines(100, 140))
+    got = drain(t)
+    assert data(got, other) == BANNER + lines(100, 140)
+
+
+def test_parked_files_are_reopened_exactly(tmp_path: Path, tail: Tail) -> None:
+    """With room for 5 open files, 60 files are all followed; appends, a rotation and a cut lose and repeat nothing."""
+    t = tail(tmp_path, max_open=5)
+    paths = [tmp_path / f"f{i:02}.log" for i in range(60)]
+    for path in paths:
+        path.write_bytes(b"old\n")
+    t.poll()
+    for i, path in enumerate(paths):
+        append(path, line(i))
+    got = drain(t)
+    assert t.stats.open_files == 60
+    for i, path in enumerate(paths):
+        append(path, line(100 + i))
+    got += drain(t)
+    with open(paths[3], "r+b") as fh:  # a cut while parked
+        fh.truncate(0)
+    append(paths[3], line(500))
+    paths[4].rename(tmp_path / "f04.log.1")  # a rotation while parked
+    append(tmp_path / "f04.log.1", line(600))
+    paths[4].write_bytes(line(700))
+    got += drain(t)
+    for i, path in enumerate(paths):
+        want = line(i) + line(100 + i) + {3: line(500), 4: line(600) + line(700)}.get(i, b"")
+        assert data(got, path) == want, path
+    assert t.stats.files_waiting == 0
+    assert t.stats.truncations[str(paths[3])] == 1
+    assert sum(t.stats.rotations.values()) == 1
+
+
+def test_symlinked_subdirectories_are_followed_once(tmp_path: Path, tail: Tail) -> None:
+    """Symlinked subdirectories are followed; a loop ends; a file reachable by two paths is read once."""
+    real = tmp_path / "real"
+    real.mkdir()
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    (watched / "real").symlink_to(real)
+    (watched / "again").symlink_to(real)
+    (watched / "loop").symlink_to(watched)
+    (watched / "ext").symlink_to(outside)
+    t = tail(watched)
+    t.poll()
+    (real / "a.log").write_bytes(lines(0, 3))
+    (outside / "deep" / "b.log").write_bytes(lines(3, 5))
+    got = drain(t)
+    assert data(got).count(line(0)) == 1
+    assert sorted(c.data for c in got) == sorted([lines(0, 3), lines(3, 5)])
+    assert {c.stream for c in got} == {str(watched / "again" / "a.log"), str(watched / "ext" / "deep" / "b.log")}
+
+
+def test_file_there_at_start_but_seen_later_is_read_from_its_end(tmp_path: Path, tail: Tail) -> None:
+    """A file first seen after start is read from its end if last written before start, else whole."""
+    (tmp_path / "d").mkdir()
+    t = tail(tmp_path / "d")
+    old, new = tmp_path / "old.log", tmp_path / "d" / "new.log"
+    old.write_bytes(lines(0, 5))
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    t.poll()
+    old.rename(tmp_path / "d" / "old.log")  # appears now, written an hour ago
+    new.write_bytes(lines(10, 12))
+    got = drain(t)
+    append(tmp_path / "d" / "old.log", line(5))
+    got += drain(t)
+    assert data(got, tmp_path / "d" / "old.log") == line(5)
+    assert data(got, new) == lines(10, 12)
+
+
+def append(path: Path, text: bytes) -> None:
+    """Append bytes as a logging process would."""
+    with open(path, "ab") as fh:
+        fh.write(text)
+
+
+def _limit_files(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
+def test_two_thousand_files_at_a_256_descriptor_limit(tmp_path: Path) -> None:
+    """Under ulimit -n 256, 2,000 files are all followed and one line appended to each is counted exactly once."""
+    paths = [tmp_path / f"app-{i}.log" for i in range(2000)]
+    for path in paths:
+        path.write_bytes(b"before start\n")
+    server = Server(str(tmp_path), preexec_fn=lambda: _limit_files(256))
+    try:
+        server.wait_for(lambda s: total(s, "logmetrics_open_files") == 2000, timeout=30)
+        for i, path in enumerate(paths):
+            append(path, line(i))
+        got = server.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 2000, timeout=30)
+        got = server.wait_for(lambda s: total(s, "logmetrics_files_waiting") == 0, timeout=30)
+        assert total(got, "logmetrics_lines_read_total") == 2000
+        assert total(got, "logmetrics_rotations_total") == 0
+        assert total(got, "logmetrics_truncations_total") == 0
+        assert total(got, "logmetrics_read_errors_total") == 0
+    finally:
+        assert server.stop() == 0
+    errors = server.proc.stderr.read().decode() if server.proc.stderr else ""
+    assert "Too many open files" not in errors
+
+
+def test_watch_waits_for_a_missing_directory(tmp_path: Path) -> None:
+    """watch on a directory that does not exist yet warns once, starts, and reads its files once created."""
+    later = tmp_path / "later"
+    server = Server(str(later))
+    try:
+        assert [x for x in server.startup if "does not exist yet" in x] == [f"logmetrics: WARNING: {later} does not exist yet; waiting for it\n"]
+        later.mkdir()
+        (later / "a.log").write_bytes(lines(0, 3))
+        got = server.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 3)
+        assert total(got, "logmetrics_lines_read_total") == 3
+    finally:
+        assert server.stop() == 0
+
+
+_AS_NOBODY = """
+import os, sys
+from logmetrics.cli import main
+import logmetrics.runner, logmetrics.exposition, logmetrics.plugins, logmetrics_parsers.vllm
+if os.geteuid() == 0:  # root reads any file: become nobody
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+main(sys.argv[1:])
+"""
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory anyone may enter (pytest's own tmp dirs are private to their owner)."""
+    path = Path(tempfile.mkdtemp(prefix="logmetrics-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_oneshot_unreadable_named_file_exits_2(shared_dir: Path) -> None:
+    """--oneshot prints what it could read and exits 2 with one error line naming the unreadable input."""
+    ok, secret = shared_dir / "vllm.log", shared_dir / "secret.log"
+    ok.write_text(access_line(1))
+    secret.write_bytes(b"hidden\n")
+    ok.chmod(0o644)
+    secret.chmod(0)
+    proc = subprocess.run([sys.executable, "-c", _AS_NOBODY, "watch", "--oneshot", str(ok), str(secret)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"logmetrics: error: cannot read {secret}: Permission denied\n"
+    assert total(parse(proc.stdout), "logmetrics_lines_read_total") == 1
+
+
+_LATER_READABLE = """
+import json, os, sys
+from logmetrics.sources import FileTailer, SourceStats
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+tailer = FileTailer([sys.argv[1]], from_beginning=False, stats=SourceStats())
+for turn in range(2):
+    if turn:
+        sys.stdin.readline()
+    print(json.dumps([c.data.decode() for c in tailer.poll()]), flush=True)
+sys.stdin.readline()
+print(json.dumps([c.data.decode() for c in tailer.poll()]), flush=True)
+"""
+
+
+def test_file_in_a_directory_unreadable_at_start_is_read_from_its_end(shared_dir: Path) -> None:
+    """Once a directory unreadable at start can be read, its old files are read from their end, not whole."""
+    sub = shared_dir / "sub"
+    sub.mkdir()
+    log = sub / "a.log"
+    log.write_bytes(b"old 1\nold 2\n")
+    log.chmod(0o644)
+    os.utime(log, (time.time() - 3600, time.time() - 3600))
+    sub.chmod(0o700)
+    proc = subprocess.Popen([sys.executable, "-c", _LATER_READABLE, str(shared_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    sub.chmod(0o755)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    second = json.loads(proc.stdout.readline())
+    append(log, b"new\n")
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    third = json.loads(proc.stdout.readline())
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert (first, second, third) == ([], [], ["new\n"])
