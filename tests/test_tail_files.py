@@ -12,13 +12,30 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from logmetrics.sources import FileTailer, SourceStats
 from logmetrics.tailfile import copy_name
 from tests.helpers import Server, access_line, parse, total
-from tests.test_sources import Tail, data, drain, line, lines, tail  # noqa: F401 (tail: a fixture used by name)
+from tests.test_sources import Tail, data, drain, line, lines
+
+
+@pytest.fixture
+def tail() -> Iterator[Tail]:
+    """Make tailers over real paths; each is closed after the test."""
+    made: list[FileTailer] = []
+
+    def make(*paths: Path | str, from_beginning: bool = False, **kwargs: Any) -> FileTailer:
+        tailer = FileTailer([str(p) for p in paths], from_beginning=from_beginning, stats=SourceStats(), **kwargs)
+        made.append(tailer)
+        return tailer
+
+    yield make
+    for tailer in made:
+        tailer.close()
+
 
 BANNER = b"INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n"
 
@@ -45,6 +62,7 @@ def test_thousand_look_alike_files_and_a_copytruncate(tmp_path: Path, tail: Tail
     for path in paths:
         path.write_bytes(BANNER)
     got = drain(t)
+    assert all(data(got, p) == BANNER for p in paths)  # each a new file, none taken for a copy
     for i, path in enumerate(paths, 1):
         append(path, line(i))
     got += drain(t)
@@ -194,7 +212,8 @@ def test_watch_waits_for_a_missing_directory(tmp_path: Path) -> None:
     later = tmp_path / "later"
     server = Server(str(later))
     try:
-        assert [x for x in server.startup if "does not exist yet" in x] == [f"logmetrics: WARNING: {later} does not exist yet; waiting for it\n"]
+        warnings = [x for x in server.startup if "does not exist yet" in x]
+        assert warnings == [f"logmetrics: WARNING: {later} does not exist yet; waiting for it\n"]
         later.mkdir()
         (later / "a.log").write_bytes(lines(0, 3))
         got = server.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 3)
