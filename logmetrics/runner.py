@@ -15,6 +15,7 @@ from types import FrameType
 from typing import TextIO
 
 from logmetrics import state
+from logmetrics.descriptors import raise_open_file_limit
 from logmetrics.engine import Engine
 from logmetrics.errors import UserError
 from logmetrics.exposition import MetricsServer, host_port, make_registry, text
@@ -23,7 +24,6 @@ from logmetrics.procs import ProcessWatcher
 from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
 from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
-from logmetrics.tailfile import raise_open_file_limit
 
 Sample = tuple[str, tuple[str, ...], float]
 SAVE_EVERY = 10.0  # seconds between saves of the state file, at a quiet moment

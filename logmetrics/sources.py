@@ -5,8 +5,10 @@
 name, so rename and delete+recreate rotation, copytruncate and symlink flips lose and repeat no
 line: a replaced file is drained to its end before its successor is read from the start; a file
 whose size drops below the read offset is read again from the start, and logrotate's copy of it is
-recognised by its first bytes and read only from where the original had been read. The stream id
-of a file is the path it was found at, stable across rotation.
+recognised by what a copytruncate leaves behind (``logmetrics.copies``) and read only from where
+the original had been read. The stream id of a file is the path it was found at, stable across
+rotation. Beyond the open-file budget, idle files are closed and reopened by path when they change
+(``logmetrics.descriptors``); a file waiting for a descriptor is tried again at the next poll.
 
 Polling is the source of truth; ``watch()`` only wakes the poller early through watchdog. Every
 chunk holds whole lines (the cut of a partial last line waits for its newline, ``flush()`` at end
@@ -24,17 +26,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from logmetrics.copies import COPY_WAIT, Cut, Known, copy_name, is_copy, same_tail, starts_like, still_copy
+from logmetrics.descriptors import Descriptors, out_of_descriptors
 from logmetrics.tailfile import (
     Ident,
     LineCutter,
     TailFile,
     Watcher,
-    copy_name,
-    descriptor_budget,
     discover,
-    is_copy,
     is_glob,
-    out_of_descriptors,
     read_head,
     watch_root,
 )
@@ -43,9 +43,7 @@ log = logging.getLogger(__name__)
 
 POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file does not starve others
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
-COPY_WAIT = 10.0  # seconds a look-alike of a followed file waits for the truncation that makes it a copy
 OLD_MARGIN = 1.0  # a file first seen after start but last written this long before start is read from its end
-TAIL_CHECK = 256  # bytes compared at the end of a presumed copy with the original at the same place
 
 
 class Chunk(NamedTuple):
@@ -103,28 +101,6 @@ class Position:
     offset: int  # the start of the first line not yet handed out
 
 
-@dataclass(slots=True)
-class _Known:
-    """An identity seen before and not held open: a retired file, or a copy of a followed one."""
-
-    stream: str
-    head: bytes
-    offset: int | None  # read on from here if it grows; None: a copy, read only if its original is truncated
-    pending: bytes = b""  # the partial line its original held when truncated
-    since: float = 0.0  # a presumed copy: when it last changed; it is read as a new file if no truncation follows
-    size: int = -1  # a presumed copy: its size when its content was last compared with the original
-
-
-@dataclass(slots=True)
-class _Cut:
-    """A file found truncated in this poll: what had been read of it."""
-
-    stream: str
-    head: bytes
-    offset: int
-    pending: bytes
-
-
 def _validate(path: str, wait_for_missing: bool) -> None:
     if is_glob(path):
         return
@@ -139,14 +115,6 @@ def _validate(path: str, wait_for_missing: bool) -> None:
         raise SourceError(f"logmetrics: cannot access {path}: {err.strerror}") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise SourceError(f"logmetrics: not a regular file or directory: {path}")
-
-
-def _same_tail(fd: int, original: TailFile, size: int) -> bool:
-    """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
-    if original.fd < 0 or size <= 0:
-        return True  # nothing to compare (now)
-    start = max(0, size - TAIL_CHECK)
-    return os.pread(fd, size - start, start) == os.pread(original.fd, size - start, start)
 
 
 class FileTailer:
@@ -176,9 +144,7 @@ class FileTailer:
         self._read_size = read_size
         self._rotate_wait = rotate_wait
         self._copy_wait = copy_wait
-        self._max_open = max(2, max_open if max_open is not None else descriptor_budget())
-        self._nopen = 0  # files in _files holding a descriptor (the others are parked: idle, closed)
-        self._idle: list[TailFile] | None = None  # parking candidates this poll, least recently active last
+        self._fds = Descriptors(lambda: self._files.values(), max_open)  # the others are parked
         self._waiting: set[str] = set()  # paths that wait for a descriptor in this poll
         self._walk_incomplete = False  # a directory could not be listed (no descriptor): forget nothing
         self._strict = strict  # errors on the PATH arguments themselves are kept for failed_args(), not logged
@@ -187,7 +153,7 @@ class FileTailer:
         self._budget = max(poll_budget, read_size)
         self._files: dict[Ident, TailFile] = {}  # followed files (open, or parked while idle)
         self._active: dict[str, Ident] = {}  # stream -> the file now at its path
-        self._known: dict[Ident, _Known] = {}
+        self._known: dict[Ident, Known] = {}
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
         self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
         self._reported: dict[str, str] = {}  # path -> the error reported for it
@@ -239,7 +205,7 @@ class FileTailer:
             self._watcher.retry()
         if self._first:
             self._started = time.time()
-        self._idle = None
+        self._fds.new_poll()
         self._waiting = set()
         cuts = self._check_open_files()
         self._scan(cuts)
@@ -262,20 +228,20 @@ class FileTailer:
         return [f"cannot read {path}: {reason}" for path, reason in self._reported.items()
                 if os.path.normpath(path) in self._args]
 
-    def _check_open_files(self) -> list[_Cut]:
+    def _check_open_files(self) -> list[Cut]:
         """Find the open files whose content was cut (copytruncate) and restart them at 0."""
-        cuts: list[_Cut] = []
+        cuts: list[Cut] = []
         for f in list(self._files.values()):
             if f.fd >= 0:
                 self._check_cut(f, cuts)
         return cuts
 
-    def _check_cut(self, f: TailFile, cuts: list[_Cut]) -> None:
+    def _check_cut(self, f: TailFile, cuts: list[Cut]) -> None:
         try:
             if not f.truncated():
                 return
             pending = f.cutter.reset()
-            cut = _Cut(f.stream, f.head, f.offset, pending)
+            cut = Cut(f.stream, f.head, f.offset, pending)
             f.seek(0)
             f.head = read_head(f.fd)
         except OSError as err:
@@ -293,7 +259,7 @@ class FileTailer:
         elif not isinstance(err, FileNotFoundError) and err.filename:
             self._report(os.fsdecode(err.filename), err)
 
-    def _scan(self, cuts: list[_Cut]) -> None:
+    def _scan(self, cuts: list[Cut]) -> None:
         present: set[str] = set()
         idents: set[Ident] = set()
         self._walk_incomplete = False
@@ -324,7 +290,7 @@ class FileTailer:
         f.draining = True
         f.idle_since = time.monotonic()
 
-    def _place(self, path: str, ident: Ident, size: int, mtime: float, cuts: list[_Cut]) -> None:
+    def _place(self, path: str, ident: Ident, size: int, mtime: float, cuts: list[Cut]) -> None:
         """Decide what the file at ``path`` is: the same, a rotation, a copy, already known, or new."""
         current = self._active.get(path)
         if current is not None and current != ident:  # replaced: drain the old one first
@@ -344,7 +310,8 @@ class FileTailer:
         proven_new = False
         if known is not None:
             if known.offset is None:
-                if self._still_copy(path, known, size):
+                original = self._files.get(self._active.get(known.stream, (-1, -1)))
+                if still_copy(path, known, original, size, self._copy_wait):
                     return  # still a copy of what was (or is being) read from its original
                 del self._known[ident]  # not a copy after all: a new file
                 known, proven_new = None, True
@@ -370,12 +337,11 @@ class FileTailer:
             for f in self._files.values():
                 if f.draining or size > f.size or not copy_name(path, f.stream):
                     continue
-                if (is_copy(head, f.head) or f.head.startswith(head)) and _same_tail(fd, f, size):
+                if starts_like(head, f.head) and same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one
-                    self._known[ident] = _Known(f.stream, head, None, since=time.monotonic(), size=size)
-                    os.close(fd)
-                    self._nopen -= 1
+                    self._known[ident] = Known(f.stream, head, None, since=time.monotonic(), size=size)
+                    self._fds.close(fd)
                     return
         if path in self._streams:
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
@@ -395,37 +361,6 @@ class FileTailer:
         self._follow(fd, ident, head, path, path, at if end else 0, size, active=True, skip=skip)
         if end:
             self._at_end.append((path, at))
-
-    def _still_copy(self, path: str, known: _Known, size: int) -> bool:
-        """Whether a file held back as a copy of a followed one still looks like one."""
-        now = time.monotonic()
-        original = self._files.get(self._active.get(known.stream, (-1, -1)))
-        if original is None:
-            return now - known.since < self._copy_wait
-        if size > original.size:
-            return False  # grew past its original
-        if size != known.size:  # changed (a copy still being written?): compare its content again
-            known.since, known.size = now, size
-            if original.fd >= 0 and not self._same_content(path, known, original, size):
-                return False
-        return now - known.since < self._copy_wait
-
-    def _same_content(self, path: str, known: _Known, original: TailFile, size: int) -> bool:
-        """Whether the file at ``path`` starts like ``original`` and its last bytes match it there."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return True  # cannot tell now: look again at the next change
-        try:
-            head = read_head(fd)
-            if not (is_copy(head, original.head) or original.head.startswith(head)):
-                return False
-            known.head = head
-            return _same_tail(fd, original, size)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
 
     def _place_resumed(self, path: str, ident: Ident) -> bool:
         """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
@@ -464,7 +399,7 @@ class FileTailer:
         self._streams.add(stream)
 
     def _open(self, path: str) -> tuple[int, int, bytes] | None:
-        """Open ``path`` (counted in ``_nopen``): (fd, size, head), or None if gone, unreadable or no room."""
+        """Open ``path`` within the budget: (fd, size, head), or None if gone, unreadable or waiting."""
         fd = self._open_fd(path)
         if fd is None:
             return None
@@ -474,50 +409,19 @@ class FileTailer:
                 return fd, st.st_size, read_head(fd)
         except OSError as err:
             self._report(path, err)
-        os.close(fd)
-        self._nopen -= 1
+        self._fds.close(fd)
         return None
 
     def _open_fd(self, path: str) -> int | None:
-        """A descriptor for ``path``, parking idle files to stay within the budget; None: see _report."""
-        if self._nopen >= self._max_open and not self._make_room():
-            self._waiting.add(path)
+        try:
+            return self._fds.open_path(path)
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        for attempt in range(2):
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            except OSError as err:
-                if attempt == 0 and out_of_descriptors(err):
-                    self._max_open = max(2, self._nopen - 8)  # the budget was too high for this process
-                    if self._make_room():
-                        continue
-                self._report(path, err)
-                return None
-            self._nopen += 1
-            return fd
-        return None
+        except OSError as err:
+            self._report(path, err)  # out of descriptors: waits for the next poll
+            return None
 
-    def _make_room(self) -> bool:
-        """Park the least recently active idle file (read to its end); False if there is none."""
-        for _ in range(2):
-            if self._idle is None:
-                idle = [f for f in self._files.values() if f.fd >= 0 and not f.draining]
-                idle.sort(key=lambda f: f.idle_since, reverse=True)
-                self._idle = idle
-            while self._idle:
-                f = self._idle.pop()
-                if f.fd >= 0 and not f.draining and f.offset >= f.size and self._files.get(f.ident) is f:
-                    f.park()
-                    self._nopen -= 1
-                    return True
-            self._idle = None  # files opened since may be idle by now: look once more
-            if not any(f.fd >= 0 and not f.draining and f.offset >= f.size for f in self._files.values()):
-                return False
-        return False
-
-    def _unpark(self, f: TailFile, path: str, size: int, cuts: list[_Cut]) -> None:
+    def _unpark(self, f: TailFile, path: str, size: int, cuts: list[Cut]) -> None:
         """Reopen a parked file that changed (``size`` from stat), if its path still leads to it."""
         f.size = size  # for lag and files_waiting until it is reopened
         fd = self._open_fd(path)
@@ -526,8 +430,7 @@ class FileTailer:
         try:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != f.ident:  # replaced meanwhile: placed at the next poll
-                os.close(fd)
-                self._nopen -= 1
+                self._fds.close(fd)
                 return
             f.fd = fd
             f.path = path
@@ -620,11 +523,9 @@ class FileTailer:
         line = f.cutter.flush()
         if line:
             chunks.append(Chunk(f.stream, line, time.time()))
-        if f.fd >= 0:
-            self._nopen -= 1
-        f.close()
+        self._fds.release(f)
         del self._files[f.ident]
-        self._known[f.ident] = _Known(f.stream, f.head, f.offset)
+        self._known[f.ident] = Known(f.stream, f.head, f.offset)
         if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
             self._vanished.append(f.stream)
 
@@ -653,8 +554,7 @@ class FileTailer:
             self._watcher.stop()
             self._watcher = None
         for f in self._files.values():
-            f.close()
+            self._fds.release(f)
         self._files.clear()
         self._active.clear()
-        self._nopen = 0
         self.stats.open_files = 0

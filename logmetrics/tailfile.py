@@ -8,12 +8,9 @@ nothing runs per line in Python unless a line is longer than the cap.
 
 from __future__ import annotations
 
-import errno
 import glob
 import logging
 import os
-import re
-import resource
 from collections.abc import Callable, Sequence
 
 from watchdog.events import (
@@ -148,31 +145,6 @@ def read_head(fd: int) -> bytes:
     return os.pread(fd, HEAD_BYTES, 0)
 
 
-def is_copy(head: bytes, original: bytes) -> bool:
-    """Whether a file starting with ``head`` starts with all of ``original``'s fingerprint."""
-    return bool(original) and head.startswith(original)
-
-
-_COPY_SUFFIX = re.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
-_DATE_BEFORE_EXT = re.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
-
-
-def copy_name(path: str, original: str) -> bool:
-    """Whether ``path`` is named like a rotated copy of ``original``.
-
-    A copy is the original's name plus a suffix after a separator (x.log.1, x.log-20240101,
-    x.log.2024-01-01), or a date or number inserted before its extension (x-20240101.log).
-    ``vllm-10.log`` is not a copy of ``vllm-1.log``.
-    """
-    name, orig = os.path.basename(path), os.path.basename(original)
-    if name.startswith(orig) and _COPY_SUFFIX.fullmatch(name, len(orig)):
-        return True
-    stem, ext = os.path.splitext(orig)
-    if not ext or not name.endswith(ext) or not name.startswith(stem):
-        return False
-    return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
-
-
 class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
@@ -196,7 +168,6 @@ class TailFile:
     def park(self) -> None:
         """Close the descriptor of an idle file to make room; it is reopened by path when it grows."""
         self.close()
-        self.fd = -1
 
     def seek(self, offset: int) -> None:
         """Continue reading at ``offset``."""
@@ -248,6 +219,7 @@ class TailFile:
             os.close(self.fd)
         except OSError:
             pass
+        self.fd = -1
 
 
 def is_glob(path: str) -> bool:
@@ -320,35 +292,6 @@ def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSErro
                     found.add(entry.path)
             except OSError:
                 continue  # gone meanwhile
-
-
-def out_of_descriptors(err: OSError) -> bool:
-    """Whether ``err`` says the process or the system ran out of file descriptors."""
-    return err.errno in (errno.EMFILE, errno.ENFILE)
-
-
-def raise_open_file_limit() -> int:
-    """Raise the soft limit on open files to the hard limit; return the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
-        except (OSError, ValueError) as err:
-            log.debug("cannot raise the open-file limit to %s: %s", want, err)
-    return soft
-
-
-def descriptor_budget() -> int:
-    """How many log files may be open at once: most of the soft limit, leaving room for the rest.
-
-    Sockets, inotify, directory walks, the state file and the interpreter need some descriptors.
-    """
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 16
-    return max(8, min(soft * 3 // 4, soft - 64))
 
 
 def watch_root(path: str) -> tuple[str, bool]:

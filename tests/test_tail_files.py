@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from logmetrics.copies import copy_name
 from logmetrics.sources import FileTailer, SourceStats
-from logmetrics.tailfile import copy_name
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines
 

@@ -1,0 +1,112 @@
+"""Copies: the evidence that a new file is logrotate's copy of a followed one (copytruncate).
+
+Logs of one backend often start with the same banner lines, so a fingerprint of the first bytes
+alone cannot say that a file is a copy. A new file is *held back* as a copy only if it is named
+like a rotated copy of a followed file (``copy_name``), starts like it, is no longer than it and
+ends like it at the same place. It stays held until its original is truncated (then it is read
+from where the original had been read), and is read as a new file, from its start, once it grows
+past its original, differs from it, or no truncation follows within ``COPY_WAIT`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from logmetrics.tailfile import TailFile, read_head
+
+COPY_WAIT = 10.0  # seconds a look-alike of a followed file waits for the truncation that makes it a copy
+TAIL_CHECK = 256  # bytes compared at the end of a presumed copy with the original at the same place
+_COPY_SUFFIX = re.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
+_DATE_BEFORE_EXT = re.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
+
+
+@dataclass(slots=True)
+class Known:
+    """An identity seen before and not held open: a retired file, or a copy of a followed one."""
+
+    stream: str
+    head: bytes
+    offset: int | None  # read on from here if it grows; None: a copy, read only if its original is truncated
+    pending: bytes = b""  # the partial line its original held when truncated
+    since: float = 0.0  # a presumed copy: when it last changed; it is read as a new file if no truncation follows
+    size: int = -1  # a presumed copy: its size when its content was last compared with the original
+
+
+@dataclass(slots=True)
+class Cut:
+    """A file found truncated in this poll: what had been read of it."""
+
+    stream: str
+    head: bytes
+    offset: int
+    pending: bytes
+
+
+def is_copy(head: bytes, original: bytes) -> bool:
+    """Whether a file starting with ``head`` starts with all of ``original``'s fingerprint."""
+    return bool(original) and head.startswith(original)
+
+
+
+
+def copy_name(path: str, original: str) -> bool:
+    """Whether ``path`` is named like a rotated copy of ``original``.
+
+    A copy is the original's name plus a suffix after a separator (x.log.1, x.log-20240101,
+    x.log.2024-01-01), or a date or number inserted before its extension (x-20240101.log).
+    ``vllm-10.log`` is not a copy of ``vllm-1.log``.
+    """
+    name, orig = os.path.basename(path), os.path.basename(original)
+    if name.startswith(orig) and _COPY_SUFFIX.fullmatch(name, len(orig)):
+        return True
+    stem, ext = os.path.splitext(orig)
+    if not ext or not name.endswith(ext) or not name.startswith(stem):
+        return False
+    return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
+
+
+def starts_like(head: bytes, original: bytes) -> bool:
+    """Whether ``head`` holds ``original``'s fingerprint, or a part of it (a copy still being written)."""
+    return is_copy(head, original) or original.startswith(head)
+
+
+def same_tail(fd: int, original: TailFile, size: int) -> bool:
+    """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
+    if original.fd < 0 or size <= 0:
+        return True  # nothing to compare (now)
+    start = max(0, size - TAIL_CHECK)
+    return os.pread(fd, size - start, start) == os.pread(original.fd, size - start, start)
+
+
+def still_copy(path: str, known: Known, original: TailFile | None, size: int, wait: float) -> bool:
+    """Whether the file at ``path``, held back as ``known``, still looks like a copy of ``original``."""
+    now = time.monotonic()
+    if original is None:
+        return now - known.since < wait
+    if size > original.size:
+        return False  # grew past its original
+    if size != known.size:  # changed (a copy still being written?): compare its content again
+        known.since, known.size = now, size
+        if original.fd >= 0 and not _same_content(path, known, original, size):
+            return False
+    return now - known.since < wait
+
+
+def _same_content(path: str, known: Known, original: TailFile, size: int) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True  # cannot tell now (maybe out of descriptors): look again at the next change
+    try:
+        head = read_head(fd)
+        if not starts_like(head, original.head):
+            return False
+        known.head = head
+        return same_tail(fd, original, size)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
