@@ -101,20 +101,22 @@ class Position:
     offset: int  # the start of the first line not yet handed out
 
 
-def _validate(path: str, wait_for_missing: bool) -> None:
+def _validate(path: str, wait_for_missing: bool) -> bool:
+    """Check a PATH argument; False: it does not exist yet (and ``wait_for_missing`` says to wait)."""
     if is_glob(path):
-        return
+        return True
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         if wait_for_missing:
             log.warning("%s does not exist yet; waiting for it", path)
-            return
+            return False
         raise SourceError(f"logmetrics: no such file or directory: {path}") from None
     except OSError as err:
         raise SourceError(f"logmetrics: cannot access {path}: {err.strerror}") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise SourceError(f"logmetrics: not a regular file or directory: {path}")
+    return True
 
 
 class FileTailer:
@@ -135,8 +137,7 @@ class FileTailer:
         wait_for_missing: bool = False,
         strict: bool = False,
     ) -> None:
-        for path in paths:
-            _validate(path, wait_for_missing)
+        self._missing = [path for path in paths if not _validate(path, wait_for_missing)]
         self.stats = stats
         self._paths = list(paths)
         self._from_beginning = from_beginning
@@ -162,6 +163,7 @@ class FileTailer:
         self._at_end: list[tuple[str, int]] = []  # files started at their end, and that offset, not yet reported
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
         self._resumed_at: float | None = None  # when they were saved
+        self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
         self._seq = 0
         self._waker: Waker | None = None
         self._watcher: Watcher | None = None
@@ -176,6 +178,13 @@ class FileTailer:
             return
         for f in self._files.values():
             self._watcher.add_target(f.path)
+
+    def _watch_appeared(self) -> None:
+        """Watch the PATH arguments that were missing at start and exist now as they should be."""
+        assert self._watcher is not None
+        for path in [p for p in self._missing if os.path.exists(p)]:
+            self._missing.remove(path)
+            self._watcher.add_root(watch_root(path))
 
     def positions(self) -> list[Position]:
         """Where every open file stands: what has been handed out, not a partial last line."""
@@ -202,6 +211,8 @@ class FileTailer:
     def poll(self) -> list[Chunk]:
         """One pass: find files, follow rotation and truncation, read what is there (bounded per file)."""
         if self._watcher is not None:
+            if self._missing:
+                self._watch_appeared()
             self._watcher.retry()
         if self._first:
             self._started = time.time()
@@ -304,7 +315,8 @@ class FileTailer:
             if f.fd < 0 and size != f.offset:
                 self._unpark(f, path, size, cuts)
             return
-        if self._first and self._resumed_at is not None and self._place_resumed(path, ident):
+        if ((self._first or ident in self._resume_later) and self._resumed_at is not None
+                and self._place_resumed(path, ident)):
             return
         known = self._known.get(ident)
         proven_new = False
@@ -364,6 +376,7 @@ class FileTailer:
 
     def _place_resumed(self, path: str, ident: Ident) -> bool:
         """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
+        self._resume_later.discard(ident)
         saved = self._resume.get(ident)
         if saved is None:
             assert self._resumed_at is not None
@@ -374,6 +387,8 @@ class FileTailer:
                 return False
         opened = self._open(path)
         if opened is None:
+            if path in self._waiting:  # out of descriptors: placed by the saved positions later
+                self._resume_later.add(ident)
             return True
         fd, size, head = opened
         if saved is not None:

@@ -350,6 +350,12 @@ class Watcher:
         if self._waiting:
             self._waiting = [root for root in self._waiting if not self._schedule(*root)]
 
+    def add_root(self, root: tuple[str, bool]) -> None:
+        """Also watch ``root`` (a PATH argument that did not exist at start)."""
+        self._limit += 1
+        self._waiting.append(root)
+        self.retry()
+
     def add_target(self, path: str) -> None:
         """Also watch the directory a symlink points into (Kubernetes), unless covered or too many."""
         real = os.path.dirname(os.path.realpath(path))

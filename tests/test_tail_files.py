@@ -298,3 +298,21 @@ def test_file_in_a_directory_unreadable_at_start_is_read_from_its_end(shared_dir
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     assert (first, second, third) == ([], [], ["new\n"])
+
+
+def test_resume_with_few_descriptors_goes_on_from_saved_positions(tmp_path: Path, tail: Tail) -> None:
+    """A restart with room for 2 open files reads every saved file from its saved position, none twice."""
+    paths = [tmp_path / f"f{i}.log" for i in range(6)]
+    first = tail(tmp_path)
+    first.poll()
+    for i, path in enumerate(paths):
+        path.write_bytes(line(i))
+    drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    for i, path in enumerate(paths):
+        append(path, line(10 + i))
+    second = tail(tmp_path, max_open=2)
+    second.resume(positions, saved_at)
+    got = drain(second)
+    assert [data(got, p) for p in paths] == [line(10 + i) for i in range(6)]
