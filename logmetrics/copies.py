@@ -50,8 +50,6 @@ def is_copy(head: bytes, original: bytes) -> bool:
     return bool(original) and head.startswith(original)
 
 
-
-
 def copy_name(path: str, original: str) -> bool:
     """Whether ``path`` is named like a rotated copy of ``original``.
 
@@ -78,7 +76,10 @@ def same_tail(fd: int, original: TailFile, size: int) -> bool:
     if original.fd < 0 or size <= 0:
         return True  # nothing to compare (now)
     start = max(0, size - TAIL_CHECK)
-    return os.pread(fd, size - start, start) == os.pread(original.fd, size - start, start)
+    theirs = os.pread(original.fd, size - start, start)
+    if len(theirs) < size - start:
+        return True  # the original was cut since its size was taken: the truncation decides
+    return os.pread(fd, size - start, start) == theirs
 
 
 def still_copy(path: str, known: Known, original: TailFile | None, size: int, wait: float) -> bool:

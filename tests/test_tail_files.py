@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from logmetrics.copies import copy_name
+from logmetrics.copies import copy_name, same_tail
 from logmetrics.sources import FileTailer, SourceStats
+from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines
 
@@ -260,6 +261,7 @@ def test_oneshot_unreadable_named_file_exits_2(shared_dir: Path) -> None:
 _LATER_READABLE = """
 import json, os, sys
 from logmetrics.sources import FileTailer, SourceStats
+from logmetrics.tailfile import LineCutter, TailFile
 if os.geteuid() == 0:
     os.setgroups([])
     os.setgid(65534)
@@ -316,3 +318,24 @@ def test_resume_with_few_descriptors_goes_on_from_saved_positions(tmp_path: Path
     second.resume(positions, saved_at)
     got = drain(second)
     assert [data(got, p) for p in paths] == [line(10 + i) for i in range(6)]
+
+
+def test_a_copy_compared_while_its_original_is_cut_is_held_back(tmp_path: Path) -> None:
+    """A copy whose original is truncated between its size check and the comparison is not called new."""
+    text = "".join(access_line(i) for i in range(13)).encode()
+    (tmp_path / "x.log").write_bytes(text)
+    (tmp_path / "x.log.1").write_bytes(text)
+    ofd = os.open(tmp_path / "x.log", os.O_RDONLY)
+    cfd = os.open(tmp_path / "x.log.1", os.O_RDONLY)
+    try:
+        st = os.fstat(ofd)
+        original = TailFile("x.log", str(tmp_path / "x.log"), ofd, (st.st_dev, st.st_ino), text[:1024],
+                            LineCutter(1 << 20), 1)
+        assert same_tail(cfd, original, len(text))
+        with open(tmp_path / "x.log", "r+b") as f:  # copytruncate: cut, then the writer goes on
+            f.truncate(0)
+            f.write(text[:200])
+        assert same_tail(cfd, original, len(text))  # the coming truncation decides, not this look
+    finally:
+        os.close(ofd)
+        os.close(cfd)
