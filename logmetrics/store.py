@@ -3,6 +3,8 @@
 No ``prometheus_client`` metric object is touched per line; the exposition reads a snapshot of
 this store at scrape time. Label values that come from log text pass through a cardinality guard:
 per family and label a bounded set of values, overflow folded into ``__other__`` and counted.
+Routes first seen with an error code may fill only part of the route places (``NOISE_SHARE``),
+so noise never takes the places of the routes that answer.
 The guard also makes each new label value valid UTF-8 (file names and plugins may hand over
 surrogate escapes), and ``apply`` refuses values a family cannot take (NaN, infinities, negative
 counter increments and observations), counting them per parser and metric.
@@ -22,11 +24,17 @@ from logmetrics.events import Event
 log = logging.getLogger(__name__)
 
 OTHER = "__other__"
+#: Values that are folds already (``parsers.common.NOT_FOUND``: 404s on paths not served): they
+#: pass the guard without taking a place.
+RESERVED = frozenset({OTHER, "__not_found__"})
 # Distinct values allowed per (family, label) before folding into __other__.
 LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
 DEFAULT_LIMIT = 100
 INF = float("inf")
 REJECTED = "logmetrics_values_rejected_total"
+#: A route first seen with an error code (not 1xx-3xx) may take only this share of the places, so
+#: that routes which answer (the real ones) always find room however much noise came first.
+NOISE_SHARE = 0.5
 
 Key = tuple[str, tuple[str, ...]]
 
@@ -101,6 +109,8 @@ class Store:
             seen = self._seen.setdefault((name, i), set())
             if value in seen:
                 continue
+            if value in RESERVED:
+                continue
             clean = safe_label(value)  # a value met for the first time (or one that needed cleaning)
             if clean is not value:
                 if out is None:
@@ -109,7 +119,10 @@ class Store:
                 if clean in seen:
                     continue
             label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
-            if len(seen) < LABEL_LIMITS.get(label, DEFAULT_LIMIT):
+            limit = LABEL_LIMITS.get(label, DEFAULT_LIMIT)
+            if label == "route" and "code" in fam.labels and labels[fam.labels.index("code") + 2][:1] not in "123":
+                limit = int(limit * NOISE_SHARE)
+            if len(seen) < limit:
                 seen.add(clean)
                 continue
             if out is None:

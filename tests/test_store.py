@@ -66,6 +66,27 @@ def test_cardinality_guard_folds_overflow_into_other() -> None:
     assert store.counters[("logmetrics_label_overflow_total", ("http_requests_total", "route"))] == 50
 
 
+def test_noise_cannot_take_the_places_of_routes_that_answer() -> None:
+    """Routes first seen with error codes fill at most half the places; answered routes keep theirs."""
+    store = Store()
+    store.apply([Event("http_requests_total", ("GET", f"/scan{i}", "401")) for i in range(300)], "p", "s")
+    store.apply([Event("http_requests_total", ("POST", f"/real{i}", "200")) for i in range(100)], "p", "s")
+    routes = {k[1][3] for k in store.counters if k[0] == "http_requests_total"}
+    assert {f"/real{i}" for i in range(100)} <= routes
+    assert len(routes - {OTHER}) == 200
+    assert store.counters[("logmetrics_label_overflow_total", ("http_requests_total", "route"))] == 200
+
+
+def test_folded_values_take_no_place() -> None:
+    """``__not_found__`` and ``__other__`` from a parser pass the guard without using up the limit."""
+    store = Store()
+    store.apply([Event("http_requests_total", ("GET", v, "404")) for v in (OTHER, "__not_found__")], "p", "s")
+    store.apply([Event("http_requests_total", ("GET", f"/r{i}", "200")) for i in range(200)], "p", "s")
+    routes = {k[1][3] for k in store.counters if k[0] == "http_requests_total"}
+    assert len(routes) == 202 and ("logmetrics_label_overflow_total", ("http_requests_total", "route")) \
+        not in store.counters
+
+
 def test_negative_counter_increments_are_ignored() -> None:
     """A counter never goes down, whatever a parser sends."""
     store = Store()
