@@ -2,7 +2,8 @@
 
 - process prefixes that multi-process servers put in front of every line (``(APIServer pid=1) ``,
   ``(EngineCore_DP0 pid=8884) ``, ``(RayWorkerWrapper pid=1, ip=10.0.0.1) ``, ``[rank0]: ``);
-- the uvicorn access line and the route template that turns a raw path into a bounded label;
+- the uvicorn access line, the route template that turns a raw path into a bounded label, and
+  ``RouteLabels``, which keeps the routes a backend serves and folds scanner noise;
 - Python tracebacks: which lines continue one, which line names the exception, and the
   classification of an error record into an ``error_type``.
 
@@ -87,6 +88,63 @@ def split_access_key(key: str) -> tuple[str, str, str]:
     return labels
 
 
+# --- which routes keep their label ----------------------------------------------------------
+
+NOT_FOUND = "__not_found__"  #: one route value for 404/405 answers on paths not known to be served
+OTHER = "__other__"  #: the cardinality guard's overflow value (``logmetrics.store.OTHER``)
+MAX_KNOWN_ROUTES = 1024
+MAX_UNKNOWN_ROUTES = 64
+_PARAM = re.compile(r"\{[^/{}]*\}")
+
+
+class RouteLabels:
+    """Per stream, the ``(method, route, code)`` labels of access keys, with scanner noise folded.
+
+    A route is *known* to be served when the parser declares it (``fixed`` routes, ``prefixes``
+    such as a FastAPI app's mount points), when the backend lists it at start-up (``learn``, e.g.
+    vLLM's ``Route: ..., Methods: ...`` lines; ``{param}`` segments become ``{id}``), or once it
+    answered 1xx/2xx/3xx. A known route always keeps its label. A 404 or 405 on a route not known
+    to be served becomes ``NOT_FOUND`` (scanners probing random paths); other answers on unknown
+    routes keep their label for up to ``MAX_UNKNOWN_ROUTES`` routes per stream, then ``OTHER``.
+    Both sets are bounded. Decisions are taken per distinct access key, never per line.
+    """
+
+    __slots__ = ("known", "prefixes", "unknown")
+
+    def __init__(self, fixed: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()) -> None:
+        self.known: set[str] = set()
+        self.unknown: set[str] = set()
+        self.prefixes = prefixes
+        for path in fixed:
+            self.learn(path)
+
+    def learn(self, path: str) -> None:
+        """A route the backend says it serves (a path, or a template with ``{param}`` segments)."""
+        if len(self.known) < MAX_KNOWN_ROUTES:
+            route = route_template(_PARAM.sub("0", path))
+            self.known.add(route)
+            self.unknown.discard(route)
+
+    def labels(self, key: str) -> tuple[str, str, str]:
+        """``(method, route, code)`` labels of one ``UVICORN_ACCESS`` capture, noise folded."""
+        method, route, code = labels = split_access_key(key)
+        if route in self.known:
+            return labels
+        if code < "400" or (self.prefixes and route.startswith(self.prefixes)):
+            if len(self.known) < MAX_KNOWN_ROUTES:
+                self.known.add(route)
+                self.unknown.discard(route)
+                return labels
+        elif code in ("404", "405"):
+            return method, NOT_FOUND, code
+        if route in self.unknown:
+            return labels
+        if len(self.unknown) < MAX_UNKNOWN_ROUTES:
+            self.unknown.add(route)
+            return labels
+        return method, OTHER, code
+
+
 # --- Python tracebacks -----------------------------------------------------------------------
 
 #: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
@@ -125,6 +183,9 @@ ERROR_CONTEXTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("asgi", ("Exception in ASGI application",)),
     ("stream_error", ("stream generator",)),
 )
+#: The error types of a dead engine: one crash prints several records of them (the engine's
+#: traceback, the API server's, one per request in flight), so parsers count them once per crash.
+FATAL_TYPES = frozenset({"oom", "engine_dead", "cuda", "startup"})
 #: Every error_type ``classify_error`` can return, so that parsers can start their counters at 0.
 ERROR_TYPES: tuple[str, ...] = (*dict.fromkeys(kind for kind, _ in ERROR_CAUSES + ERROR_CONTEXTS), "exception", "error")
 _TYPE_OF = {phrase: kind for kind, phrases in ERROR_CAUSES + ERROR_CONTEXTS for phrase in phrases}

@@ -14,6 +14,28 @@ interval seen for that engine plus one second (the stamps have a resolution of o
 
 Gauges follow the last stats line of each engine; with several engines (data parallelism) counts
 and throughputs are summed over the engines and ratios averaged.
+
+Series that start at 0: only those the log seen so far can move. Always (once per stream):
+``backend_restarts_total`` and ``backend_errors_total`` for every error type (any version can
+log them). Per model, once the log shows it:
+
+- token counters: a stats line, or a start-up whose args leave stats logging on;
+- ``llm_preemptions_total``: a V0 engine (its stats lines, init line or preemption warnings warn
+  per preemption) or a V1 stats line with the ``Preemptions:`` field (0.13+);
+- ``llm_requests_total{outcome="ok"}``: V0 AsyncLLMEngine's request lines (``Added``/``Finished
+  request`` from ``async_llm_engine.py``, 0.2 - 0.10 non-MQ with request logging): no other engine
+  logs a finished request, so V1 never shows ``ok`` 0 next to its aborts;
+- ``outcome="aborted"``: those lines, or V1's ``Added request`` (request logging is on);
+- ``outcome="error"``: V1's ``Added request`` (only V1 logs ``Request ... failed``).
+
+Crashes: one dead engine prints several error records (the engine core's traceback, the API
+server's, one per request in flight, "died unexpectedly"). Errors of the ``FATAL_TYPES`` (oom,
+engine_dead, cuda, startup) count once per crash episode, with the first record's type: an
+episode runs from its first fatal record to the next start-up line or stats line. Other error
+types count per record.
+
+Routes: ``RouteLabels`` (``parsers.common``) with vLLM's routes (``ROUTES``) and those its
+``Route: ..., Methods: ...`` start-up lines list: scanner 404s fold into ``__not_found__``.
 """
 
 from __future__ import annotations
@@ -28,18 +50,47 @@ from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
-from .common import ERROR_TYPES
-from .vllm_lines import Records, access_and_errors, life_lines
-from .vllm_startup import DEAD, LOGO, READY, STOPPED, Startup, life_kind, model_from, startup_kind
+from .common import ERROR_TYPES, RouteLabels
+from .vllm_lines import Fatal, Records, access_and_errors, life_lines
+from .vllm_startup import (
+    DEAD,
+    ENGINE_INIT,
+    LOGO,
+    MODEL_ONLY,
+    READY,
+    STOPPED,
+    Startup,
+    life_kind,
+    model_from,
+    startup_kind,
+)
 
 MAX_DT = 60
 MAX_PENDING = 10000
 MAX_ENGINES = 256
-OUTCOMES = ("ok", "error", "aborted")
-COUNTERS = ("llm_prompt_tokens_total", "llm_generation_tokens_total", "llm_preemptions_total")
 # Kinds of the rare, model-labelled lines, kept with their position until their segment is done.
-FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE = range(7)
+FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE, CAN = range(8)
+#: What request lines show the log can produce (see the class docstring).
+V0_REQUESTS, V1_REQUESTS = ("ok", "aborted", "preempt"), ("aborted", "error")
 Item = tuple[int, int, str, int]  # position, kind, text value, number value
+#: Routes of vLLM's OpenAI-compatible server (0.2 - 0.33), known to be served before its
+#: ``Route: ..., Methods: ...`` start-up lines are seen.
+ROUTES = (
+    "/health", "/ping", "/metrics", "/version", "/load", "/v1/models", "/v1/chat/completions", "/v1/completions",
+    "/v1/embeddings", "/v1/responses", "/v1/responses/{id}", "/v1/responses/{id}/cancel", "/v1/audio/transcriptions",
+    "/v1/audio/translations", "/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/v1/score",
+    "/rerank", "/v1/rerank", "/v2/rerank", "/invocations", "/v1/load_lora_adapter", "/v1/unload_lora_adapter",
+    "/server_info", "/reset_prefix_cache", "/sleep", "/wake_up", "/is_sleeping", "/collective_rpc",
+    "/scale_elastic_ep", "/is_scaling_elastic_ep", "/docs", "/redoc", "/openapi.json",
+)
+#: Zero-started series by what the log must show before they can move (see the class docstring).
+ZERO_SERIES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "tokens": (("llm_prompt_tokens_total", None), ("llm_generation_tokens_total", None)),
+    "preempt": (("llm_preemptions_total", None),),
+    "ok": (("llm_requests_total", "ok"),),
+    "aborted": (("llm_requests_total", "aborted"),),
+    "error": (("llm_requests_total", "error"),),
+}
 
 
 def aborted_ids(ids: str | None) -> int:
@@ -70,7 +121,7 @@ class VllmParser(Parser):
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
-        self._zeroed: set[str] = set()
+        self._zeroed: dict[str, set[str]] = {}
         self._engines: dict[str, _Engine] = {}
         self._started: dict[str, int] = {}
         self._preempt_total = 0
@@ -80,6 +131,11 @@ class VllmParser(Parser):
         self._records = Records()
         self._ready = False  # the server said it is ready and has not stopped since
         self._announce = False  # ``learn`` found it ready: say so with the next events
+        self._routes = RouteLabels(ROUTES)
+        self._caps: set[str] = set()
+        self._caps_new = False
+        self._crash = False
+        self._seg_stats = 0
 
     def state(self) -> dict[str, object]:
         """The served model's name, so that a restart goes on with the same series."""
@@ -137,8 +193,13 @@ class VllmParser(Parser):
             events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         records = self._records
         records.clear()
-        matched = access_and_errors(t, events, records)
         rare = Counter(P.RARE.findall(t))
+        if rare:
+            self._learn(t, rare)
+        fatal: list[Fatal] = []
+        matched = access_and_errors(t, events, records, self._routes, fatal)
+        fatal.sort()
+        f = 0
         controls: list[tuple[int, int, str]] = []
         life: list[tuple[int, int, str]] = []
         after: list[Event] = []
@@ -162,6 +223,16 @@ class VllmParser(Parser):
             matched += self._segment(t, start, end, items[k:k_end], finished, ended, events)
             finished, ended = 0, (0, 0, 0)
             k = k_end
+            f_end = f
+            while f_end < len(fatal) and fatal[f_end][0] < end:
+                f_end += 1
+            if f_end > f:
+                matched += self._crashes(t, start, end, fatal[f:f_end], events)
+                f = f_end
+            elif self._seg_stats:  # serving again: a crash before is over
+                self._crash = False
+            if kind >= 0 and kind not in (MODEL_ONLY, STOPPED, DEAD):  # a start-up or ready: a crash is over
+                self._crash = False
             if kind >= 0 and self._control(kind, value, self._line_time(t, pos), events):
                 if kind == LOGO:  # a line of a multi-line record
                     records.inside.append(end)
@@ -171,6 +242,37 @@ class VllmParser(Parser):
             start = end
         events.extend(after)
         return events, matched + records.resolve(t)
+
+    def _learn(self, t: str, rare: Counter[str]) -> None:
+        """The routes the server lists at start-up."""
+        if "Route" in rare:
+            for path in P.ROUTE.findall(t):
+                self._routes.learn(path)
+
+    def _can(self, *caps: str) -> None:
+        """The log shows it can produce the series of ``caps`` (keys of ``ZERO_SERIES``)."""
+        if not self._caps.issuperset(caps):
+            self._caps.update(caps)
+            self._caps_new = True
+
+    def _crashes(self, t: str, a: int, b: int, fatal: list[Fatal], events: list[Event]) -> int:
+        """Fatal errors in ``t[a:b]``, one per crash episode (a stats line between them ends one);
+        how many records that counts."""
+        fits = P.STATS_HEAD.fullmatch
+        served = [m.start() for m in P.STATS_TAIL.finditer(t, a, b)
+                  if fits(t, t.rfind("\n", 0, m.start()) + 1, m.start())]
+        s = matched = 0
+        for pos, kind, head in fatal:
+            while s < len(served) and served[s] < pos:
+                s += 1
+                self._crash = False
+            if not self._crash:
+                self._crash = True
+                events.append(Event("backend_errors_total", (kind,), 1, rule="error"))
+                matched += self._records.fatal(pos, head)
+        if s < len(served):
+            self._crash = False
+        return matched
 
     def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],
                     items: list[Item], life: list[tuple[int, int, str]]) -> tuple[int, int, int]:
@@ -205,6 +307,12 @@ class VllmParser(Parser):
             failed = len(P.FAILED.findall(t)) if "Request" in rare else 0
             ids = sum(1 if "," not in found else aborted_ids(found) for found in lists)
             ended = (ids + ones, len(lists) + ones, failed)
+        # request lines that show a series can move, until it is known (positions: the model in effect)
+        if (P.ADDED_V0 in rare or P.FINISHED_V0 in rare) and not self._caps.issuperset(V0_REQUESTS):
+            items.extend((m.start(), CAN, "v0" if m.group(1) == "Added" else "v0 finished", 0)
+                         for m in P.V0_REQUEST.finditer(t))
+        if P.ADDED_V1 in rare and not self._caps.issuperset(V1_REQUESTS):
+            items.extend((m.start(), CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
@@ -252,7 +360,7 @@ class VllmParser(Parser):
         p1 = g1 = p0 = g0 = 0.0  # tokens integrated from V1 / V0 lines
         seen1 = seen0 = False
         preempted = lines = 0
-        v1 = False
+        v1 = preempt_field = any_v0 = False
         engines = self._engines
         minutes = self._minutes
         head = P.STATS_HEAD.fullmatch
@@ -273,9 +381,12 @@ class VllmParser(Parser):
                 eng = engines[key] = _Engine()
             eng.line = line
             v1 = waiting is not None
+            if not v1:
+                any_v0 = True
             if "Prefix cache" in rest:  # 0.33 leaves it out when there were no queries: keep the last one
                 eng.prefix_tail = rest
             if v1 and "Preemptions" in rest:
+                preempt_field = True
                 pm = P.PREEMPTIONS.search(rest)
                 preempted += int(pm.group(1)) if pm else 0
             if minute is None:
@@ -307,6 +418,8 @@ class VllmParser(Parser):
         gauge_rule = ("stats_v1" if v1 else "stats_v0") if lines else ""
         if gauge_rule:
             self._startup.serving()
+            self._can("tokens", "preempt") if preempt_field or any_v0 else self._can("tokens")
+        self._seg_stats = lines
         ok = 0
         aborted, aborted_lines, failed = ended
         matched += aborted_lines + failed
@@ -328,6 +441,14 @@ class VllmParser(Parser):
             elif kind == V0_PREFIX:
                 engines.setdefault("", _Engine()).prefix = float(value) / 100.0
                 gauge_rule = gauge_rule or "stats_v0"
+            elif kind == CAN:
+                caps = V1_REQUESTS if value == "v1" else V0_REQUESTS
+                if self._caps.issuperset(caps):
+                    continue
+                self._can(*caps)  # the line's events: the zero series it starts
+                if value == "v0 finished":  # counted as a finished request
+                    continue
+                self._records.dynamic.add(t.rfind("\n", 0, pos))
             elif kind == ADDED:
                 self._started[value] = n
                 if len(self._started) > MAX_PENDING:
@@ -350,7 +471,7 @@ class VllmParser(Parser):
             out.append(Event("llm_preemptions_total", model, preempted, rule="stats_v1"))
         if gauge_rule:
             self._gauges(model, gauge_rule, out)
-        if out:
+        if out or self._caps_new:
             self._zeros(self.model, events)
             events.extend(out)
         return matched
@@ -390,17 +511,20 @@ class VllmParser(Parser):
             out.append(Event("llm_prefix_cache_hit_ratio", model, sum(prefix) / len(prefix), rule=rule))
 
     def _zeros(self, model: str, events: list[Event]) -> None:
-        """Zero-valued counter events, once per model, so that the series exist from the start."""
-        if model in self._zeroed:
-            return
-        if len(self._zeroed) >= 64:
-            self._zeroed.clear()
-        if not self._zeroed:  # once per stream: so that the first restart or error shows in increase()
-            events.append(Event("backend_restarts_total", (), 0, rule="model"))
-            events.extend(Event("backend_errors_total", (kind,), 0, rule="model") for kind in ERROR_TYPES)
-        self._zeroed.add(model)
-        events.extend(Event(name, (model,), 0, rule="model") for name in COUNTERS)
-        events.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in OUTCOMES)
+        """Zero-valued counter events, once per model and series, for the series the log can move."""
+        self._caps_new = False
+        done = self._zeroed.get(model)
+        if done is None:
+            if len(self._zeroed) >= 64:
+                self._zeroed.clear()
+            if not self._zeroed:  # once per stream: so that the first restart or error shows in increase()
+                events.append(Event("backend_restarts_total", (), 0, rule="model"))
+                events.extend(Event("backend_errors_total", (kind,), 0, rule="model") for kind in ERROR_TYPES)
+            done = self._zeroed[model] = set()
+        for cap in self._caps - done:
+            done.add(cap)
+            events.extend(Event(name, (model,) if outcome is None else (model, outcome), 0, rule="model")
+                          for name, outcome in ZERO_SERIES[cap])
 
     def _control(self, kind: int, value: str, at: int | None, events: list[Event]) -> int:
         """A start-up line: count a start (once per start, not per line of it), learn the model.
@@ -418,6 +542,11 @@ class VllmParser(Parser):
         if starts:  # the old server, if any, is gone
             self._down(events)
         model = value if kind == LOGO else model_from(value)
+        if kind == ENGINE_INIT and ("an LLM engine" in value or "V0 LLM" in value):
+            self._can("preempt")  # V0's scheduler warns per preemption
+        if model and kind != LOGO and "disable_log_stats=True" not in value and \
+                "'disable_log_stats': True" not in value:
+            self._can("tokens")
         if model:
             self.model = model
             if kind != LOGO:  # the logo may show the path; the served name follows in the args

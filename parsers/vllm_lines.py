@@ -13,8 +13,11 @@ from collections import Counter
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
-from .common import classify_error, split_access_key
+from .common import FATAL_TYPES, RouteLabels, classify_error
 from .vllm_startup import life_kind
+
+#: A fatal error record: position, error type, whether it starts its record (see ``error_records``).
+Fatal = tuple[int, str, bool]
 
 
 class Records:
@@ -42,6 +45,14 @@ class Records:
         self.dynamic.clear()
         self.life.clear()
 
+    def fatal(self, pos: int, head: bool) -> int:
+        """A fatal error record at ``pos`` gave its event: 1 if it counts as a record now."""
+        if head:
+            self.heads.add(pos)
+            return 1
+        self.inside.append(pos)
+        return 0
+
     def resolve(self, t: str) -> int:
         """How many records, not counted yet, hold the lines in ``inside``."""
         matched = 0
@@ -55,8 +66,13 @@ class Records:
         return matched
 
 
-def access_and_errors(t: str, events: list[Event], records: Records) -> int:
-    """Access lines and errors of ``t``: their events, and how many records they make count."""
+def access_and_errors(t: str, events: list[Event], records: Records, routes: RouteLabels,
+                      fatal: list[Fatal]) -> int:
+    """Access lines and errors of ``t``: their events, and how many records they make count.
+
+    Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
+    the parser to count once per crash (then ``Records.fatal`` counts their record).
+    """
     access: Counter[tuple[str, str, str]] = Counter()
     errors: Counter[str] = Counter()
     matched = rows = 0
@@ -65,7 +81,7 @@ def access_and_errors(t: str, events: list[Event], records: Records) -> int:
         if life:
             records.life.add(life)
         elif key:
-            access[split_access_key(key)] += n
+            access[routes.labels(key)] += n
             matched += n
         elif inside or raw or more:
             multi = True
@@ -74,11 +90,15 @@ def access_and_errors(t: str, events: list[Event], records: Records) -> int:
             rows += n
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
-        matched += error_records(t, errors, records)
+        matched += error_records(t, errors, records, fatal)
     else:
         matched += rows
+        if not FATAL_TYPES.isdisjoint(errors):  # rare: their positions, from a second scan
+            matched -= sum(n for kind, n in errors.items() if kind in FATAL_TYPES)
+            error_records(t, Counter(), records, fatal)
     events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
-    events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items())
+    events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items()
+                  if kind not in FATAL_TYPES)
     return matched
 
 
@@ -98,9 +118,9 @@ def life_lines(t: str, texts: set[str]) -> list[tuple[int, int, str]]:
     return out
 
 
-def error_records(t: str, counts: Counter[str], records: Records) -> int:
+def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fatal]) -> int:
     """One error per error record, classified by its exception lines (the last first), then its
-    first line; how many records that start with an error line."""
+    first line; how many records that start with an error line. Fatal ones go to ``fatal``."""
     matched = 0
     covered = 0
     for m in P.ERROR_START.finditer(t):
@@ -114,7 +134,11 @@ def error_records(t: str, counts: Counter[str], records: Records) -> int:
             traceback = traceback or P.TRACEBACK_TEXT in t[start:end]
             text = "\n".join(reversed(P.EXCEPTION_IN.findall(t, m.end(), end + 1))) + "\n" + text
             covered = end
-        counts[classify_error(text, source is not None and "serving" in source, traceback)] += 1
+        kind = classify_error(text, source is not None and "serving" in source, traceback)
+        if kind in FATAL_TYPES:
+            fatal.append((start, kind, inside is None and raw is None))
+            continue
+        counts[kind] += 1
         if inside is None and raw is None:
             matched += 1
             records.heads.add(start)

@@ -47,18 +47,26 @@ PREFIX_HIT = re.compile(rf", Prefix cache hit rate: {NUM}%")
 PREEMPTIONS = re.compile(r", Preemptions: (\d+)")
 
 
+def _after(file: str, words: str) -> str:
+    """Lookbehinds (fixed width, so one per line-number width) for ``words`` logged by ``file``."""
+    return "|".join(rf"(?<={file}\.py:{d}[\]\[] {words})" for d in (r"\d\d", r"\d\d\d", r"\d\d\d\d"))
+
+
 def _v0(words: str) -> str:
-    """Lookbehinds (fixed width, so one per line-number width) for V0 AsyncLLMEngine's file."""
-    return "|".join(rf"(?<=async_llm_engine\.py:{d}[\]\[] {words})" for d in (r"\d\d", r"\d\d\d", r"\d\d\d\d"))
+    """Lookbehinds for V0 AsyncLLMEngine's file."""
+    return _after("async_llm_engine", words)
 
 
 #: Candidates for the rare lines, all at the start of a vLLM message (after ``] ``); one scan,
 #: counted in C, then only the kinds present are looked at in detail. V0 AsyncLLMEngine's
 #: request lines (the only ones with a finish line, 0.2 - 0.10 non-MQ) are told apart by a
-#: trailing space in the capture; other "Added request" lines give nothing and are not matched.
+#: trailing space in the capture; V1 AsyncLLM's ``Added request`` (``ADDED_V1``, no space) only
+#: shows that request logging is on; other "Added request" lines are not matched. ``Route`` is
+#: the start-up listing of the API server's routes (``ROUTE``).
 RARE = re.compile(
     rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
-    rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)"
+    rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)|Added request(?:{_after('async_llm', 'Added request')})"
+    r"|Route(?=: /[^\s,]*, Methods: )"
     r"|Aborted request|Request(?= \S+ (?:aborted|failed))"
     r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
     r"|Initializing an?(?= (?:V\d )?LLM engine)|args: Namespace|non-default args|Prefix cache hit rate: GPU"
@@ -72,6 +80,9 @@ RARE = re.compile(
 FINISHED = "Finished request"
 FINISHED_V0 = "Finished request "
 ADDED_V0 = "Added request "
+ADDED_V1 = "Added request"
+ADDED_V1_AT = re.compile(rf"\] Added request(?:{_after('async_llm', 'Added request')}) ")
+ROUTE = re.compile(r"\] Route: (/[^\s,]*), Methods: ")
 
 ABORTED = re.compile(r"\] (?:Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)|Request \S+ aborted\.?(?=\n))")
 FAILED = re.compile(r"\] Request \S+ failed")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
 import re
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import threading
@@ -328,6 +330,34 @@ def test_promtool_check_metrics_oneshot(tmp_path: Path, promtool_exe: str) -> No
                            capture_output=True, text=True, timeout=60)
     report = (check.stdout + check.stderr).strip()
     assert check.returncode == 0 and report == "", f"promtool check metrics (exit {check.returncode}):\n{report}"
+
+
+@pytest.mark.integration
+def test_promtool_clean_and_real_routes_kept_after_10000_scanner_404s(tmp_path: Path, promtool_exe: str) -> None:
+    """10,000 scanner 404s on random paths, mixed with real routes: promtool is clean, real routes keep their label."""
+    rnd = random.Random(10000)
+    real = [("POST", CHAT), ("POST", "/v1/completions"), ("GET", "/health"), ("GET", "/v1/models")]
+    lines: list[str] = []
+    for i in range(10000):
+        word = "".join(rnd.choice(string.ascii_lowercase) for _ in range(rnd.randint(3, 12)))
+        lines.append(ACCESS.format(port=i, method="GET", path=f"/{word}/{rnd.choice(['.env', 'x.php', 'a'])}",
+                                   status="404 Not Found"))
+        if i % 100 == 99:
+            method, path = real[(i // 100) % len(real)]
+            lines.append(ACCESS.format(port=i, method=method, path=path, status="200 OK"))
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(lines) + "\n")
+    one = subprocess.run([sys.executable, "-m", "logmetrics", "watch", str(log), "--oneshot", "--parser", "vllm"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, f"--oneshot exited with {one.returncode}: {one.stderr}"
+    check = subprocess.run([promtool_exe, "check", "metrics"], input=one.stdout,
+                           capture_output=True, text=True, timeout=60)
+    report = (check.stdout + check.stderr).strip()
+    assert check.returncode == 0 and report == "", f"promtool check metrics (exit {check.returncode}):\n{report}"
+    got = {(s.labels["method"], s.labels["route"], s.labels["code"]): s.value
+           for fam in parse_text(one.stdout) if fam.name == "http_requests" for s in fam.samples
+           if s.name == "http_requests_total"}
+    assert got == {**{(m, p, "200"): 25.0 for m, p in real}, ("GET", "__not_found__", "404"): 10000.0}
 
 
 def test_default_exposition_is_text_004(served: Logmetrics) -> None:

@@ -17,10 +17,26 @@ from logmetrics.plugins import validate
 from logmetrics.records import CONTINUATION, Batch, Record, RecordAssembler, split_records
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.common import ERROR_TYPES, classify_error, route_template, split_access_key
+    from parsers.common import (
+        ERROR_TYPES,
+        MAX_UNKNOWN_ROUTES,
+        NOT_FOUND,
+        OTHER,
+        classify_error,
+        route_template,
+        split_access_key,
+    )
     from parsers.vllm import MAX_PENDING, VllmParser
 else:
-    from logmetrics_parsers.common import ERROR_TYPES, classify_error, route_template, split_access_key
+    from logmetrics_parsers.common import (
+        ERROR_TYPES,
+        MAX_UNKNOWN_ROUTES,
+        NOT_FOUND,
+        OTHER,
+        classify_error,
+        route_template,
+        split_access_key,
+    )
     from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,12 +338,48 @@ def test_zero_counters_once_per_model() -> None:
     errors: Totals = {("backend_errors_total", (kind,)): 0.0 for kind in ERROR_TYPES}
     assert first == {
         ("backend_restarts_total", ()): 0.0, ("llm_prompt_tokens_total", ("m",)): 0.0,
-        ("llm_generation_tokens_total", ("m",)): 0.0, ("llm_preemptions_total", ("m",)): 0.0,
-        ("llm_requests_total", ("m", "ok")): 0.0, ("llm_requests_total", ("m", "error")): 0.0,
-        ("llm_requests_total", ("m", "aborted")): 0.0,
-        **errors}
+        ("llm_generation_tokens_total", ("m",)): 0.0, **errors}
     assert len(ERROR_TYPES) == 10
     assert scan(line, parser)[0] == []
+
+
+V1_ADDED = "(APIServer pid=1) INFO 09-30 11:41:40 [async_llm.py:323] Added request chatcmpl-a0-a1b2c3d4.\n"
+V0_ADDED = "INFO 06-14 09:59:30 async_llm_engine.py:173] Added request chat-1.\n"
+
+
+def zero_series(text: str) -> set[tuple[str, tuple[str, ...]]]:
+    """The llm_* series a scan of ``text`` starts at 0."""
+    return {(ev.metric, ev.labels) for ev in scan(text)[0] if ev.value == 0 and ev.metric.startswith("llm_")
+            and ev.metric.endswith("_total")}
+
+
+def test_zero_series_only_where_the_log_can_move_them() -> None:
+    """V1 never shows outcome="ok" at 0; V0 AsyncLLMEngine's request lines do; V0 stats start preemptions."""
+    m = UNKNOWN_MODEL
+    v1 = zero_series(stats_v1("06-19 15:40:00", 1.0, 1.0) + V1_ADDED
+                     + "INFO 09-30 11:41:41 [async_llm.py:512] Aborted request(s) chatcmpl-a0-a1b2c3d4.\n")
+    assert ("llm_requests_total", (m, "ok")) not in v1 and ("llm_preemptions_total", (m,)) not in v1
+    assert {("llm_requests_total", (m, "error")), ("llm_prompt_tokens_total", (m,))} <= v1
+    v0 = zero_series(V0_ADDED + "INFO 06-14 10:00:01 metrics.py:341] Avg prompt throughput: 1.0 tokens/s, "
+                     "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, "
+                     "GPU KV cache usage: 1.0%, CPU KV cache usage: 0.0%.\n")
+    assert {("llm_requests_total", (m, "ok")), ("llm_requests_total", (m, "aborted")),
+            ("llm_preemptions_total", (m,))} <= v0
+    assert ("llm_requests_total", (m, "error")) not in v0
+    assert zero_series(stats_v1("06-19 15:40:00", 1.0, 1.0)) == {
+        ("llm_prompt_tokens_total", (m,)), ("llm_generation_tokens_total", (m,))}
+    off = "INFO 06-02 10:00:00 [utils.py:1] non-default args: {'model': 'm', 'disable_log_stats': True}\n"
+    assert zero_series(off) == set()
+
+
+def test_zero_series_follow_what_is_learned_later() -> None:
+    """A series the log shows later (request logging seen) is started at 0 then, once."""
+    parser = VllmParser()
+    scan(stats_v1("06-19 15:40:00", 1.0, 1.0), parser)
+    events = scan(V1_ADDED, parser)[0]
+    assert totals(events) == {("llm_requests_total", (UNKNOWN_MODEL, "aborted")): 0.0,
+                              ("llm_requests_total", (UNKNOWN_MODEL, "error")): 0.0}
+    assert scan(V1_ADDED, parser)[0] == []
 
 
 def test_segments_label_lines_with_the_model_in_effect() -> None:
@@ -359,7 +411,7 @@ def test_lifecycle_outcomes() -> None:
     assert got[("llm_requests_total", (m, "ok"))] == 1.0
     assert got[("llm_requests_total", (m, "aborted"))] == 4.0
     assert got[("llm_requests_total", (m, "error"))] == 2.0
-    assert matched == 6
+    assert matched == 7  # the Added line too: it starts the series V1 can move at 0
 
 
 def test_v0_request_durations_from_added_and_finished() -> None:
@@ -412,7 +464,7 @@ def test_access_lines_aggregate_per_label_set() -> None:
     events, matched = scan(text)
     access = [e for e in events if e.metric == "http_requests_total"]
     assert sorted((e.labels, e.value) for e in access) == [
-        (("GET", "/v1/files/{id}", "404"), 2),
+        (("GET", "__not_found__", "404"), 2),  # not a route vLLM serves
         (("OTHER", "/pot", "599"), 1),
         (("POST", "/v1/chat/completions", "200"), 3),
         (("POST", "/v1/completions", "500"), 1),
@@ -514,6 +566,94 @@ Traceback (most recent call last):
   File "/usr/lib/python3.12/site-packages/starlette/middleware/errors.py", line 165, in __call__
 KeyError: 'x'
 """
+
+
+def routes_of(events: list[Event]) -> dict[tuple[str, str, str], float]:
+    """http_requests_total by (method, route, code)."""
+    got: dict[tuple[str, str, str], float] = {}
+    for e in events:
+        if e.metric == "http_requests_total":
+            method, route, code = e.labels
+            got[method, route, code] = got.get((method, route, code), 0.0) + e.value
+    return got
+
+
+def hit(path: str, code: str, method: str = "GET") -> str:
+    """One uvicorn access line."""
+    return f'(APIServer pid=1) INFO:     10.9.8.7:4242 - "{method} {path} HTTP/1.1" {code} x\n'
+
+
+def test_scanner_404s_fold_and_real_routes_keep_their_label() -> None:
+    """250 random 404 paths become one __not_found__ value; the chat route, before or after, keeps its own."""
+    rnd = random.Random(7)
+    noise = "".join(hit(f"/{rnd.choice(['wp', 'cgi', 'x'])}{rnd.getrandbits(40):x}/.env", "404") for _ in range(250))
+    chat = hit("/v1/chat/completions", "200", "POST")
+    got = routes_of(scan(chat + noise + chat + hit("/v1/models", "404"))[0])
+    assert got == {("POST", "/v1/chat/completions", "200"): 2.0, ("GET", NOT_FOUND, "404"): 250.0,
+                   ("GET", "/v1/models", "404"): 1.0}
+
+
+def test_routes_listed_at_start_up_keep_their_label() -> None:
+    """Routes from vLLM's ``Route: ..., Methods: ...`` lines are known: even a 404 on them keeps its route."""
+    text = ("(APIServer pid=1) INFO 09-30 02:56:46 [launcher.py:44] Route: /v1/custom/{item_id}, Methods: GET\n"
+            + hit("/v1/custom/42", "404") + hit("/v1/other", "404") + hit("/v1/other", "405", "PUT"))
+    got = routes_of(scan(text)[0])
+    assert got == {("GET", "/v1/custom/{id}", "404"): 1.0, ("GET", NOT_FOUND, "404"): 1.0,
+                   ("PUT", NOT_FOUND, "405"): 1.0}
+
+
+def test_a_route_that_answered_is_known() -> None:
+    """A route that once answered 2xx keeps its label on later 404s (across batches)."""
+    parser = VllmParser()
+    scan(hit("/custom", "200"), parser)
+    assert routes_of(scan(hit("/custom", "404"), parser)[0]) == {("GET", "/custom", "404"): 1.0}
+
+
+def test_unknown_routes_with_other_errors_are_bounded() -> None:
+    """Unknown routes answered 401/500 keep their label up to a bound per stream, then __other__."""
+    text = "".join(hit(f"/secret{i}", "401") for i in range(MAX_UNKNOWN_ROUTES + 10))
+    got = routes_of(scan(text)[0])
+    assert len(got) == MAX_UNKNOWN_ROUTES + 1 and got[("GET", OTHER, "401")] == 10.0
+
+
+OOM_SAMPLE = ROOT / "samples" / "vllm" / "oom-crash.log"
+
+
+def errors_of(events: list[Event]) -> dict[str, float]:
+    """Non-zero backend_errors_total by error_type."""
+    return {k[1][0]: float(str(v)) for k, v in totals(events).items() if k[0] == "backend_errors_total" and v}
+
+
+def test_one_crash_counts_once() -> None:
+    """The OOM crash sample: each crash counts once, with its first record's cause, in any batch size."""
+    text = unwrap(OOM_SAMPLE)
+    assert errors_of(scan(text)[0]) == {"oom": 2.0}  # the runtime OOM, then the start-up short of KV cache memory
+    for size in (4096, 500):
+        assert errors_of(by_batches_events(text, size)) == {"oom": 2.0}
+
+
+def test_serving_again_ends_a_crash() -> None:
+    """A stats line or a start-up between two fatal errors makes them two crashes."""
+    dead = "(APIServer pid=1) ERROR 09-30 11:42:18 [core_client.py:564] Engine core proc died unexpectedly.\n"
+    assert errors_of(scan(dead + dead)[0]) == {"engine_dead": 1.0}
+    assert errors_of(scan(dead + stats_v1("09-30 11:43:00", 1.0, 1.0) + dead)[0]) == {"engine_dead": 2.0}
+    parser = VllmParser()
+    scan(dead, parser)
+    assert errors_of(scan(dead, parser)[0]) == {}
+    scan(stats_v1("09-30 11:43:00", 1.0, 1.0), parser)
+    assert errors_of(scan(dead, parser)[0]) == {"engine_dead": 1.0}
+    start = "INFO 09-30 11:44:00 [api_server.py:1839] vLLM API server version 0.11.0\n"
+    assert errors_of(scan(dead + start + dead)[0]) == {"engine_dead": 2.0}
+
+
+def test_request_errors_count_per_record_during_a_crash() -> None:
+    """Request-level errors are not folded into the crash."""
+    dead = "ERROR 09-30 11:42:18 [core_client.py:564] Engine core proc died unexpectedly.\n"
+    bad = ("ERROR 09-30 11:42:19 [serving_chat.py:200] Error in chat completion: ValueError: This model's maximum "
+           "context length is 4096 tokens.\n")
+    assert errors_of(scan(dead + bad + bad)[0]) == {"engine_dead": 1.0, "bad_request": 2.0}
+
+
 RANK = """\
 [rank0]: Traceback (most recent call last):
 [rank0]:   File "/data/offline.py", line 89, in <module>
@@ -538,9 +678,11 @@ def test_each_traceback_of_a_burst_counts() -> None:
     second = RAW.split("\n", 1)[1].replace("EngineCore_DP0 pid=8884", "APIServer pid=1")
     last = "ERROR 12-16 21:40:16 [serving_chat.py:200] Error in chat completion: KeyError: 'x'\n"
     events, matched = scan(TRACEBACK + RAW + second + last)
-    assert totals(events) == {("backend_errors_total", ("oom",)): 1.0, ("backend_errors_total", ("cuda",)): 2.0,
-                              ("backend_errors_total", ("exception",)): 1.0}
-    assert matched == 3  # the API server's traceback is in the record of the engine core's
+    # the two CUDA tracebacks are separate records, but of the crash the OOM began: counted once, as oom
+    assert totals(events) == {("backend_errors_total", ("oom",)): 1.0, ("backend_errors_total", ("exception",)): 1.0}
+    assert matched == 2
+    cuda = scan(RAW + second)[0]
+    assert totals(cuda) == {("backend_errors_total", ("cuda",)): 1.0}
 
 
 def test_error_inside_a_record_that_already_counted() -> None:
@@ -610,6 +752,22 @@ def by_records(text: str) -> tuple[Totals, int]:
         events += got
         matched += bool(got)
     return totals(events), matched
+
+
+def by_batches_events(text: str, size: int) -> list[Event]:
+    """The events of ``parse_batch`` on batches cut the way the engine cuts them."""
+    parser = VllmParser()
+    assembler = RecordAssembler(VllmParser.continuation)
+    events: list[Event] = []
+    buf = ""
+    for line in [*text.splitlines(keepends=True), ""]:
+        buf += line
+        if len(buf) >= size or not line:
+            piece = assembler.feed(buf)[0] + (assembler.flush()[0] if not line else "")
+            buf = ""
+            if piece:
+                events += parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))[0]
+    return events
 
 
 def by_batches(text: str, size: int) -> tuple[Totals, int]:
