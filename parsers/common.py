@@ -127,7 +127,11 @@ class RouteLabels:
 
     def labels(self, key: str) -> tuple[str, str, str]:
         """``(method, route, code)`` labels of one ``UVICORN_ACCESS`` capture, noise folded."""
-        method, route, code = labels = split_access_key(key)
+        return self.fold(split_access_key(key))
+
+    def fold(self, labels: tuple[str, str, str]) -> tuple[str, str, str]:
+        """``(method, route template, code)`` labels, from any access format, noise folded."""
+        method, route, code = labels
         if route in self.known:
             return labels
         if code < "400" or (self.prefixes and route.startswith(self.prefixes)):

@@ -19,9 +19,11 @@ from logmetrics.records import CONTINUATION, Batch, Record, RecordAssembler, spl
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.common import (
         ERROR_TYPES,
+        MAX_KNOWN_ROUTES,
         MAX_UNKNOWN_ROUTES,
         NOT_FOUND,
         OTHER,
+        RouteLabels,
         classify_error,
         route_template,
         split_access_key,
@@ -30,9 +32,11 @@ if TYPE_CHECKING:  # the type checker reads the source tree; the package is inst
 else:
     from logmetrics_parsers.common import (
         ERROR_TYPES,
+        MAX_KNOWN_ROUTES,
         MAX_UNKNOWN_ROUTES,
         NOT_FOUND,
         OTHER,
+        RouteLabels,
         classify_error,
         route_template,
         split_access_key,
@@ -614,6 +618,17 @@ def test_unknown_routes_with_other_errors_are_bounded() -> None:
     text = "".join(hit(f"/secret{i}", "401") for i in range(MAX_UNKNOWN_ROUTES + 10))
     got = routes_of(scan(text)[0])
     assert len(got) == MAX_UNKNOWN_ROUTES + 1 and got[("GET", OTHER, "401")] == 10.0
+
+
+def test_route_labels_for_any_parser() -> None:
+    """Declared fixed routes and prefixes keep their label on a 404; other 404s fold; learning is bounded."""
+    routes = RouteLabels(fixed=("/health",), prefixes=("/api/",))
+    assert routes.fold(("GET", "/health", "404")) == ("GET", "/health", "404")
+    assert routes.fold(("GET", "/api/users/{id}", "404")) == ("GET", "/api/users/{id}", "404")
+    assert routes.fold(("GET", "/admin.php", "404")) == ("GET", NOT_FOUND, "404")
+    for i in range(MAX_KNOWN_ROUTES + 5):
+        routes.fold(("GET", f"/page{i}", "200"))
+    assert len(routes.known) == MAX_KNOWN_ROUTES
 
 
 OOM_SAMPLE = ROOT / "samples" / "vllm" / "oom-crash.log"
