@@ -13,8 +13,10 @@ Shares of lines (each kind drawn at random, so the counts are close to these, no
 
 Next to ``OUT`` it writes ``OUT.expected.json`` with what the ``vllm`` parser must report for the
 file: ``http_requests_total`` per method, route and code, the gauges of the last stats line,
-``backend_errors_total`` per ``error_type`` (how the parser classifies each exception; the counts
-per exception type are there too), aborted requests, and the number of lines. llama.cpp totals are
+``backend_errors_total`` per ``error_type`` (how the parser classifies each exception, a crash
+counted once: a fatal type (oom, engine_dead, cuda) counts only when no fatal error came since the
+last stats line; ``backend_errors_per_record`` counts every line, as a line-by-line tool does; the
+counts per exception type are there too), aborted requests, and the number of lines. llama.cpp totals are
 included for reference (the ``vllm`` parser does not read those lines).
 
     python3 bench/gen_corpus.py -n 1000000 --seed 7 -o bench/out/corpus.log
@@ -62,6 +64,10 @@ EXCEPTIONS: tuple[tuple[str, str, int, str], ...] = (
     ("TimeoutError", "request {rid} did not finish within {a} ms", 16, "timeout"),
     ("KeyError", "'messages'", 12, "exception"),
 )
+#: Error types of a dead engine, counted once per crash (``parsers.common.FATAL_TYPES``).
+FATAL = frozenset({"oom", "engine_dead", "cuda", "startup"})
+#: Version of expected.json; ``bench/run.py`` regenerates a cached corpus of another version.
+FORMAT = 2
 ERROR_SITES: tuple[tuple[str, str], ...] = (
     ("serving_chat.py", "chat completion"),
     ("serving_completion.py", "completion"),
@@ -84,6 +90,7 @@ class Expected:
     gauges: dict[str, float] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     error_types: Counter[str] = field(default_factory=Counter)
+    error_records: Counter[str] = field(default_factory=Counter)
     aborted: int = 0
     llama_prompt_tokens: int = 0
     llama_generated_tokens: int = 0
@@ -93,7 +100,7 @@ class Expected:
     def as_json(self) -> dict[str, Any]:
         """The expected.json document."""
         return {
-            "format": 1,
+            "format": FORMAT,
             "lines": self.lines,
             "kinds": dict(sorted(self.kinds.items())),
             "http_requests_total": [
@@ -102,6 +109,7 @@ class Expected:
             "requests": sum(self.requests.values()),
             "gauges": self.gauges,
             "backend_errors_total": dict(sorted(self.error_types.items())),
+            "backend_errors_per_record": dict(sorted(self.error_records.items())),
             "errors": sum(self.errors.values()),
             "errors_by_exception": dict(sorted(self.errors.items())),
             "llm_requests_total": {"aborted": self.aborted},
@@ -123,6 +131,7 @@ class Corpus:
         self.clock = START
         self.stamp = self.clock.strftime("%m-%d %H:%M:%S")
         self.last_error_prefix = ""
+        self.crashed = False  # a fatal error came since the last stats line
 
     def tick(self) -> None:
         """Let time pass now and then (vLLM stamps have one-second resolution and no year)."""
@@ -198,6 +207,7 @@ class Corpus:
         waiting = rng.randint(0, 24)
         kv = round(rng.uniform(0.0, 100.0), 1)
         hit = round(rng.uniform(0.0, 100.0), 1)
+        self.crashed = False
         self.exp.gauges = {
             "llm_prompt_throughput_tokens_per_second": prompt,
             "llm_generation_throughput_tokens_per_second": gen,
@@ -243,7 +253,12 @@ class Corpus:
         b, c = rng.randint(100, 6000), rng.randint(16, 4096)
         message = template.format(a=b + c, b=b, c=c, rid=self.request_id())
         self.exp.errors[exc] += 1
-        self.exp.error_types[error_type] += 1
+        self.exp.error_records[error_type] += 1
+        if error_type not in FATAL:
+            self.exp.error_types[error_type] += 1
+        elif not self.crashed:
+            self.exp.error_types[error_type] += 1
+            self.crashed = True
         return f"{prefix} Error in {what}: {exc}: {message}"
 
     def write(self, out: Path, n: int) -> Expected:

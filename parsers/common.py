@@ -109,11 +109,13 @@ class RouteLabels:
     Both sets are bounded. Decisions are taken per distinct access key, never per line.
     """
 
-    __slots__ = ("known", "prefixes", "unknown")
+    __slots__ = ("final", "known", "prefixes", "unknown")
 
     def __init__(self, fixed: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()) -> None:
         self.known: set[str] = set()
         self.unknown: set[str] = set()
+        #: labels of access keys on known routes: final, since a known route stays known
+        self.final: dict[str, tuple[str, str, str]] = {}
         self.prefixes = prefixes
         for path in fixed:
             self.learn(path)
@@ -127,7 +129,14 @@ class RouteLabels:
 
     def labels(self, key: str) -> tuple[str, str, str]:
         """``(method, route, code)`` labels of one ``UVICORN_ACCESS`` capture, noise folded."""
-        return self.fold(split_access_key(key))
+        labels = self.final.get(key)
+        if labels is None:
+            labels = self.fold(split_access_key(key))
+            if labels[1] in self.known:
+                if len(self.final) >= _ROUTE_CACHE_MAX:
+                    self.final.clear()
+                self.final[key] = labels
+        return labels
 
     def fold(self, labels: tuple[str, str, str]) -> tuple[str, str, str]:
         """``(method, route template, code)`` labels, from any access format, noise folded."""

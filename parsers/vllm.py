@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import calendar
 import time
+from bisect import bisect_left
 from collections import Counter
 from typing import ClassVar
 
@@ -136,6 +137,7 @@ class VllmParser(Parser):
         self._caps_new = False
         self._crash = False
         self._seg_stats = 0
+        self._rare = P.RARE
 
     def state(self) -> dict[str, object]:
         """The served model's name, so that a restart goes on with the same series."""
@@ -193,7 +195,7 @@ class VllmParser(Parser):
             events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         records = self._records
         records.clear()
-        rare = Counter(P.RARE.findall(t))
+        rare = Counter(self._rare.findall(t))
         if rare:
             self._learn(t, rare)
         fatal: list[Fatal] = []
@@ -220,14 +222,15 @@ class VllmParser(Parser):
             k_end = k
             while k_end < len(items) and items[k_end][0] < end:
                 k_end += 1
-            matched += self._segment(t, start, end, items[k:k_end], finished, ended, events)
-            finished, ended = 0, (0, 0, 0)
-            k = k_end
             f_end = f
             while f_end < len(fatal) and fatal[f_end][0] < end:
                 f_end += 1
-            if f_end > f:
-                matched += self._crashes(t, start, end, fatal[f:f_end], events)
+            served: list[int] | None = [] if f_end > f else None
+            matched += self._segment(t, start, end, items[k:k_end], finished, ended, events, served)
+            finished, ended = 0, (0, 0, 0)
+            k = k_end
+            if served is not None:
+                matched += self._crashes(fatal[f:f_end], served, events)
                 f = f_end
             elif self._seg_stats:  # serving again: a crash before is over
                 self._crash = False
@@ -255,23 +258,23 @@ class VllmParser(Parser):
             self._caps.update(caps)
             self._caps_new = True
 
-    def _crashes(self, t: str, a: int, b: int, fatal: list[Fatal], events: list[Event]) -> int:
-        """Fatal errors in ``t[a:b]``, one per crash episode (a stats line between them ends one);
-        how many records that counts."""
-        fits = P.STATS_HEAD.fullmatch
-        served = [m.start() for m in P.STATS_TAIL.finditer(t, a, b)
-                  if fits(t, t.rfind("\n", 0, m.start()) + 1, m.start())]
+    def _crashes(self, fatal: list[Fatal], served: list[int], events: list[Event]) -> int:
+        """Fatal errors of a segment, one per crash episode (a stats line at a position in ``served``
+        between them ends one); how many records that counts."""
         s = matched = 0
+        crash = self._crash
+        counted: Counter[str] = Counter()
         for pos, kind, head in fatal:
-            while s < len(served) and served[s] < pos:
-                s += 1
-                self._crash = False
-            if not self._crash:
-                self._crash = True
-                events.append(Event("backend_errors_total", (kind,), 1, rule="error"))
+            if served:
+                i = bisect_left(served, pos, s)
+                if i > s:  # serving since the previous one
+                    s, crash = i, False
+            if not crash:
+                crash = True
+                counted[kind] += 1
                 matched += self._records.fatal(pos, head)
-        if s < len(served):
-            self._crash = False
+        self._crash = crash and s == len(served)
+        events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in counted.items())
         return matched
 
     def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],
@@ -351,9 +354,10 @@ class VllmParser(Parser):
     # -- model-labelled rules, one segment (between two start-up lines) at a time -------------
 
     def _segment(self, t: str, a: int, b: int, items: list[Item], finished: int, ended: tuple[int, int, int],
-                 events: list[Event]) -> int:
+                 events: list[Event], served: list[int] | None = None) -> int:
         """Stats lines in ``t[a:b]`` and the rare lines in ``items`` (plus ``finished`` and ``ended``
-        requests counted without positions): their events, and how many records matched."""
+        requests counted without positions): their events, and how many records matched. The
+        positions of the stats lines go to ``served`` if given."""
         model = (self.model,)
         out: list[Event] = []
         matched = finished
@@ -371,6 +375,8 @@ class VllmParser(Parser):
             if h is None:  # the text inside some other line (a prompt, a paste)
                 continue
             lines += 1
+            if served is not None:
+                served.append(start)
             line = h.groups() + m.groups()
             minute, seconds, index, agg, prompt, gen, _running, _pending, waiting, rest = line
             key = index or ("agg" if agg else "")
@@ -446,6 +452,8 @@ class VllmParser(Parser):
                 if self._caps.issuperset(caps):
                     continue
                 self._can(*caps)  # the line's events: the zero series it starts
+                if self._caps.issuperset(V1_REQUESTS):  # V1's Added lines have nothing more to tell
+                    self._rare = P.RARE_KNOWN
                 if value == "v0 finished":  # counted as a finished request
                     continue
                 self._records.dynamic.add(t.rfind("\n", 0, pos))

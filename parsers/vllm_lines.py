@@ -75,30 +75,33 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     """
     access: Counter[tuple[str, str, str]] = Counter()
     errors: Counter[str] = Counter()
-    matched = rows = 0
+    lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
+    matched = 0
     multi = False
+    final = routes.final
     for (key, source, inside, raw, text, more, life), n in Counter(P.LINES.findall(t)).items():
         if life:
             records.life.add(life)
         elif key:
-            access[routes.labels(key)] += n
+            access[final.get(key) or routes.labels(key)] += n
             matched += n
         elif inside or raw or more:
             multi = True
         else:
-            errors[classify_error(text, "serving" in source)] += n
-            rows += n
+            kind = classify_error(text, "serving" in source)
+            if kind in FATAL_TYPES:
+                lines[text] = kind, lines[text][1] + n if text in lines else n
+            else:
+                errors[kind] += n
+                matched += n
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
-        matched += error_records(t, errors, records, fatal)
-    else:
-        matched += rows
-        if not FATAL_TYPES.isdisjoint(errors):  # rare: their positions, from a second scan
-            matched -= sum(n for kind, n in errors.items() if kind in FATAL_TYPES)
-            error_records(t, Counter(), records, fatal)
+        matched = sum(access.values()) + error_records(t, errors, records, fatal)
+    elif lines and not locate(t, lines, fatal):
+        fatal.clear()
+        error_records(t, Counter(), Records(), fatal)
     events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
-    events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items()
-                  if kind not in FATAL_TYPES)
+    events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items())
     return matched
 
 
@@ -116,6 +119,31 @@ def life_lines(t: str, texts: set[str]) -> list[tuple[int, int, str]]:
                 out.append((pos, kind, ""))
             pos = t.find(text, pos + len(text))
     return out
+
+
+def locate(t: str, lines: dict[str, tuple[str, int]], fatal: list[Fatal]) -> bool:
+    """Add the single-line error records of ``lines`` (message: type and count, in the order of
+    their first lines) to ``fatal``, found with ``str.find`` (no regex scan of the whole text);
+    whether all were found. Each message's first line comes after the previous message's."""
+    first = 0
+    head = P.ERROR_HEAD.fullmatch
+    for text, (kind, n) in lines.items():
+        at = first
+        found = 0
+        while text and found < n:
+            at = t.find(text + "\n", at)
+            if at < 0:
+                return False
+            start = t.rfind("\n", 0, at)
+            if head(t, start, at):
+                if not found:
+                    first = at
+                fatal.append((start, kind, True))
+                found += 1
+            at += 1
+        if not text:
+            return False
+    return True
 
 
 def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fatal]) -> int:

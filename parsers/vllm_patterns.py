@@ -77,6 +77,9 @@ RARE = re.compile(
     r"|(?:Async|MQ)EngineDeadError|vllm\.[\w.]*EngineDeadError)",
     re.ASCII,
 )
+#: ``RARE`` without V1's ``Added request``, for a stream where it has told what it had to.
+RARE_KNOWN = re.compile(RARE.pattern.replace(f"|Added request(?:{_after('async_llm', 'Added request')})", ""),
+                        re.ASCII)
 FINISHED = "Finished request"
 FINISHED_V0 = "Finished request "
 ADDED_V0 = "Added request "
@@ -132,6 +135,9 @@ ERROR_START = re.compile(
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)",
     re.ASCII,
 )
+#: The start of a one-line error record, up to its message (``ERROR_START`` without the groups).
+ERROR_HEAD = re.compile(rf"\n{PFX}?(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+[\]\[]+ | *:| )",
+                        re.ASCII)
 #: Access lines and error lines in one scan (one ``findall``, counted in C). Groups: 1 the access
 #: key (see ``UVICORN_ACCESS``); for an error: 2 the logging file, 3 set if the line continues a
 #: record, 4 set for a raw traceback, 5 the message, 6 set if the next line continues the record;

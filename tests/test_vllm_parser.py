@@ -661,6 +661,16 @@ def test_serving_again_ends_a_crash() -> None:
     assert errors_of(scan(dead + start + dead)[0]) == {"engine_dead": 2.0}
 
 
+def test_a_crash_is_placed_by_its_own_line() -> None:
+    """A fatal message also quoted in an earlier line is placed at its error line: after the stats, so it counts."""
+    msg = "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client."
+    quoted = f"INFO 09-30 11:41:00 [logger.py:43] Received request chatcmpl-1: prompt: '{msg}\n"
+    dead = f"ERROR 09-30 11:42:18 [core_client.py:564] {msg}\n"
+    parser = VllmParser()
+    scan(dead, parser)
+    assert errors_of(scan(quoted + stats_v1("09-30 11:42:00", 1.0, 1.0) + dead, parser)[0]) == {"engine_dead": 1.0}
+
+
 def test_request_errors_count_per_record_during_a_crash() -> None:
     """Request-level errors are not folded into the crash."""
     dead = "ERROR 09-30 11:42:18 [core_client.py:564] Engine core proc died unexpectedly.\n"
