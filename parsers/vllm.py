@@ -260,21 +260,26 @@ class VllmParser(Parser):
 
     def _crashes(self, fatal: list[Fatal], served: list[int], events: list[Event]) -> int:
         """Fatal errors of a segment, one per crash episode (a stats line at a position in ``served``
-        between them ends one); how many records that counts."""
+        between them ends one); how many records they are (each matched, counted or not)."""
         s = matched = 0
         crash = self._crash
         counted: Counter[str] = Counter()
+        folded: set[str] = set()
         for pos, kind, head in fatal:
             if served:
                 i = bisect_left(served, pos, s)
                 if i > s:  # serving since the previous one
                     s, crash = i, False
-            if not crash:
+            if crash:
+                folded.add(kind)
+            else:
                 crash = True
                 counted[kind] += 1
-                matched += self._records.fatal(pos, head)
+            matched += self._records.fatal(pos, head)
         self._crash = crash and s == len(served)
         events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in counted.items())
+        # the other records of a crash: recognised, worth nothing more (``logmetrics check`` shows them)
+        events.extend(Event("backend_errors_total", (kind,), 0, rule="crash") for kind in folded)
         return matched
 
     def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],

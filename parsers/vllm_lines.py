@@ -46,7 +46,7 @@ class Records:
         self.life.clear()
 
     def fatal(self, pos: int, head: bool) -> int:
-        """A fatal error record at ``pos`` gave its event: 1 if it counts as a record now."""
+        """A fatal error record at ``pos`` gave its events: 1 if it counts as a record now."""
         if head:
             self.heads.add(pos)
             return 1
