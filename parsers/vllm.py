@@ -31,11 +31,12 @@ log them). Per model, once the log shows it:
 Crashes: one dead engine prints several error records (the engine core's traceback, the API
 server's, one per request in flight, "died unexpectedly"). Errors of the ``FATAL_TYPES`` (oom,
 engine_dead, cuda, startup) count once per crash episode, with the first record's type: an
-episode runs from its first fatal record to the next start-up line or stats line. Other error
+episode runs from its first fatal record to the next start-up, ready or stats line. Other error
 types count per record.
 
 Routes: ``RouteLabels`` (``parsers.common``) with vLLM's routes (``ROUTES``) and those its
-``Route: ..., Methods: ...`` start-up lines list: scanner 404s fold into ``__not_found__``.
+``Route: ..., Methods: ...`` start-up lines list (also from before the read position, ``learn``):
+scanner 404s fold into ``__not_found__``.
 """
 
 from __future__ import annotations
@@ -150,8 +151,10 @@ class VllmParser(Parser):
             self.model = model
 
     def learn(self, text: str) -> None:
-        """The model name and readiness from lines logged before we started reading (no events)."""
+        """The model name, readiness and routes from lines logged before we started reading (no events)."""
         t = "\n" + text
+        for path in P.ROUTE.findall(t):
+            self._routes.learn(path)
         at = [(m.start(1), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t)]
         at += [(m.start(1), life_kind(m.group(1)), "") for m in P.LIFE.finditer(t)]
         at += [(m.start(), DEAD, "") for m in P.DEAD.finditer(t)]
@@ -197,7 +200,7 @@ class VllmParser(Parser):
         records.clear()
         rare = Counter(self._rare.findall(t))
         if rare:
-            self._learn(t, rare)
+            self._learn_routes(t, rare)
         fatal: list[Fatal] = []
         matched = access_and_errors(t, events, records, self._routes, fatal)
         fatal.sort()
@@ -216,6 +219,7 @@ class VllmParser(Parser):
                 items.extend((m.start(), FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
                 finished = 0
             items.sort()
+        ready_at = [pos for pos, kind, _ in life if kind == READY]  # (life is left only without start-ups)
         start = k = 0
         for pos, kind, value in [*controls, (len(t), -1, "")]:
             end = t.rfind("\n", 0, pos) if kind >= 0 else pos
@@ -230,9 +234,11 @@ class VllmParser(Parser):
             finished, ended = 0, (0, 0, 0)
             k = k_end
             if served is not None:
+                if ready_at:
+                    served = sorted(served + ready_at)
                 matched += self._crashes(fatal[f:f_end], served, events)
                 f = f_end
-            elif self._seg_stats:  # serving again: a crash before is over
+            elif self._seg_stats or ready_at:  # serving again: a crash before is over
                 self._crash = False
             if kind >= 0 and kind not in (MODEL_ONLY, STOPPED, DEAD):  # a start-up or ready: a crash is over
                 self._crash = False
@@ -246,7 +252,7 @@ class VllmParser(Parser):
         events.extend(after)
         return events, matched + records.resolve(t)
 
-    def _learn(self, t: str, rare: Counter[str]) -> None:
+    def _learn_routes(self, t: str, rare: Counter[str]) -> None:
         """The routes the server lists at start-up."""
         if "Route" in rare:
             for path in P.ROUTE.findall(t):
@@ -259,8 +265,8 @@ class VllmParser(Parser):
             self._caps_new = True
 
     def _crashes(self, fatal: list[Fatal], served: list[int], events: list[Event]) -> int:
-        """Fatal errors of a segment, one per crash episode (a stats line at a position in ``served``
-        between them ends one); how many records they are (each matched, counted or not)."""
+        """Fatal errors of a segment, one per crash episode (a stats or ready line at a position in
+        ``served`` between them ends one); how many records they are (each matched, counted or not)."""
         s = matched = 0
         crash = self._crash
         counted: Counter[str] = Counter()

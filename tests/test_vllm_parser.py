@@ -661,6 +661,24 @@ def test_serving_again_ends_a_crash() -> None:
     assert errors_of(scan(dead + start + dead)[0]) == {"engine_dead": 2.0}
 
 
+def test_ready_line_ends_a_crash() -> None:
+    """uvicorn's "Application startup complete." between two fatal errors makes them two crashes."""
+    dead = "(APIServer pid=1) ERROR 09-30 11:42:18 [core_client.py:564] Engine core proc died unexpectedly.\n"
+    ready = "(APIServer pid=1) INFO:     Application startup complete.\n"
+    assert errors_of(scan(dead + ready + dead)[0]) == {"engine_dead": 2.0}
+    parser = VllmParser()
+    scan(dead, parser)
+    scan(ready, parser)
+    assert errors_of(scan(dead, parser)[0]) == {"engine_dead": 1.0}
+
+
+def test_routes_are_learned_from_before_the_read_position() -> None:
+    """Route lines logged before the read position (``learn``) make their routes known."""
+    parser = VllmParser()
+    parser.learn("(APIServer pid=1) INFO 09-30 02:56:46 [launcher.py:44] Route: /custom, Methods: GET\n")
+    assert routes_of(scan(hit("/custom", "404"), parser)[0]) == {("GET", "/custom", "404"): 1.0}
+
+
 def test_a_crash_is_placed_by_its_own_line() -> None:
     """A fatal message also quoted in an earlier line is placed at its error line: after the stats, so it counts."""
     msg = "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client."
