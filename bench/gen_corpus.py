@@ -15,9 +15,9 @@ Next to ``OUT`` it writes ``OUT.expected.json`` with what the ``vllm`` parser mu
 file: ``http_requests_total`` per method, route and code, the gauges of the last stats line,
 ``backend_errors_total`` per ``error_type`` (how the parser classifies each exception, a crash
 counted once: a fatal type (oom, engine_dead, cuda) counts only when no fatal error came since the
-last stats line; ``backend_errors_per_record`` counts every line, as a line-by-line tool does; the
-counts per exception type are there too), aborted requests, and the number of lines. llama.cpp totals are
-included for reference (the ``vllm`` parser does not read those lines).
+last stats or ready line; ``backend_errors_per_record`` counts every line, as a line-by-line tool
+does; the counts per exception type are there too), aborted requests, and the number of lines.
+llama.cpp totals are included for reference (the ``vllm`` parser does not read those lines).
 
     python3 bench/gen_corpus.py -n 1000000 --seed 7 -o bench/out/corpus.log
 """
@@ -67,7 +67,7 @@ EXCEPTIONS: tuple[tuple[str, str, int, str], ...] = (
 #: Error types of a dead engine, counted once per crash (``parsers.common.FATAL_TYPES``).
 FATAL = frozenset({"oom", "engine_dead", "cuda", "startup"})
 #: Version of expected.json; ``bench/run.py`` regenerates a cached corpus of another version.
-FORMAT = 2
+FORMAT = 3
 ERROR_SITES: tuple[tuple[str, str], ...] = (
     ("serving_chat.py", "chat completion"),
     ("serving_completion.py", "completion"),
@@ -131,7 +131,7 @@ class Corpus:
         self.clock = START
         self.stamp = self.clock.strftime("%m-%d %H:%M:%S")
         self.last_error_prefix = ""
-        self.crashed = False  # a fatal error came since the last stats line
+        self.crashed = False  # a fatal error came since the last stats or ready line
 
     def tick(self) -> None:
         """Let time pass now and then (vLLM stamps have one-second resolution and no year)."""
@@ -173,13 +173,16 @@ class Corpus:
                     f"request but ignored: {{'{rng.choice(('user', 'logit_bias', 'stream_options', 'seed'))}'}}")
         if pick < 86:
             # decoy: uvicorn lines that are not access lines
-            return rng.choice((
+            line = rng.choice((
                 "INFO:     Started server process [7]",
                 "INFO:     Waiting for application startup.",
                 "INFO:     Application startup complete.",
                 "WARNING:  Invalid HTTP request received.",
                 "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
             ))
+            if line.endswith("startup complete."):  # the server is ready: a crash before is over
+                self.crashed = False
+            return line
         if pick < 93:
             self.exp.aborted += 1
             return f"INFO {ts} [async_llm.py:{rng.randint(420, 480)}] Aborted request {self.request_id()}."

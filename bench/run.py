@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 MTAIL_PROG = HERE / "llm.mtail"
 GAUGE_TOLERANCE = 1e-9  # relative; the values are decimals with one digit, divided by 100 for ratios
-FORMAT = 2  # of expected.json, as bench/gen_corpus.py writes it
+FORMAT = 3  # of expected.json, as bench/gen_corpus.py writes it
 
 
 @dataclass
