@@ -271,6 +271,7 @@ class VllmParser(Parser):
         crash = self._crash
         counted: Counter[str] = Counter()
         folded: set[str] = set()
+        heads, inside = self._records.heads, self._records.inside
         for pos, kind, head in fatal:
             if served:
                 i = bisect_left(served, pos, s)
@@ -281,7 +282,11 @@ class VllmParser(Parser):
             else:
                 crash = True
                 counted[kind] += 1
-            matched += self._records.fatal(pos, head)
+            if head:  # the record counts here; a record that begins inside another one, with it
+                heads.add(pos)
+                matched += 1
+            else:
+                inside.append(pos)
         self._crash = crash and s == len(served)
         events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in counted.items())
         # the other records of a crash: recognised, worth nothing more (``logmetrics check`` shows them)

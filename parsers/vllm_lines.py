@@ -45,14 +45,6 @@ class Records:
         self.dynamic.clear()
         self.life.clear()
 
-    def fatal(self, pos: int, head: bool) -> int:
-        """A fatal error record at ``pos`` gave its events: 1 if it counts as a record now."""
-        if head:
-            self.heads.add(pos)
-            return 1
-        self.inside.append(pos)
-        return 0
-
     def resolve(self, t: str) -> int:
         """How many records, not counted yet, hold the lines in ``inside``."""
         matched = 0
@@ -71,7 +63,7 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     """Access lines and errors of ``t``: their events, and how many records they make count.
 
     Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
-    the parser to count once per crash (then ``Records.fatal`` counts their record).
+    the parser to count once per crash (and then to count their records: ``Fatal``).
     """
     access: Counter[tuple[str, str, str]] = Counter()
     errors: Counter[str] = Counter()
@@ -130,8 +122,9 @@ def locate(t: str, lines: dict[str, tuple[str, int]], fatal: list[Fatal]) -> boo
     for text, (kind, n) in lines.items():
         at = first
         found = 0
+        needle = text + "\n"
         while text and found < n:
-            at = t.find(text + "\n", at)
+            at = t.find(needle, at)
             if at < 0:
                 return False
             start = t.rfind("\n", 0, at)
