@@ -120,13 +120,15 @@ class Nanny(Parser):
 
 @pytest.mark.integration
 def test_promtool_clean_after_non_utf8_name_and_nan(tmp_path: Path) -> None:
-    """promtool check metrics is clean after a non-UTF-8 file name and a plugin's NaN, which is refused and counted."""
+    """promtool check metrics is clean after a non-UTF-8 file name, a plugin's NaN (refused and counted) and
+    10,000 scanner 404s (folded into one route) have gone through one run together."""
     promtool = binary("promtool")
     logs = tmp_path / "logs"
     logs.mkdir()
     raw = os.fsencode(logs)
     with open(os.path.join(raw, b"vllm-\xe9.log"), "w") as f:
         f.write(access_line(1) + access_line(2, "/health"))
+        f.writelines(access_line(i, f"/scan-{i}/wp-login.php", "404 Not Found") for i in range(10000))
     with open(os.path.join(raw, b"nan-\xe9.log"), "w") as f:
         f.write("obs 0.5\nobs nan\nobs -2\ntokens inf\ntokens 7\nobs 1.5\n")
     plugin = tmp_path / "nanny.py"
@@ -142,7 +144,9 @@ def test_promtool_clean_after_non_utf8_name_and_nan(tmp_path: Path) -> None:
     assert total(got, "llm_prompt_tokens_total", source=nan_source) == 7
     assert total(got, "logmetrics_values_rejected_total", parser="nanny", metric="llm_request_duration_seconds") == 2
     assert total(got, "logmetrics_values_rejected_total", parser="nanny", metric="llm_prompt_tokens_total") == 1
-    assert total(got, "http_requests_total", source=f"{logs}/{SHOWN}") == 2
+    assert total(got, "http_requests_total", source=f"{logs}/{SHOWN}", code="200") == 2
+    assert total(got, "http_requests_total", source=f"{logs}/{SHOWN}", route="__not_found__") == 10000
+    assert total(got, "http_requests_total", route="/v1/chat/completions") == 1
     warned = [line for line in one.stderr.splitlines() if "parser nanny" in line]
     assert len(warned) == 2, one.stderr
     check = subprocess.run([promtool, "check", "metrics"], input=one.stdout, capture_output=True, text=True,
