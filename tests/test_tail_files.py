@@ -12,31 +12,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from logmetrics.copies import copy_name, same_tail
-from logmetrics.sources import FileTailer, SourceStats
 from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines
-
-
-@pytest.fixture
-def tail() -> Iterator[Tail]:
-    """Make tailers over real paths; each is closed after the test."""
-    made: list[FileTailer] = []
-
-    def make(*paths: Path | str, from_beginning: bool = False, **kwargs: Any) -> FileTailer:
-        tailer = FileTailer([str(p) for p in paths], from_beginning=from_beginning, stats=SourceStats(), **kwargs)
-        made.append(tailer)
-        return tailer
-
-    yield make
-    for tailer in made:
-        tailer.close()
-
+from tests.test_sources import tail as tail  # the same fixture: tailers over real paths, closed after the test
 
 BANNER = b"INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n"
 
