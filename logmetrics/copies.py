@@ -77,9 +77,12 @@ def same_tail(fd: int, original: TailFile, size: int) -> bool:
         return True  # nothing to compare (now)
     start = max(0, size - TAIL_CHECK)
     theirs = os.pread(original.fd, size - start, start)
-    if len(theirs) < size - start:
-        return True  # the original was cut since its size was taken: the truncation decides
-    return os.pread(fd, size - start, start) == theirs
+    if len(theirs) == size - start and os.pread(fd, size - start, start) == theirs:
+        return True
+    # Different, or the original was cut (and maybe written again) since its size was taken: then
+    # it is a copy that the coming truncation will show, not a new file.
+    head = original.head
+    return bool(head) and os.pread(original.fd, len(head), 0) != head
 
 
 def still_copy(path: str, known: Known, original: TailFile | None, size: int, wait: float) -> bool:

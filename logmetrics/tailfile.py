@@ -148,7 +148,8 @@ def read_head(fd: int) -> bytes:
 class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
-    __slots__ = ("cutter", "draining", "fd", "head", "ident", "idle_since", "offset", "path", "seq", "size", "stream")
+    __slots__ = ("cutter", "draining", "fd", "head", "ident", "idle_since", "offset", "path", "replaced", "seq", "size",
+                 "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
@@ -164,6 +165,7 @@ class TailFile:
         self.size = 0  # from the last fstat
         self.draining = False  # replaced or gone: read to its end, closed once idle
         self.idle_since = 0.0
+        self.replaced = False  # a read found its content replaced: the next look reports a cut
 
     def park(self) -> None:
         """Close the descriptor of an idle file to make room; it is reopened by path when it grows."""
@@ -178,7 +180,8 @@ class TailFile:
         """fstat the file: whether its content was cut or replaced since the last look (copytruncate)."""
         old = self.size
         self.size = size = os.fstat(self.fd).st_size
-        if size < self.offset:
+        if size < self.offset or self.replaced:
+            self.replaced = False
             return True
         if size == old or not self.head:
             return False
@@ -189,6 +192,9 @@ class TailFile:
         parts: list[bytes] = []
         total = 0
         at_end = False
+        start, head = self.offset, self.head
+        cutter = self.cutter
+        before = (bytes(cutter.pending), cutter.skipping, cutter.truncated)
         # Skipping the rest of an over-long line goes on past the budget (it is cheap), so that a poll
         # that reads only such bytes is rare: it would return nothing although more is waiting.
         size = read_size
@@ -197,6 +203,8 @@ class TailFile:
             if not data:
                 at_end = True
                 break
+            if self.offset == len(self.head) < HEAD_BYTES:  # the fingerprint grows with what was read,
+                self.head += data[: HEAD_BYTES - len(self.head)]  # never from a second look at the file
             total += len(data)
             self.offset += len(data)
             out = self.cutter.feed(data)
@@ -207,8 +215,15 @@ class TailFile:
                 break
             # A backlog: read the rest of the budget at once instead of joining many small reads.
             size = max(read_size, budget - total)
-        if total and len(self.head) < HEAD_BYTES:
-            self.head = read_head(self.fd)
+        if total and head and os.pread(self.fd, len(head), 0) != head:
+            # Cut and written again between the look for a cut and this read (copytruncate, then the
+            # writer at once): what was read may be the new content from the old offset. Forget it;
+            # the next look reports the cut, and the new content is read from its start.
+            self.seek(start)
+            self.head = head
+            cutter.pending[:], cutter.skipping, cutter.truncated = before
+            self.replaced = True
+            return b"", 0, True
         return b"".join(parts), total, at_end
 
     def close(self) -> None:

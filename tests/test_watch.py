@@ -136,3 +136,28 @@ def test_gauges_of_a_deleted_log_expire_and_counters_stay(tmp_path: Path) -> Non
         assert total(got, "http_requests_total", source=str(tmp_path / "vllm-a.log")) == 1
     finally:
         assert srv.stop() == 0
+
+
+def test_copytruncate_with_the_writer_going_on_at_once(tmp_path: Path) -> None:
+    """A line, cp, truncate and new lines within one poll, on 20 files: every line once, the copies never whole."""
+    logs = [tmp_path / f"app{i}-vllm.log" for i in range(20)]
+    for i, log in enumerate(logs):
+        log.write_text(access_line(i, "/start"))  # there at start: read from its end, never counted
+    srv = Server(str(tmp_path), "--poll-interval", "0.05")
+    try:
+        srv.wait_for(lambda s: total(s, "logmetrics_open_files") == 20)
+        for i, log in enumerate(logs):
+            append(log, access_line(i, "/before-cp"))
+            shutil.copyfile(log, log.with_name(log.name + ".1"))
+            with open(log, "r+") as f:
+                f.truncate(0)
+            append(log, "".join(access_line(i, "/after-cp") for _ in range(5)))
+            time.sleep(0.02)  # a writer's pace: the next file's turn comes a poll or so later
+        srv.wait_for(lambda s: total(s, "http_requests_total", route="/after-cp") >= 100)
+        settle(srv, tmp_path)
+        got = srv.samples()
+        counts = {r: total(got, "http_requests_total", route=r) for r in ("/start", "/before-cp", "/after-cp")}
+        assert counts == {"/start": 0, "/before-cp": 20, "/after-cp": 100}
+        assert total(got, "logmetrics_truncations_total") == 20
+    finally:
+        assert srv.stop() == 0
