@@ -37,12 +37,13 @@ class Known:
 
 @dataclass(slots=True)
 class Cut:
-    """A file found truncated in this poll: what had been read of it."""
+    """A file found truncated: what had been read of it, kept for ``COPY_WAIT`` seconds for its copy."""
 
     stream: str
     head: bytes
     offset: int
     pending: bytes
+    since: float = 0.0  # when it was found: its copy may show up a few polls later (out of descriptors)
 
 
 def is_copy(head: bytes, original: bytes) -> bool:

@@ -155,6 +155,7 @@ class FileTailer:
         self._files: dict[Ident, TailFile] = {}  # followed files (open, or parked while idle)
         self._active: dict[str, Ident] = {}  # stream -> the file now at its path
         self._known: dict[Ident, Known] = {}
+        self._cuts: list[Cut] = []  # files found cut lately: a copy of one may show up a few polls later
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
         self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
         self._reported: dict[str, str] = {}  # path -> the error reported for it
@@ -218,7 +219,9 @@ class FileTailer:
             self._started = time.time()
         self._fds.new_poll()
         self._waiting = set()
-        cuts = self._check_open_files()
+        now = time.monotonic()
+        self._cuts = cuts = [c for c in self._cuts if now - c.since < self._copy_wait]
+        self._check_open_files(cuts)
         self._scan(cuts)
         self._first = False
         return self._read_all()
@@ -239,20 +242,18 @@ class FileTailer:
         return [f"cannot read {path}: {reason}" for path, reason in self._reported.items()
                 if os.path.normpath(path) in self._args]
 
-    def _check_open_files(self) -> list[Cut]:
-        """Find the open files whose content was cut (copytruncate) and restart them at 0."""
-        cuts: list[Cut] = []
+    def _check_open_files(self, cuts: list[Cut]) -> None:
+        """Find the open files whose content was cut (copytruncate), restart them at 0, add to ``cuts``."""
         for f in list(self._files.values()):
             if f.fd >= 0:
                 self._check_cut(f, cuts)
-        return cuts
 
     def _check_cut(self, f: TailFile, cuts: list[Cut]) -> None:
         try:
             if not f.truncated():
                 return
             pending = f.cutter.reset()
-            cut = Cut(f.stream, f.head, f.offset, pending)
+            cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic())
             f.seek(0)
             f.head = read_head(f.fd)
         except OSError as err:

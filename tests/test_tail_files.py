@@ -18,7 +18,7 @@ import pytest
 from logmetrics.copies import copy_name, same_tail
 from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
-from tests.test_sources import Tail, data, drain, line, lines
+from tests.test_sources import Tail, data, drain, line, lines, streams
 from tests.test_sources import tail as tail  # the same fixture: tailers over real paths, closed after the test
 
 BANNER = b"INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n"
@@ -322,3 +322,23 @@ def test_a_copy_compared_while_its_original_is_cut_is_held_back(tmp_path: Path) 
     finally:
         os.close(ofd)
         os.close(cfd)
+
+
+def test_a_copy_that_waits_for_a_descriptor_is_still_a_copy(tmp_path: Path, tail: Tail) -> None:
+    """A copy that cannot be opened in the poll that finds its original cut is still read as a copy later."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(line(0))
+    b.write_bytes(line(1))
+    t = tail(tmp_path, max_open=2, from_beginning=True)
+    got = drain(t)
+    append(a, line(2))  # neither file is read to its end now: neither can be closed for room
+    append(b, line(3))
+    shutil.copyfile(a, tmp_path / "a.log.1")
+    with open(a, "r+b") as fh:
+        fh.truncate(0)
+    append(a, line(4) + line(5))
+    got += drain(t)
+    assert sorted(data(got, a).splitlines(keepends=True)) == [line(0), line(2), line(4), line(5)]  # the copy's, later
+    assert data(got, b) == line(1) + line(3)
+    assert streams(got) == {str(a), str(b)}
+    assert t.stats.truncations[str(a)] == 1
