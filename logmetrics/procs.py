@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 Sample = tuple[str, tuple[str, ...], float]
+
+
+def is_logmetrics(cmdline: Sequence[str]) -> bool:
+    """Whether a command line runs logmetrics itself (``logmetrics ...`` or ``python -m logmetrics``).
+
+    Only the program and its first arguments count: a backend installed under a folder called
+    logmetrics, or one whose arguments name it, is still a backend.
+    """
+    head = list(cmdline[:3])
+    return any(os.path.basename(arg) == "logmetrics" for arg in head) or any(
+        a == "-m" and b == "logmetrics" for a, b in pairwise(head))
 
 
 class ProcessWatcher:
@@ -37,10 +50,12 @@ class ProcessWatcher:
         cpu: dict[str, float] = dict(self._gone)
         rss: dict[str, float] = {}
         alive: dict[int, tuple[str, float]] = {}
+        me = os.getpid()
         for proc in psutil.process_iter(["cmdline", "cpu_times", "memory_info"]):
-            cmd = " ".join(proc.info.get("cmdline") or ())
-            if not cmd or "logmetrics" in cmd:
+            argv = proc.info.get("cmdline") or ()
+            if proc.pid == me or not argv or is_logmetrics(argv):
                 continue
+            cmd = " ".join(argv)
             for backend, pats in self.patterns.items():
                 if any(p in cmd for p in pats):
                     times, mem = proc.info.get("cpu_times"), proc.info.get("memory_info")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from logmetrics.procs import ProcessWatcher
+import pytest
+
+from logmetrics.procs import ProcessWatcher, is_logmetrics
 from tests.helpers import Samples, access_line, parse, total
 
 STATS = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
@@ -91,11 +94,15 @@ def test_a_parser_that_raises_is_counted_and_the_rest_goes_on(tmp_path: Path) ->
     assert "parser flaky raised ValueError: boom" in out.stderr
 
 
-def test_process_watcher_finds_a_backend_by_command_line() -> None:
-    """CPU and memory of processes whose command line names the backend are summed."""
-    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; sum(range(10**6)); sys.stdin.read()",
-                             "--fake-vllm-backend"], stdin=subprocess.PIPE)
-    watcher = ProcessWatcher({"vllm": ("--fake-vllm-backend",)}, min_interval=0)
+def test_process_watcher_finds_a_backend_by_command_line(tmp_path: Path) -> None:
+    """CPU and memory of processes whose command line names the backend are summed, even one run from a
+    folder called logmetrics (as a clone of this project is)."""
+    marker = f"--fake-vllm-backend-{os.getpid()}"  # only this test's process matches
+    script = tmp_path / "logmetrics" / "backend.py"
+    script.parent.mkdir()
+    script.write_text("import sys\nsum(range(10**6))\nsys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, str(script), marker], stdin=subprocess.PIPE)
+    watcher = ProcessWatcher({"vllm": (marker,)}, min_interval=0)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -110,6 +117,17 @@ def test_process_watcher_finds_a_backend_by_command_line() -> None:
     after, mem = watcher.samples()
     assert after and after[0][2] >= cpu[0][2]  # an exited process's CPU time stays counted
     assert mem == []  # no process left: no memory to report
+
+
+@pytest.mark.parametrize(("argv", "ours"), [
+    (["/usr/bin/python3", "-m", "logmetrics", "watch", "/var/log"], True),
+    (["/opt/venv/bin/logmetrics", "watch", "/var/log/vllm"], True),
+    (["/srv/logmetrics/.venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"], False),
+    (["python", "serve.py", "--log-dir", "/var/log/logmetrics"], False),
+])
+def test_logmetrics_itself_is_told_from_backends(argv: list[str], ours: bool) -> None:
+    """Only logmetrics' own command lines are left out of the backends' CPU and memory, not paths that name it."""
+    assert is_logmetrics(argv) is ours
 
 
 def test_progress_line_for_long_oneshot_runs() -> None:
