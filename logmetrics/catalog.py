@@ -98,8 +98,9 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_parse_errors_total", "counter", ("parser",),
        "Records on which a parser raised an exception."),
     _f("logmetrics_values_rejected_total", "counter", ("parser", "metric"),
-       "Event values refused, per parser and metric: NaN or infinite for any type, negative for a "
-       "counter or histogram (warned once per parser and metric)."),
+       "Events refused, per parser and metric: values NaN or infinite for any type, negative for a "
+       "counter or histogram; malformed events (label values that are not strings, not an Event at "
+       "all) under their metric or __malformed__. Warned once per parser and metric."),
     _f("logmetrics_read_errors_total", "counter", ("source",),
        "Files that could not be read (reported once each)."),
     _f("logmetrics_rotations_total", "counter", ("source",),

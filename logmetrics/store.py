@@ -31,6 +31,7 @@ RESERVED = frozenset({OTHER, "__not_found__"})
 LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
 DEFAULT_LIMIT = 100
 INF = float("inf")
+MALFORMED = "__malformed__"  # the metric label of refused events that name no known family
 REJECTED = "logmetrics_values_rejected_total"
 #: A route first seen with an error code (not 1xx-3xx) may take only this share of the places, so
 #: that routes which answer (the real ones) always find room however much noise came first.
@@ -111,6 +112,8 @@ class Store:
                 continue
             if value in RESERVED:
                 continue
+            if type(value) is not str:  # None, bytes, numbers: a plugin's bug, not a label value
+                raise TypeError(f"label values must be str, got {type(value).__name__}")
             clean = safe_label(value)  # a value met for the first time (or one that needed cleaning)
             if clean is not value:
                 if out is None:
@@ -138,53 +141,63 @@ class Store:
         Values a family cannot take are refused and counted in ``logmetrics_values_rejected_total``:
         NaN and infinities everywhere, negative values in counters and histograms.
         """
-        families = self.families
-        counters, gauges, histograms = self.counters, self.gauges, self.histograms
-        rejected: list[Event] | None = None
         with self.lock:
             for ev in events:
-                fam = families.get(ev.metric)
-                if fam is None or len(ev.labels) != len(fam.labels):
-                    self._reject(ev)
-                    continue
-                kind, value = fam.kind, ev.value
                 try:
-                    ok = -INF < value < INF if kind == "gauge" else 0.0 <= value < INF
-                except TypeError:  # not a number at all
-                    ok = False
-                if not ok:
-                    rejected = rejected if rejected is not None else []
-                    rejected.append(ev)
-                    continue
-                labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
-                key = (ev.metric, labels)
-                if kind == "counter":
-                    counters[key] = counters.get(key, 0.0) + value
-                elif kind == "gauge":
-                    gauges[key] = value
-                    if not value and ev.metric == READY:
-                        self._reset(labels[0], labels[1])
-                else:
-                    hist = histograms.get(key)
-                    if hist is None:
-                        hist = histograms[key] = Histogram([0] * (len(fam.buckets) + 1))
-                    hist.buckets[bisect_left(fam.buckets, value)] += 1
-                    hist.sum += value
-                    hist.count += 1
-            if rejected is not None:
-                self._refuse(rejected, backend)
+                    self._one(ev, backend, source)
+                except (TypeError, AttributeError, ValueError, IndexError) as exc:  # a plugin's malformed event
+                    self._malformed(ev, backend, exc)
 
-    def _refuse(self, events: list[Event], parser: str) -> None:
-        """Count refused values per parser and metric; warn once for each pair (under the lock)."""
-        counters = self.counters
-        for ev in events:
-            key = (REJECTED, (parser, ev.metric))
-            counters[key] = counters.get(key, 0.0) + 1
-            if key not in self._warned:
-                self._warned.add(key)
-                kind = self.families[ev.metric].kind
-                log.warning("parser %s gave %s the value %r, which a %s cannot take: refused "
-                            "(counted in %s)", parser, ev.metric, ev.value, kind, REJECTED)
+    def _one(self, ev: Event, backend: str, source: str) -> None:
+        """Apply one event (lock held); raises TypeError and the like on a malformed one."""
+        fam = self.families.get(ev.metric)
+        if fam is None or len(ev.labels) != len(fam.labels):
+            self._reject(ev)
+            return
+        kind, value = fam.kind, ev.value
+        try:
+            ok = -INF < value < INF if kind == "gauge" else 0.0 <= value < INF
+        except TypeError:  # not a number at all
+            ok = False
+        if not ok:
+            self._refuse(ev, backend)
+            return
+        labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
+        key = (ev.metric, labels)
+        if kind == "counter":
+            self.counters[key] = self.counters.get(key, 0.0) + value
+        elif kind == "gauge":
+            self.gauges[key] = value
+            if not value and ev.metric == READY:
+                self._reset(labels[0], labels[1])
+        else:
+            hist = self.histograms.get(key)
+            if hist is None:
+                hist = self.histograms[key] = Histogram([0] * (len(fam.buckets) + 1))
+            hist.buckets[bisect_left(fam.buckets, value)] += 1
+            hist.sum += value
+            hist.count += 1
+
+    def _refuse(self, ev: Event, parser: str) -> None:
+        """Count a refused value per parser and metric; warn once for each pair (lock held)."""
+        key = (REJECTED, (parser, ev.metric))
+        self.counters[key] = self.counters.get(key, 0.0) + 1
+        if key not in self._warned:
+            self._warned.add(key)
+            kind = self.families[ev.metric].kind
+            log.warning("parser %s gave %s the value %r, which a %s cannot take: refused "
+                        "(counted in %s)", parser, ev.metric, ev.value, kind, REJECTED)
+
+    def _malformed(self, ev: object, parser: str, exc: Exception) -> None:
+        """Count an event that is no proper Event (bad labels, not an Event at all); warn once per parser."""
+        metric = getattr(ev, "metric", None)
+        name = metric if isinstance(metric, str) and metric in self.families else MALFORMED
+        key = (REJECTED, (parser, name))
+        self.counters[key] = self.counters.get(key, 0.0) + 1
+        if (REJECTED, (parser, MALFORMED)) not in self._warned:
+            self._warned.add((REJECTED, (parser, MALFORMED)))
+            log.warning("parser %s gave a malformed event %.200r (%s): refused (counted in %s)",
+                        parser, ev, exc, REJECTED)
 
     def _reset(self, backend: str, source: str) -> None:
         """A backend stopped (its ready gauge went to 0): its other gauges go to 0 (lock held)."""

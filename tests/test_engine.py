@@ -176,3 +176,42 @@ def test_journalctl_output_unit_becomes_the_source(tmp_path: Path) -> None:
     log = tmp_path / "journal.txt"
     log.write_text("".join(f"Jan 02 03:04:0{i} gpu-1 vllm[812]: {access_line(i)}" for i in range(3)))
     assert total(oneshot_metrics("--parser", "vllm", str(log)), "http_requests_total", source="vllm") == 3
+
+
+MALFORMED_PLUGIN = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Bad(Parser):
+    name = "bad"
+    claims = ("bad-*",)
+
+    def parse(self, record):
+        word = record.text.strip()
+        if word == "list":
+            return [Event("llm_prompt_tokens_total", (["a"],), 1)]
+        if word == "none":
+            return [Event("llm_prompt_tokens_total", (None,), 1)]
+        if word == "object":
+            return [object()]
+        if word == "bytes":
+            return [Event("llm_prompt_tokens_total", (b"m",), 1)]
+        return [Event("llm_prompt_tokens_total", ("m",), 2)]
+'''
+
+
+def test_malformed_plugin_events_are_refused_and_counted(tmp_path: Path) -> None:
+    """A plugin's malformed events (list, None or bytes labels, no Event) are refused and counted; the run goes on."""
+    (tmp_path / "bad.py").write_text(MALFORMED_PLUGIN)
+    log = tmp_path / "bad-x.log"
+    log.write_text("good\nlist\nnone\nobject\nbytes\ngood\n")
+    cmd = ["watch", "--oneshot", "--plugin", str(tmp_path / "bad.py"), str(log)]
+    out = subprocess.run([sys.executable, "-m", "logmetrics", *cmd], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "llm_prompt_tokens_total") == 4  # the two good lines
+    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="llm_prompt_tokens_total") == 3
+    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="__malformed__") == 1
+    assert 'model="None"' not in out.stdout and "b'm'" not in out.stdout
+    assert out.stderr.count("malformed event") == 1, out.stderr
