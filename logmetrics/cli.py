@@ -148,6 +148,8 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
 
     if oneshot and state_file:
         raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
+    if source is not None and not source.strip():
+        raise UserError("--source needs a name; leave it out for the file path, 'stdin' or the compose service")
     if state_file:
         _check_state_file(state_file)
     static = tuple(_label(spec) for spec in labels)
@@ -172,7 +174,8 @@ def parsers(plugins: tuple[str, ...]) -> None:
 @click.option("--parser", default=None, metavar="NAME", help="The parser to check (default: routed as watch would).")
 @click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
               help=ENVELOPE_HELP)
-@click.option("--top", default=15, show_default=True, help="How many unmatched line shapes to show.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(0), metavar="N",
+              help="How many unmatched line shapes to show.")
 @plugin_option
 def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:
     """Show what a parser makes of FILE: per rule, records matched and events; unmatched lines by shape."""

@@ -108,6 +108,13 @@ def test_state_file_in_a_missing_directory(vllm_log: Path, tmp_path: Path) -> No
     assert "no-such-dir" in line and "does not exist" in line, line
 
 
+@pytest.mark.parametrize("args", [["watch", "-", "--oneshot", "--source", ""], ["check", "--top", "-1", "x.log"]])
+def test_empty_source_and_negative_top_are_refused(args: list[str]) -> None:
+    """An empty --source (silently ignored before) and a negative --top are refused with one line."""
+    line = one_error_line(run(*args))
+    assert "--source" in line or "--top" in line, line
+
+
 def test_plugin_missing_file(vllm_log: Path, tmp_path: Path) -> None:
     """A --plugin path that does not exist is refused with exit code 2 and one line naming it."""
     line = one_error_line(run("watch", str(vllm_log), "--plugin", str(tmp_path / "nope_plugin.py"), "--oneshot"))
