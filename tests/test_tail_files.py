@@ -8,9 +8,7 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,8 @@ from logmetrics.copies import copy_name, same_tail
 from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines, streams
-from tests.test_sources import tail as tail  # the same fixture: tailers over real paths, closed after the test
+from tests.test_sources import shared_dir as shared_dir  # the same fixtures as there: a directory anyone
+from tests.test_sources import tail as tail  # may enter; tailers over real paths, closed after the test
 
 BANNER = b"INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n"
 
@@ -216,15 +215,6 @@ if os.geteuid() == 0:  # root reads any file: become nobody
     os.setuid(65534)
 main(sys.argv[1:])
 """
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory anyone may enter (pytest's own tmp dirs are private to their owner)."""
-    path = Path(tempfile.mkdtemp(prefix="logmetrics-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
 
 
 def test_oneshot_unreadable_named_file_exits_2(shared_dir: Path) -> None:
