@@ -2,10 +2,12 @@
 
 Logs of one backend often start with the same banner lines, so a fingerprint of the first bytes
 alone cannot say that a file is a copy. A new file is *held back* as a copy only if it is named
-like a rotated copy of a followed file (``copy_name``), starts like it, is no longer than it and
-ends like it at the same place. It stays held until its original is truncated (then it is read
-from where the original had been read), and is read as a new file, from its start, once it grows
-past its original, differs from it, or no truncation follows within ``COPY_WAIT`` seconds.
+like a rotated copy of a followed file (``copy_name``), starts like it and ends like it at the
+same place (no size test: the original may have grown since its last look, or been cut). It
+stays held until its original is truncated (then it is read from where the original had been
+read), and is read as a new file, from its start, once it differs from its original or no
+truncation follows within ``COPY_WAIT`` seconds. A drained copy written over by the next round's
+``cp`` is forgotten and placed again as a new copy.
 """
 
 from __future__ import annotations
@@ -91,8 +93,6 @@ def still_copy(path: str, known: Known, original: TailFile | None, size: int, wa
     now = time.monotonic()
     if original is None:
         return now - known.since < wait
-    if size > original.size:
-        return False  # grew past its original
     if size != known.size:  # changed (a copy still being written?): compare its content again
         known.since, known.size = now, size
         if original.fd >= 0 and not _same_content(path, known, original, size):

@@ -252,6 +252,13 @@ class FileTailer:
         try:
             if not f.truncated():
                 return
+            if self._active.get(f.stream) != f.ident:
+                # Not its stream's file but a rotated copy being drained, written over (cp x.log x.log.1
+                # again): what it holds now is a new copy, for the copy evidence to place, not lines of
+                # the stream to read again from the start.
+                self._fds.release(f)
+                del self._files[f.ident]
+                return
             pending = f.cutter.reset()
             cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic())
             f.seek(0)
@@ -348,8 +355,8 @@ class FileTailer:
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
                     return
             for f in self._files.values():
-                if f.draining or size > f.size or not copy_name(path, f.stream):
-                    continue
+                if f.draining or not copy_name(path, f.stream):  # no size test: the original may be
+                    continue  # longer now than at its last look, or cut since (the content decides)
                 if starts_like(head, f.head) and same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one

@@ -332,3 +332,26 @@ def test_a_copy_that_waits_for_a_descriptor_is_still_a_copy(tmp_path: Path, tail
     assert data(got, b) == line(1) + line(3)
     assert streams(got) == {str(a), str(b)}
     assert t.stats.truncations[str(a)] == 1
+
+
+def test_copytruncate_round_after_round_over_the_same_copy(tmp_path: Path, tail: Tail) -> None:
+    """cp x.log x.log.1 over the last round's copy (still drained) and truncate, three rounds: every line once."""
+    log, copy = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    n = 0
+    for _ in range(3):
+        append(log, lines(n, n + 3))
+        got += drain(t)
+        append(log, line(n + 3))  # written after the last read: only the copy holds it
+        with open(copy, "wb") as out:  # cp writes over the old copy, the same file
+            out.write(log.read_bytes())
+        with open(log, "r+b") as fh:
+            fh.truncate(0)
+        append(log, line(n + 4))
+        got += drain(t)
+        n += 5
+    assert sorted(data(got).splitlines(keepends=True)) == [line(i) for i in range(15)]
+    assert streams(got) == {str(log)}
+    assert t.stats.truncations[str(log)] == 3
