@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from logmetrics.envelopes import Piece, Unwrapper
 from logmetrics.events import Event
-from logmetrics.plugins import Parser, ParserEntry
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.sources import Chunk
 from logmetrics.store import Store, safe_label
@@ -49,7 +49,7 @@ def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str
     for entry in parsers.values():
         try:
             score = float(entry.cls.sniff(lines))
-        except Exception:  # a plugin's sniff bug must not stop routing for the others
+        except PLUGIN_ERRORS:  # a plugin's sniff bug must not stop routing for the others
             log.exception("parser %s: sniff failed", entry.name)
             continue
         if score > best_score:
@@ -165,7 +165,7 @@ class Engine:
             if stream.parser is not None:
                 try:
                     stream.parser.learn(whole)
-                except Exception:  # a plugin's bug here must not stop the stream
+                except PLUGIN_ERRORS:  # a plugin's bug here must not stop the stream
                     log.exception("parser %s: learn failed", stream.parser.name)
 
     # -- restarts ----------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class Engine:
         errors = 0
         try:
             events, matched = parser.parse_batch(batch)
-        except Exception:  # one bad batch must not stop the stream: retry record by record
+        except PLUGIN_ERRORS:  # one bad batch must not stop the stream: retry record by record
             events, matched, errors = self._one_by_one(parser, batch)
         if stream.model is not None and events:
             events = self._relabel(events, stream.model)
@@ -315,7 +315,7 @@ class Engine:
         for text in split_records(batch.text, parser.continuation):
             try:
                 got = list(parser.parse(Record(text, batch.time)))
-            except Exception as exc:  # counted and reported once per parser
+            except PLUGIN_ERRORS as exc:  # counted and reported once per parser
                 errors += 1
                 if parser.name not in self._warned:
                     self._warned.add(parser.name)

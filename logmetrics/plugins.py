@@ -46,6 +46,8 @@ from logmetrics.records import CONTINUATION, Batch, Record, split_records
 log = logging.getLogger(__name__)
 
 GROUP = "logmetrics.parsers"
+#: What a plugin's code may raise that must not end logmetrics: any error, and ``sys.exit()``.
+PLUGIN_ERRORS = (Exception, SystemExit)
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
@@ -163,7 +165,7 @@ def _load_file(path: Path, attr: str | None) -> list[ParserEntry]:
     sys.modules[modname] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # a broken plugin must not take the engine down with a traceback
+    except PLUGIN_ERRORS as exc:  # a broken plugin must not take the engine down with a traceback
         raise PluginError(f"plugin {str(path)!r}: import failed: {type(exc).__name__}: {exc}") from exc
     origin = f"file {path}"
     if attr:
@@ -202,7 +204,7 @@ def load_spec(spec: str) -> list[ParserEntry]:
         sys.path.append(here)  # after the installed packages: a local file never shadows one of them
     try:
         module = importlib.import_module(target)
-    except Exception as exc:  # same reason as above: report, do not crash
+    except PLUGIN_ERRORS as exc:  # same reason as above: report, do not crash
         raise PluginError(f"plugin {spec!r}: import failed: {type(exc).__name__}: {exc}") from exc
     return [validate(_attribute(module, attr, spec), f"module {spec}")]
 
@@ -215,7 +217,7 @@ def discover(extra: Iterable[str] = ()) -> dict[str, ParserEntry]:
         origin = f"entry point {ep.value} ({dist})"
         try:
             cls = ep.load()
-        except Exception as exc:  # one broken installed plugin is reported, not fatal to the list
+        except PLUGIN_ERRORS as exc:  # one broken installed plugin is reported, not fatal to the list
             raise PluginError(f"plugin {ep.name!r} ({origin}): import failed: {type(exc).__name__}: {exc}") from exc
         entry = validate(cls, origin)
         if entry.name != ep.name:

@@ -152,12 +152,14 @@ class Store:
         """Apply one event (lock held); raises TypeError and the like on a malformed one."""
         fam = self.families.get(ev.metric)
         if fam is None or len(ev.labels) != len(fam.labels):
-            self._reject(ev)
+            self._reject(ev, backend)
             return
         kind, value = fam.kind, ev.value
         try:
+            if type(value) is int:
+                value = float(value)  # OverflowError past a float's range
             ok = -INF < value < INF if kind == "gauge" else 0.0 <= value < INF
-        except TypeError:  # not a number at all
+        except (TypeError, OverflowError):  # not a number at all, or too large for one
             ok = False
         if not ok:
             self._refuse(ev, backend)
@@ -211,10 +213,15 @@ class Store:
         with self.lock:
             self.gauges[(name, labels)] = value
 
-    def _reject(self, ev: Event) -> None:
+    def _reject(self, ev: Event, parser: str) -> None:
+        """Count an event for an unknown family, or with the wrong number of labels (lock held)."""
+        name = ev.metric if ev.metric in self.families else MALFORMED
+        key = (REJECTED, (parser, name))
+        self.counters[key] = self.counters.get(key, 0.0) + 1
         if ev.metric not in self._unknown:
             self._unknown.add(ev.metric)
-            log.warning("dropping events for %r: not a known metric or wrong number of labels", ev.metric)
+            log.warning("parser %s: dropping events for %r: not a known metric or wrong number of labels "
+                        "(counted in %s)", parser, ev.metric, REJECTED)
 
     def drop_gauges(self, source: str) -> int:
         """Forget the gauges of a source that is gone; its counters stay (they never expire)."""

@@ -197,21 +197,31 @@ class Bad(Parser):
             return [object()]
         if word == "bytes":
             return [Event("llm_prompt_tokens_total", (b"m",), 1)]
+        if word == "huge":
+            return [Event("llm_prompt_tokens_total", ("m",), 10**400)]
+        if word == "unknown":
+            return [Event("no_such_metric_total", ("m",), 1)]
+        if word == "short":
+            return [Event("llm_prompt_tokens_total", (), 1)]
+        if word == "exit":
+            raise SystemExit(0)
         return [Event("llm_prompt_tokens_total", ("m",), 2)]
 '''
 
 
 def test_malformed_plugin_events_are_refused_and_counted(tmp_path: Path) -> None:
-    """A plugin's malformed events (list, None or bytes labels, no Event) are refused and counted; the run goes on."""
+    """A plugin's malformed events (bad labels, a huge value, an unknown metric, no Event) and its sys.exit()
+    are refused and counted; the run goes on."""
     (tmp_path / "bad.py").write_text(MALFORMED_PLUGIN)
     log = tmp_path / "bad-x.log"
-    log.write_text("good\nlist\nnone\nobject\nbytes\ngood\n")
+    log.write_text("good\nlist\nnone\nobject\nbytes\nhuge\nunknown\nshort\nexit\ngood\n")
     cmd = ["watch", "--oneshot", "--plugin", str(tmp_path / "bad.py"), str(log)]
     out = subprocess.run([sys.executable, "-m", "logmetrics", *cmd], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     got = parse(out.stdout)
     assert total(got, "llm_prompt_tokens_total") == 4  # the two good lines
-    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="llm_prompt_tokens_total") == 3
-    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="__malformed__") == 1
+    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="llm_prompt_tokens_total") == 5
+    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="__malformed__") == 2
+    assert total(got, "logmetrics_parse_errors_total", parser="bad") == 1  # the sys.exit()
     assert 'model="None"' not in out.stdout and "b'm'" not in out.stdout
     assert out.stderr.count("malformed event") == 1, out.stderr

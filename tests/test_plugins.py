@@ -103,3 +103,9 @@ def test_plugin_replacing_an_installed_parser_says_so(tmp_path: Path, caplog: py
     assert found["vllm"].origin == f"file {path}"
     [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "'vllm'" in warning and "myvllm.py" in warning and "entry point" in warning
+
+
+def test_plugin_that_exits_at_import_is_refused(tmp_path: Path) -> None:
+    """A plugin file that calls sys.exit() while imported is refused with a message, not a silent exit."""
+    with pytest.raises(PluginError, match="import failed: SystemExit"):
+        discover([write(tmp_path, "raise SystemExit(0)\n", "quits.py")])

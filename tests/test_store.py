@@ -51,10 +51,12 @@ def test_event_backend_overrides_the_parser_name() -> None:
 
 
 def test_unknown_metric_and_wrong_label_count_are_dropped() -> None:
-    """Events naming no catalog family, or with the wrong labels, are dropped, not raised."""
+    """Events naming no catalog family, or with the wrong labels, are dropped and counted, not raised."""
     store = Store()
     store.apply([Event("nope_total", ("x",)), Event("llm_requests_running", ("a", "b"), 1)], "p", "s")
-    assert store.counters == {} and store.gauges == {}
+    assert store.gauges == {}
+    assert store.counters == {("logmetrics_values_rejected_total", ("p", "__malformed__")): 1.0,
+                              ("logmetrics_values_rejected_total", ("p", "llm_requests_running")): 1.0}
 
 
 def test_cardinality_guard_folds_overflow_into_other() -> None:
