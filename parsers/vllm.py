@@ -141,14 +141,18 @@ class VllmParser(Parser):
         self._rare = P.RARE
 
     def state(self) -> dict[str, object]:
-        """The served model's name, so that a restart goes on with the same series."""
-        return {"model": self.model}
+        """The served model's name and whether the server was ready, so that a restart goes on with
+        the same series (``backend_ready`` is a gauge: it is not in the saved counters)."""
+        return {"model": self.model, "ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """The model name an earlier run had learned."""
+        """The model name and readiness an earlier run had learned; readiness goes out again with
+        the stream's next batch."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
+        if state.get("ready") is True:
+            self._ready = self._announce = True
 
     def learn(self, text: str) -> None:
         """The model name, readiness and routes from lines logged before we started reading (no events)."""

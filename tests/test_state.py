@@ -96,6 +96,15 @@ def test_model_label_survives_a_restart(tmp_path: Path) -> None:
     assert total(got, "backend_restarts_total") == 1
 
 
+def test_readiness_survives_a_restart(tmp_path: Path) -> None:
+    """A server that said it was ready before a restart is shown ready again with the next lines read."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    first_run(d, state, START + "INFO:     Application startup complete.\n" + lines(1), 1)
+    append(d / "vllm.log", lines(1))
+    got = run_until(d, state, 2)
+    assert total(got, "backend_ready", model="chat-model") == 1
+
+
 def test_a_corrupt_state_file_is_set_aside(tmp_path: Path) -> None:
     """An unusable state file is reported, kept aside, and the run starts afresh."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
