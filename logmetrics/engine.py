@@ -34,6 +34,9 @@ SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text
 NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unmatched gets a warning
 
 
+_SNIFF_FAILED: set[str] = set()  # parsers whose sniff raised, reported once each
+
+
 def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
            lines: list[str]) -> ParserEntry | None:
     """The parser for a stream: forced, else claimed by one of ``names`` (most specific first),
@@ -49,8 +52,11 @@ def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str
     for entry in parsers.values():
         try:
             score = float(entry.cls.sniff(lines))
-        except PLUGIN_ERRORS:  # a plugin's sniff bug must not stop routing for the others
-            log.exception("parser %s: sniff failed", entry.name)
+        except PLUGIN_ERRORS as exc:  # a plugin's sniff bug must not stop routing for the others
+            if entry.name not in _SNIFF_FAILED:  # once: sniff runs again while a stream is unrouted
+                _SNIFF_FAILED.add(entry.name)
+                log.warning("parser %s: sniff raised %s: %s (reported once)",
+                            entry.name, type(exc).__name__, exc)
             continue
         if score > best_score:
             best, best_score = entry, score

@@ -104,7 +104,12 @@ class Position:
 def _validate(path: str, wait_for_missing: bool) -> bool:
     """Check a PATH argument; False: it does not exist yet (and ``wait_for_missing`` says to wait)."""
     if is_glob(path):
-        return True
+        if discover([path], lambda err: None):
+            return True
+        if wait_for_missing:
+            log.warning("%s matches no file yet; waiting for one", path)
+            return True  # discovered again at every poll
+        raise SourceError(f"logmetrics: no file matches {path}")
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):

@@ -225,3 +225,24 @@ def test_malformed_plugin_events_are_refused_and_counted(tmp_path: Path) -> None
     assert total(got, "logmetrics_parse_errors_total", parser="bad") == 1  # the sys.exit()
     assert 'model="None"' not in out.stdout and "b'm'" not in out.stdout
     assert out.stderr.count("malformed event") == 1, out.stderr
+
+
+def test_a_sniff_that_raises_is_reported_once_without_a_traceback(tmp_path: Path) -> None:
+    """A plugin whose sniff() raises gets one warning line; the other parsers still route the stream."""
+    (tmp_path / "sniffy.py").write_text(
+        "from logmetrics.plugins import Parser\n\n\n"
+        "class Sniffy(Parser):\n"
+        "    name = 'sniffy'\n\n"
+        "    @classmethod\n"
+        "    def sniff(cls, lines):\n"
+        "        raise RuntimeError('sniff bug')\n\n"
+        "    def parse(self, record):\n"
+        "        return []\n")
+    log = tmp_path / "server.log"
+    log.write_text("INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n" + access_line(1) * 3)
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--plugin",
+                          str(tmp_path / "sniffy.py"), str(log)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("parser sniffy: sniff raised RuntimeError: sniff bug") == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert total(parse(out.stdout), "http_requests_total") == 3

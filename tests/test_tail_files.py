@@ -205,6 +205,24 @@ def test_watch_waits_for_a_missing_directory(tmp_path: Path) -> None:
         assert server.stop() == 0
 
 
+def test_a_glob_that_matches_nothing_yet(tmp_path: Path) -> None:
+    """watch on a glob that matches no file warns once and reads a matching file created later; --oneshot refuses it."""
+    pattern = str(tmp_path / "logs" / "*.log")
+    server = Server(pattern)
+    try:
+        assert [x for x in server.startup if "matches no file" in x] == [
+            f"logmetrics: WARNING: {pattern} matches no file yet; waiting for one\n"]
+        (tmp_path / "logs").mkdir()
+        (tmp_path / "logs" / "a.log").write_bytes(lines(0, 2))
+        got = server.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 2)
+        assert total(got, "logmetrics_lines_read_total") == 2
+    finally:
+        assert server.stop() == 0
+    once = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", pattern.replace("logs", "none")],
+                          capture_output=True, text=True, timeout=60)
+    assert once.returncode == 2 and once.stderr.startswith("logmetrics: error: no file matches "), once.stderr
+
+
 _AS_NOBODY = """
 import os, sys
 from logmetrics.cli import main
