@@ -309,9 +309,12 @@ class Engine:
         at = self._model_at
         out: list[Event] = []
         for ev in events:
-            i = at.get(ev.metric)
-            if i is not None and i < len(ev.labels) and ev.labels[i] != model:
-                ev = ev._replace(labels=(*ev.labels[:i], model, *ev.labels[i + 1:]))
+            try:
+                i = at.get(ev.metric)
+                if i is not None and i < len(ev.labels) and ev.labels[i] != model:
+                    ev = ev._replace(labels=(*ev.labels[:i], model, *ev.labels[i + 1:]))
+            except (AttributeError, TypeError):  # a malformed event: the store refuses and counts it
+                pass
             out.append(ev)
         return out
 

@@ -225,6 +225,10 @@ def test_malformed_plugin_events_are_refused_and_counted(tmp_path: Path) -> None
     assert total(got, "logmetrics_parse_errors_total", parser="bad") == 1  # the sys.exit()
     assert 'model="None"' not in out.stdout and "b'm'" not in out.stdout
     assert out.stderr.count("malformed event") == 1, out.stderr
+    labelled = subprocess.run([sys.executable, "-m", "logmetrics", *cmd, "--label", "model=m"],
+                              capture_output=True, text=True, timeout=60)  # relabelling meets them first
+    assert labelled.returncode == 0, labelled.stderr
+    assert total(parse(labelled.stdout), "logmetrics_values_rejected_total", metric="__malformed__") == 2
 
 
 def test_a_sniff_that_raises_is_reported_once_without_a_traceback(tmp_path: Path) -> None:
