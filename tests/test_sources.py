@@ -389,7 +389,7 @@ def test_ignored_suffixes_in_a_directory(tmp_path: Path, tail: Tail) -> None:
 
 
 def test_bad_paths_raise_source_error(tmp_path: Path) -> None:
-    """A PATH that is neither a file, a directory nor a glob is refused with a one-line message."""
+    """A PATH that is neither a file, a directory nor a matching glob is refused with a one-line message."""
     missing = tmp_path / "nope.log"
     with pytest.raises(SourceError) as err:
         FileTailer([str(missing)], from_beginning=False, stats=SourceStats())
@@ -397,7 +397,10 @@ def test_bad_paths_raise_source_error(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(SourceError, match="not a regular file or directory"):
         FileTailer([str(tmp_path / "fifo")], from_beginning=False, stats=SourceStats())
-    FileTailer([str(tmp_path / "later" / "*.log")], from_beginning=False, stats=SourceStats()).close()
+    pattern = str(tmp_path / "later" / "*.log")  # a glob that matches nothing yet: refused, or waited for
+    with pytest.raises(SourceError, match="no file matches"):
+        FileTailer([pattern], from_beginning=False, stats=SourceStats())
+    FileTailer([pattern], from_beginning=False, stats=SourceStats(), wait_for_missing=True).close()
 
 
 def test_one_busy_file_does_not_starve_others(tmp_path: Path, tail: Tail) -> None:
