@@ -23,10 +23,13 @@ STATIC_LABELS = ("model",)  # labels an operator may set per input (--label); th
 
 
 def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
+    broken: dict[str, str] = {}
     try:
-        entries = discover(plugins)
+        entries = discover(plugins, broken)
     except PluginError as exc:
         raise UserError(str(exc)) from exc
+    if parser is not None and parser not in entries and parser in broken:
+        raise UserError(broken[parser])  # asked for by name: its failure is the run's
     if parser is not None and parser not in entries:
         known = ", ".join(sorted(entries)) or "none"
         raise UserError(f"unknown parser {parser!r} (installed: {known}; see 'logmetrics parsers')")

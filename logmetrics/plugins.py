@@ -35,7 +35,7 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import ClassVar
 
@@ -209,19 +209,36 @@ def load_spec(spec: str) -> list[ParserEntry]:
     return [validate(_attribute(module, attr, spec), f"module {spec}")]
 
 
-def discover(extra: Iterable[str] = ()) -> dict[str, ParserEntry]:
-    """All parsers: the entry-point group first, then ``--plugin`` specs (which may override)."""
+def _load_entry_point(ep: EntryPoint) -> ParserEntry:
+    """One installed parser, loaded and validated, or ``PluginError``."""
+    dist = ep.dist.name if ep.dist is not None else "?"
+    origin = f"entry point {ep.value} ({dist})"
+    try:
+        cls = ep.load()
+    except PLUGIN_ERRORS as exc:  # reported by the caller with the plugin's name
+        raise PluginError(f"plugin {ep.name!r} ({origin}): import failed: {type(exc).__name__}: {exc}") from exc
+    entry = validate(cls, origin)
+    if entry.name != ep.name:
+        raise PluginError(f"plugin {ep.name!r} ({origin}): entry point name differs from its name {entry.name!r}")
+    return entry
+
+
+def discover(extra: Iterable[str] = (), broken: dict[str, str] | None = None) -> dict[str, ParserEntry]:
+    """All parsers: the entry-point group first, then ``--plugin`` specs (which may override).
+
+    An installed parser that fails to load is left out with a warning (and its message put in
+    ``broken`` under its name), so that one broken third-party package does not stop the others.
+    A ``--plugin`` the user named that fails is an error (``PluginError``).
+    """
     found: dict[str, ParserEntry] = {}
     for ep in entry_points(group=GROUP):
-        dist = ep.dist.name if ep.dist is not None else "?"
-        origin = f"entry point {ep.value} ({dist})"
         try:
-            cls = ep.load()
-        except PLUGIN_ERRORS as exc:  # one broken installed plugin is reported, not fatal to the list
-            raise PluginError(f"plugin {ep.name!r} ({origin}): import failed: {type(exc).__name__}: {exc}") from exc
-        entry = validate(cls, origin)
-        if entry.name != ep.name:
-            raise PluginError(f"plugin {ep.name!r} ({origin}): entry point name differs from its name {entry.name!r}")
+            entry = _load_entry_point(ep)
+        except PluginError as exc:
+            log.warning("%s; left out", exc)
+            if broken is not None:
+                broken[ep.name] = str(exc)
+            continue
         found[entry.name] = entry
     for spec in extra:
         for entry in load_spec(spec):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,31 @@ def test_plugin_that_exits_at_import_is_refused(tmp_path: Path) -> None:
     """A plugin file that calls sys.exit() while imported is refused with a message, not a silent exit."""
     with pytest.raises(PluginError, match="import failed: SystemExit"):
         discover([write(tmp_path, "raise SystemExit(0)\n", "quits.py")])
+
+
+def installed_broken_plugin(tmp_path: Path) -> dict[str, str]:
+    """A distribution on PYTHONPATH whose entry point in the parsers group fails to import; its env."""
+    site = tmp_path / "site"
+    info = site / "brokenplug-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[logmetrics.parsers]\nbroken = brokenmod:Broken\n")
+    (site / "brokenmod.py").write_text("import no_such_module_anywhere\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+
+
+def test_a_broken_installed_plugin_is_left_out(tmp_path: Path) -> None:
+    """One installed parser that fails to import is reported and left out; the others still run."""
+    env = installed_broken_plugin(tmp_path)
+    log = tmp_path / "vllm.log"
+    log.write_text('INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n')
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", str(log)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "http_requests_total{" in out.stdout
+    [warning] = out.stderr.splitlines()
+    assert "plugin 'broken'" in warning and "ModuleNotFoundError" in warning and "left out" in warning
+    named = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "broken", str(log)],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert named.returncode == 2
+    assert named.stderr.splitlines()[-1].startswith("logmetrics: error: plugin 'broken'"), named.stderr
