@@ -96,7 +96,8 @@ SELF_FAMILIES: tuple[Family, ...] = (
        "Lines given to a parser minus the records it matched (lines no rule recognised), per parser."),
     _f("logmetrics_lines_truncated_total", "counter", ("source",), "Lines cut at the line-length cap."),
     _f("logmetrics_parse_errors_total", "counter", ("parser",),
-       "Records on which a parser raised an exception."),
+       "Records on which a parser raised an exception (for a parse_batch that raised: every record of "
+       "that batch, which is not parsed again)."),
     _f("logmetrics_values_rejected_total", "counter", ("parser", "metric"),
        "Events refused, per parser and metric: values NaN or infinite for any type, negative for a "
        "counter or histogram; malformed events (label values that are not strings, not an Event at "

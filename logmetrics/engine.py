@@ -283,10 +283,17 @@ class Engine:
             return
         batch = Batch(stream.source, text, stream.time, lines)
         errors = 0
-        try:
-            events, matched = parser.parse_batch(batch)
-        except PLUGIN_ERRORS:  # one bad batch must not stop the stream: retry record by record
+        if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
             events, matched, errors = self._one_by_one(parser, batch)
+        else:
+            try:
+                events, matched = parser.parse_batch(batch)
+            except PLUGIN_ERRORS as exc:
+                # The parser may have seen some of these records: running them again would advance
+                # its state twice. The batch is lost, counted and reported with its own exception.
+                events, matched = [], 0
+                errors = len(split_records(batch.text, parser.continuation))
+                self._raised(parser, exc)
         if stream.model is not None and events:
             events = self._relabel(events, stream.model)
         name = parser.name
@@ -319,18 +326,26 @@ class Engine:
         return out
 
     def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
+        """``parse`` on each record that passes the prefilter: (events, records matched, records that raised)."""
         events: list[Event] = []
         matched = errors = 0
+        pre = parser.prefilter
         for text in split_records(batch.text, parser.continuation):
+            if pre and not any(p in text for p in pre):
+                continue
             try:
                 got = list(parser.parse(Record(text, batch.time)))
-            except PLUGIN_ERRORS as exc:  # counted and reported once per parser
+            except PLUGIN_ERRORS as exc:
                 errors += 1
-                if parser.name not in self._warned:
-                    self._warned.add(parser.name)
-                    log.warning("parser %s raised %s: %s (counted in logmetrics_parse_errors_total)",
-                                parser.name, type(exc).__name__, exc)
+                self._raised(parser, exc)
                 continue
             events += got
             matched += bool(got)
         return events, matched, errors
+
+    def _raised(self, parser: Parser, exc: BaseException) -> None:
+        """Report a parser's exception once per parser (it is counted in logmetrics_parse_errors_total)."""
+        if parser.name not in self._warned:
+            self._warned.add(parser.name)
+            log.warning("parser %s raised %s: %s (counted in logmetrics_parse_errors_total)",
+                        parser.name, type(exc).__name__, exc)

@@ -90,7 +90,10 @@ class Parser:
         """Events for a batch of whole records, and how many records matched.
 
         The default splits the batch into records and calls ``parse`` on each; a parser may
-        override it with a faster scan of the whole text that gives the same events.
+        override it with a faster scan of the whole text that gives the same events. The engine
+        runs a parser that does not override it record by record itself (an exception then costs
+        one record); an override that raises loses its batch, which is counted and never run again
+        through ``parse``, so that a parser's state never advances twice.
         """
         events: list[Event] = []
         matched = 0

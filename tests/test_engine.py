@@ -250,3 +250,57 @@ def test_a_sniff_that_raises_is_reported_once_without_a_traceback(tmp_path: Path
     assert out.stderr.count("parser sniffy: sniff raised RuntimeError: sniff bug") == 1, out.stderr
     assert "Traceback" not in out.stderr
     assert total(parse(out.stdout), "http_requests_total") == 3
+
+
+BATCH_PLUGIN = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Counting(Parser):
+    """parse_batch only, stateful: counts the lines it has seen, raises on a line 'boom'."""
+    name = "counting"
+    seen = 0
+
+    def parse_batch(self, batch):
+        events = []
+        for line in batch.text.splitlines():
+            Counting.seen += 1
+            if line == "boom":
+                raise ValueError(f"boom after {Counting.seen} lines")
+            events.append(Event("backend_restarts_total", (), Counting.seen))
+        return events, len(events)
+
+
+class Picky(Parser):
+    """parse only, with a prefilter; raises on any record the prefilter should have kept from it."""
+    name = "picky"
+    prefilter = ("keep",)
+
+    def parse(self, record):
+        if "keep" not in record.text or "boom" in record.text:
+            raise ValueError("boom")
+        return [Event("backend_restarts_total", ())]
+'''
+
+
+def test_a_raising_parse_batch_is_not_run_again_record_by_record(tmp_path: Path) -> None:
+    """A parse_batch that raises loses its batch: the engine never re-runs those records through parse(),
+    reports the parser's own exception, and counts the batch's records as parse errors."""
+    (tmp_path / "batch.py").write_text(BATCH_PLUGIN)
+    out = oneshot("--plugin", str(tmp_path / "batch.py"), "--parser", "counting", "-", stdin="a\nboom\nb\n")
+    got = parse(out.stdout)
+    assert total(got, "logmetrics_parse_errors_total", parser="counting") == 2  # the batch 'a', 'boom'
+    assert total(got, "backend_restarts_total", backend="counting") == 3  # 'b' is the 3rd line seen, not a 5th
+    assert "parser counting raised ValueError: boom after 2 lines" in out.stderr, out.stderr
+    assert "NotImplementedError" not in out.stderr
+
+
+def test_the_prefilter_holds_when_a_record_raises(tmp_path: Path) -> None:
+    """A parse() plugin's prefilter keeps records from it on every path, also around a record that raises."""
+    (tmp_path / "batch.py").write_text(BATCH_PLUGIN)
+    out = oneshot("--plugin", str(tmp_path / "batch.py"), "--parser", "picky", "-",
+                  stdin="keep 1\nother\nkeep boom\nother\nkeep 2\n")
+    got = parse(out.stdout)
+    assert total(got, "logmetrics_parse_errors_total", parser="picky") == 1
+    assert total(got, "backend_restarts_total", backend="picky") == 2
