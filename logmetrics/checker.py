@@ -6,6 +6,7 @@ nothing, grouped by shape (numbers, ids and quoted text blanked out), most frequ
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -17,8 +18,9 @@ from logmetrics.engine import choose
 from logmetrics.envelopes import Unwrapper
 from logmetrics.errors import UserError
 from logmetrics.events import Event
-from logmetrics.plugins import Parser, ParserEntry
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry
 from logmetrics.records import Batch, Record, split_records
+from logmetrics.store import Store
 
 SHAPES = (
     (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
@@ -74,6 +76,10 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     if entry is None:
         raise UserError(f"no parser recognises {path}; name one with --parser (see 'logmetrics parsers')")
     inst = entry.cls()
+    store = Store()  # the engine's own checks, on a scratch store: what it would refuse is shown below,
+    logging.getLogger("logmetrics.store").setLevel(logging.ERROR)  # not warned about on stderr too
+    store.register(entry.cls.metrics)
+    refused: Counter[str] = Counter()
     records = split_records(text, entry.cls.continuation)
     counters = {f.name for f in (*BY_NAME.values(), *entry.cls.metrics) if f.kind == "counter"}
     rules: dict[str, int] = Counter()
@@ -85,7 +91,13 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     for rec in records:
         try:
             events = parse_one(inst, Record(rec, mtime))
-        except Exception as exc:  # reported per record: this is what check is for
+            bad = store.apply(events, entry.name, path)
+            for ev, reason in bad:
+                refused[f"{getattr(ev, 'metric', ev)!r}: {reason}"[:200]] += 1
+            if bad:  # listed apart; the rules show what was taken
+                out_ids = {id(ev) for ev, _ in bad}
+                events = [ev for ev in events if id(ev) not in out_ids]
+        except PLUGIN_ERRORS as exc:  # reported per record: this is what check is for
             errors += 1
             events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
         events = _without_zero_starts(events, counters, zeroed)
@@ -103,11 +115,15 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     lines = text.count("\n")
     out = [f"parser {entry.name} ({entry.origin}) on {path}: {lines} lines, {len(records)} records, "
            f"{len(records) - sum(unmatched.values())} matched, {sum(unmatched.values())} unmatched, "
-           f"{errors} parse errors", "", "rule                          records  events"]
+           f"{errors} parse errors, {sum(refused.values())} events refused", "",
+           "rule                          records  events"]
     for rule, n in sorted(rules.items(), key=lambda kv: -kv[1]):
         out.append(f"{rule:<28} {n:>8}")
         for series, k in produced[rule].most_common(8):
             out.append(f"{'':<38}{k:>6} x {series}")
+    if refused:
+        out += ["", "events the engine would refuse (fix these in the parser):"]
+        out += [f"{n:>8}  {what}" for what, n in refused.most_common(top)]
     if zeroed:
         out += ["", f"series started at 0 (they exist from the start; no record counted in them): {len(zeroed)}"]
         out += [f"{'':<10}{series}" for series in zeroed]

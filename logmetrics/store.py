@@ -135,24 +135,31 @@ class Store:
             self.counters[key] = self.counters.get(key, 0.0) + 1
         return labels if out is None else tuple(out)
 
-    def apply(self, events: Iterable[Event], backend: str, source: str) -> None:
+    def apply(self, events: Iterable[Event], backend: str, source: str) -> list[tuple[object, str]]:
         """Apply one batch of a stream's events (from parser ``backend``) under the lock.
 
-        Values a family cannot take are refused and counted in ``logmetrics_values_rejected_total``:
-        NaN and infinities everywhere, negative values in counters and histograms.
+        Events a family cannot take are refused and counted in ``logmetrics_values_rejected_total``:
+        values NaN or infinite everywhere, negative in counters and histograms; unknown families,
+        the wrong number of labels, label values that are not strings, objects that are no Event.
+        Returns the refused events with the reason for each (``logmetrics check`` shows them).
         """
+        refused: list[tuple[object, str]] = []
         with self.lock:
             for ev in events:
                 try:
-                    self._one(ev, backend, source)
+                    self._one(ev, backend, source, refused)
                 except (TypeError, AttributeError, ValueError, IndexError) as exc:  # a plugin's malformed event
                     self._malformed(ev, backend, exc)
+                    refused.append((ev, f"malformed: {exc}"))
+        return refused
 
-    def _one(self, ev: Event, backend: str, source: str) -> None:
+    def _one(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
         """Apply one event (lock held); raises TypeError and the like on a malformed one."""
         fam = self.families.get(ev.metric)
         if fam is None or len(ev.labels) != len(fam.labels):
             self._reject(ev, backend)
+            refused.append((ev, "no such metric" if fam is None else
+                            f"{len(fam.labels)} label values wanted ({', '.join(fam.labels)}), got {len(ev.labels)}"))
             return
         kind, value = fam.kind, ev.value
         try:
@@ -163,6 +170,7 @@ class Store:
             ok = False
         if not ok:
             self._refuse(ev, backend)
+            refused.append((ev, f"a {kind} cannot take the value {ev.value!r}"))
             return
         labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
         key = (ev.metric, labels)

@@ -304,3 +304,18 @@ def test_the_prefilter_holds_when_a_record_raises(tmp_path: Path) -> None:
     got = parse(out.stdout)
     assert total(got, "logmetrics_parse_errors_total", parser="picky") == 1
     assert total(got, "backend_restarts_total", backend="picky") == 2
+
+
+def test_check_shows_the_events_the_engine_would_refuse(tmp_path: Path) -> None:
+    """'logmetrics check' lists a plugin's refused events with their reasons, as the store's own checks see them."""
+    (tmp_path / "bad.py").write_text(MALFORMED_PLUGIN)
+    log = tmp_path / "bad-x.log"
+    log.write_text("good\nlist\nnone\nobject\nbytes\nhuge\nunknown\nshort\nexit\ngood\n")
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "check", "--plugin", str(tmp_path / "bad.py"),
+                          "--parser", "bad", str(log)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "1 parse errors, 7 events refused" in out.stdout.splitlines()[0], out.stdout
+    assert "'no_such_metric_total': no such metric" in out.stdout
+    assert "1 label values wanted (model), got 0" in out.stdout
+    assert "a counter cannot take the value 1000" in out.stdout
+    assert "malformed: label values must be str, got NoneType" in out.stdout
