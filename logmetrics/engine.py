@@ -154,7 +154,7 @@ class Engine:
         """What was logged before a file's read position (its head, its last start-up block, in
         file order, whole lines): routes its streams and gives each parser's ``learn`` the text.
         Nothing is counted."""
-        unwrapper = Unwrapper(self.envelope)
+        unwrapper = Unwrapper(self.envelope, max_line_bytes=self.max_line_bytes)
         texts: dict[str | None, list[str]] = {}
         now = time.time()
         pieces = [p for part in parts for p in unwrapper.feed(part, now)] + unwrapper.flush()

@@ -24,9 +24,10 @@ from logmetrics.events import Event
 log = logging.getLogger(__name__)
 
 OTHER = "__other__"
-#: Values that are folds already (``parsers.common.NOT_FOUND``: 404s on paths not served): they
-#: pass the guard without taking a place.
-RESERVED = frozenset({OTHER, "__not_found__"})
+#: The route of 404/405 answers on paths a backend does not serve (folded by ``RouteLabels``).
+NOT_FOUND = "__not_found__"
+#: Values that are folds already: they pass the guard without taking a place.
+RESERVED = frozenset({OTHER, NOT_FOUND})
 # Distinct values allowed per (family, label) before folding into __other__.
 LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
 DEFAULT_LIMIT = 100

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import re
 
+from logmetrics.store import NOT_FOUND as NOT_FOUND  # the engine's fold values, one definition,
+from logmetrics.store import OTHER as OTHER  # re-exported for the parsers
+
 # --- process prefixes ------------------------------------------------------------------------
 
 #: One process prefix with its trailing space: multiprocessing / Ray worker names, torch ranks;
@@ -90,8 +93,6 @@ def split_access_key(key: str) -> tuple[str, str, str]:
 
 # --- which routes keep their label ----------------------------------------------------------
 
-NOT_FOUND = "__not_found__"  #: one route value for 404/405 answers on paths not known to be served
-OTHER = "__other__"  #: the cardinality guard's overflow value (``logmetrics.store.OTHER``)
 MAX_KNOWN_ROUTES = 1024
 MAX_UNKNOWN_ROUTES = 64
 _PARAM = re.compile(r"\{[^/{}]*\}")
