@@ -74,8 +74,9 @@ FAMILIES: tuple[Family, ...] = (
        "HTTP requests answered, by method, route template and status code."),
     _f("http_request_duration_seconds", "histogram", ("method", "route"),
        "HTTP request duration, where the access log carries one.", HTTP_BUCKETS),
-    _f("backend_errors_total", "counter", ("error_type",),
-       "Error records logged by the backend (a multi-line traceback counts once), by error type."),
+    _f("backend_errors_total", "counter", (*M, "error_type"),
+       "Error records logged by the backend (a multi-line traceback counts once), by model where the parser "
+       "knows it (else unknown) and error type."),
     _f("backend_restarts_total", "counter", (), "Backend start-ups seen in the log."),
     _f("backend_ready", "gauge", M,
        "1 from the backend's server-ready line until it logs a shutdown, a death or a new start-up, then 0 "

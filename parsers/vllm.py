@@ -53,7 +53,7 @@ from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
 from .common import ERROR_TYPES, RouteLabels
-from .vllm_lines import Fatal, Records, access_and_errors, life_lines
+from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
 from .vllm_startup import (
     DEAD,
     ENGINE_INIT,
@@ -196,17 +196,23 @@ class VllmParser(Parser):
         if (tm.tm_year, tm.tm_mon) != self._year_month:
             self._year_month = (tm.tm_year, tm.tm_mon)
             self._minutes.clear()
+        rare = Counter(self._rare.findall(t))
+        if any(key in P.STARTUP_KEYS or "\u2580" <= key[-1:] <= "\u259f" for key in rare):
+            found = [*P.STARTUP.finditer(t), *P.LOGO_MODEL.finditer(t)]
+            cuts = sorted({c for m in found if (c := record_head(t, t.rfind("\n", 0, m.start()))) > 0})
+            if cuts:  # a start-up may name a new model: what follows it is scanned with that model
+                return self._pieces(t, cuts, now)
         events: list[Event] = []
         if self._announce:
             self._announce = False
             events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         records = self._records
         records.clear()
-        rare = Counter(self._rare.findall(t))
         if rare:
             self._learn_routes(t, rare)
         fatal: list[Fatal] = []
-        matched = access_and_errors(t, events, records, self._routes, fatal)
+        errors: Counter[str] = Counter()
+        matched = access_and_errors(t, events, records, self._routes, fatal, errors)
         fatal.sort()
         f = 0
         controls: list[tuple[int, int, str]] = []
@@ -254,7 +260,21 @@ class VllmParser(Parser):
                     matched += 1
             start = end
         events.extend(after)
+        # the model in effect: a batch is scanned in pieces that begin with their start-up line
+        model = self.model
+        events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in errors.items())
         return events, matched + records.resolve(t)
+
+    def _pieces(self, t: str, cuts: list[int], now: float) -> tuple[list[Event], int]:
+        """Scan ``t`` piece by piece, cut before each start-up line (at the ``\n`` ending the line
+        above it): the records before a start-up count for the model in effect before it."""
+        events: list[Event] = []
+        matched = 0
+        for a, b in zip([0, *cuts], [*cuts, len(t) - 1], strict=True):
+            got, n = self._scan(t[a + 1:b + 1], now)
+            events += got
+            matched += n
+        return events, matched
 
     def _learn_routes(self, t: str, rare: Counter[str]) -> None:
         """The routes the server lists at start-up."""
@@ -292,9 +312,10 @@ class VllmParser(Parser):
             else:
                 inside.append(pos)
         self._crash = crash and s == len(served)
-        events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in counted.items())
+        model = self.model
+        events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in counted.items())
         # the other records of a crash: recognised, worth nothing more (``logmetrics check`` shows them)
-        events.extend(Event("backend_errors_total", (kind,), 0, rule="crash") for kind in folded)
+        events.extend(Event("backend_errors_total", (model, kind), 0, rule="crash") for kind in folded)
         return matched
 
     def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],
@@ -545,9 +566,10 @@ class VllmParser(Parser):
         if done is None:
             if len(self._zeroed) >= 64:
                 self._zeroed.clear()
-            if not self._zeroed:  # once per stream: so that the first restart or error shows in increase()
+            if not self._zeroed:  # once per stream: so that the first restart shows in increase()
                 events.append(Event("backend_restarts_total", (), 0, rule="model"))
-                events.extend(Event("backend_errors_total", (kind,), 0, rule="model") for kind in ERROR_TYPES)
+            # per model: any version can log any error type
+            events.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in ERROR_TYPES)
             done = self._zeroed[model] = set()
         for cap in self._caps - done:
             done.add(cap)

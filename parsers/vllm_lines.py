@@ -59,14 +59,14 @@ class Records:
 
 
 def access_and_errors(t: str, events: list[Event], records: Records, routes: RouteLabels,
-                      fatal: list[Fatal]) -> int:
+                      fatal: list[Fatal], errors: Counter[str]) -> int:
     """Access lines and errors of ``t``: their events, and how many records they make count.
 
     Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
-    the parser to count once per crash (and then to count their records: ``Fatal``).
+    the parser to count once per crash (and then to count their records: ``Fatal``). The others
+    are counted by type in ``errors``, for the parser to label with the model.
     """
     access: Counter[tuple[str, str, str]] = Counter()
-    errors: Counter[str] = Counter()
     lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
     matched = 0
     multi = False
@@ -93,7 +93,6 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
         fatal.clear()
         error_records(t, Counter(), Records(), fatal)
     events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
-    events.extend(Event("backend_errors_total", (kind,), n, rule="error") for kind, n in errors.items())
     return matched
 
 

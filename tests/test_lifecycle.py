@@ -76,7 +76,7 @@ def test_stop_lines_are_matched_once() -> None:
     scan(START + READY, parser)
     events, matched = scan(FATAL, parser)
     assert matched == 1
-    assert totals(events)[("backend_errors_total", ("engine_dead",))] == 1.0
+    assert totals(events)[("backend_errors_total", ("big", "engine_dead"))] == 1.0
 
 
 def test_death_after_stats_in_one_batch_resets_the_gauges() -> None:

@@ -77,7 +77,7 @@ def test_check_does_not_count_zero_started_series_as_matches(tmp_path: Path) -> 
     log.write_text("INFO 06-19 15:38:02 [utils.py:326] non-default args: {'model': 'm1'}\nhello\n")
     out = cli("check", "--parser", "vllm", str(log), cwd=tmp_path).stdout
     assert "2 records, 0 matched, 2 unmatched" in out, out
-    assert "series started at 0" in out and "backend_errors_total{oom}" in out
+    assert "series started at 0" in out and "backend_errors_total{m1,oom}" in out
     assert "\nmodel " not in out, out
 
 

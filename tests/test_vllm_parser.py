@@ -339,7 +339,7 @@ def test_zero_counters_once_per_model() -> None:
     parser = VllmParser()
     line = "INFO 06-02 10:00:00 [api_server.py:1] args: Namespace(model='m', served_model_name=None)\n"
     first = totals(scan(line, parser)[0])
-    errors: Totals = {("backend_errors_total", (kind,)): 0.0 for kind in ERROR_TYPES}
+    errors: Totals = {("backend_errors_total", ("m", kind)): 0.0 for kind in ERROR_TYPES}
     assert first == {
         ("backend_restarts_total", ()): 0.0, ("llm_prompt_tokens_total", ("m",)): 0.0,
         ("llm_generation_tokens_total", ("m",)): 0.0, **errors}
@@ -636,7 +636,7 @@ OOM_SAMPLE = ROOT / "samples" / "vllm" / "oom-crash.log"
 
 def errors_of(events: list[Event]) -> dict[str, float]:
     """Non-zero backend_errors_total by error_type."""
-    return {k[1][0]: float(str(v)) for k, v in totals(events).items() if k[0] == "backend_errors_total" and v}
+    return {k[1][1]: float(str(v)) for k, v in totals(events).items() if k[0] == "backend_errors_total" and v}
 
 
 def test_one_crash_counts_once() -> None:
@@ -712,7 +712,7 @@ RANK = """\
 def test_a_traceback_is_one_error(text: str, kind: str) -> None:
     """Re-prefixed, raw, chained and rank-prefixed tracebacks each count once, typed by their exception."""
     events, matched = scan(text)
-    assert totals(events) == {("backend_errors_total", (kind,)): 1.0}
+    assert totals(events) == {("backend_errors_total", ("unknown", kind)): 1.0}
     assert matched == 1
 
 
@@ -722,18 +722,19 @@ def test_each_traceback_of_a_burst_counts() -> None:
     last = "ERROR 12-16 21:40:16 [serving_chat.py:200] Error in chat completion: KeyError: 'x'\n"
     events, matched = scan(TRACEBACK + RAW + second + last)
     # the two CUDA tracebacks are separate records, but of the crash the OOM began: counted once, as oom
-    assert nonzero(events) == {("backend_errors_total", ("oom",)): 1.0, ("backend_errors_total", ("exception",)): 1.0}
-    assert ("backend_errors_total", ("cuda",)) in totals(events)  # recognised, folded into the crash
+    assert nonzero(events) == {("backend_errors_total", ("unknown", "oom")): 1.0,
+                               ("backend_errors_total", ("unknown", "exception")): 1.0}
+    assert ("backend_errors_total", ("unknown", "cuda")) in totals(events)  # recognised, folded into the crash
     assert matched == 3  # the API server's traceback is in the record of the engine core's
     cuda = scan(RAW + second)[0]
-    assert totals(cuda) == {("backend_errors_total", ("cuda",)): 1.0}
+    assert totals(cuda) == {("backend_errors_total", ("unknown", "cuda")): 1.0}
 
 
 def test_error_inside_a_record_that_already_counted() -> None:
     """A traceback glued to an access line's record does not count that record twice."""
     text = 'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n' + RAW.split("\n", 1)[1]
     events, matched = scan(text)
-    assert ("backend_errors_total", ("cuda",)) in totals(events)
+    assert ("backend_errors_total", ("unknown", "cuda")) in totals(events)
     assert matched == 1
 
 
@@ -745,9 +746,9 @@ def test_single_error_lines_count_once_each() -> None:
             "CRITICAL 01-02 03:04:06 [core.py:1] EngineCore encountered a fatal error.\n"
             "WARNING 01-02 03:04:07 [protocol.py:58] The following fields were present in the request but ignored\n")
     events, matched = scan(text)
-    assert totals(events) == {("backend_errors_total", ("bad_request",)): 1.0,
-                              ("backend_errors_total", ("timeout",)): 1.0,
-                              ("backend_errors_total", ("engine_dead",)): 1.0}
+    assert totals(events) == {("backend_errors_total", ("unknown", "bad_request")): 1.0,
+                              ("backend_errors_total", ("unknown", "timeout")): 1.0,
+                              ("backend_errors_total", ("unknown", "engine_dead")): 1.0}
     assert matched == 3
 
 
@@ -894,5 +895,5 @@ def test_logging_prefix_tag_before_the_header() -> None:
     events, matched = VllmParser().parse_batch(Batch("s", text, 1_712_720_000.0, 2))
     got = {(e.metric, e.labels): e.value for e in events if e.value}
     assert got[("llm_requests_running", ("unknown",))] == 3
-    assert got[("backend_errors_total", ("bad_request",))] == 1
+    assert got[("backend_errors_total", ("unknown", "bad_request"))] == 1
     assert matched == 2
