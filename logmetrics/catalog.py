@@ -103,6 +103,9 @@ SELF_FAMILIES: tuple[Family, ...] = (
        "Events refused, per parser and metric: values NaN or infinite for any type, negative for a "
        "counter or histogram; malformed events (label values that are not strings, not an Event at "
        "all) under their metric or __malformed__. Warned once per parser and metric."),
+    _f("logmetrics_requests_timed_out_total", "counter", ("parser",),
+       "Requests a parser counted as running from their start line whose finish line never came within "
+       "its time-out: dropped from llm_requests_running so that the gauge never leaks."),
     _f("logmetrics_read_errors_total", "counter", ("source",),
        "Files that could not be read (reported once each)."),
     _f("logmetrics_rotations_total", "counter", ("source",),

@@ -118,10 +118,26 @@ class Engine:
             self._truncated(chunk.stream, unwrapper)
 
     def idle(self) -> None:
-        """The input went quiet: held-back records are complete now."""
+        """The input went quiet: held-back records are complete now, and time-outs may be due."""
+        now = time.time()
         for stream in self.streams.values():
             if stream.assembler.pending:
                 self._records(stream, *stream.assembler.flush())
+            parser = stream.parser
+            if parser is not None and type(parser).tick is not Parser.tick:
+                self._tick(stream, parser, now)
+
+    def _tick(self, stream: Stream, parser: Parser, now: float) -> None:
+        """A parser's time-driven events (``Parser.tick``), applied like a batch's."""
+        try:
+            events = list(parser.tick(now))
+        except PLUGIN_ERRORS as exc:
+            self._raised(parser, exc)
+            return
+        if events:
+            if stream.model is not None:
+                events = self._relabel(events, stream.model)
+            self.store.apply(events, parser.name, stream.source)
 
     def finish(self, path: str | None = None) -> None:
         """End of input (of one raw stream, or of all): flush envelopes, route, flush records."""

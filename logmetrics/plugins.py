@@ -86,6 +86,12 @@ class Parser:
     def learn(self, text: str) -> None:
         """Take what the lines logged before reading began say (the model name): state only, no events."""
 
+    def tick(self, now: float) -> Iterable[Event]:
+        """Events due with the passing of time while the stream is quiet (``now``: Unix seconds),
+        e.g. requests whose finish line never came (``parsers.pairs``). Called by the engine when
+        its input goes idle. Default: none."""
+        return ()
+
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
         """Events for a batch of whole records, and how many records matched.
 

@@ -40,6 +40,9 @@ NOISE_SHARE = 0.5
 
 Key = tuple[str, tuple[str, ...]]
 
+#: The one engine counter that parsers feed with events (``parsers.pairs``), under their own name.
+TIMED_OUT = "logmetrics_requests_timed_out_total"
+
 #: The readiness gauge. A parser that sets it to 0 (the backend shut down, died or failed to
 #: start) resets every other gauge of that backend and source to 0: nothing runs, waits or is
 #: cached in a dead server, and a zero keeps the series continuous where an absent one would look
@@ -157,6 +160,8 @@ class Store:
     def _one(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
         """Apply one event (lock held); raises TypeError and the like on a malformed one."""
         fam = self.families.get(ev.metric)
+        if fam is None and ev.metric == TIMED_OUT and not ev.labels:
+            fam, ev = SELF_BY_NAME[TIMED_OUT], ev._replace(labels=(backend,))
         if fam is None or len(ev.labels) != len(fam.labels):
             self._reject(ev, backend)
             refused.append((ev, "no such metric" if fam is None else
@@ -172,6 +177,9 @@ class Store:
         if not ok:
             self._refuse(ev, backend)
             refused.append((ev, f"a {kind} cannot take the value {ev.value!r}"))
+            return
+        if fam.name == TIMED_OUT:  # an engine counter: its own labels, no backend or source
+            self.counters[(TIMED_OUT, ev.labels)] = self.counters.get((TIMED_OUT, ev.labels), 0.0) + value
             return
         labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
         key = (ev.metric, labels)

@@ -25,6 +25,15 @@ from logmetrics.store import OTHER as OTHER  # re-exported for the parsers
 _PROC = r"(?:\([A-Za-z_][\w.-]* pid=\d+(?:,? ip=[^)\s]*)?\) |\[rank\d+\]: )"
 PROC_PREFIX = rf"(?:\[[\w.-]{{1,40}}\] {_PROC}?|{_PROC})"
 
+_PREFIX = re.compile(PROC_PREFIX)
+
+
+def strip_prefix(line: str) -> str:
+    """``line`` without the process prefix a multi-process server put in front of it, if any."""
+    m = _PREFIX.match(line)
+    return line[m.end():] if m else line
+
+
 # --- uvicorn access lines --------------------------------------------------------------------
 
 #: ``INFO:     127.0.0.1:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK`` after the line's
@@ -32,6 +41,20 @@ PROC_PREFIX = rf"(?:\[[\w.-]{{1,40}}\] {_PROC}?|{_PROC})"
 #: ``findall`` yields plain strings that ``collections.Counter`` aggregates in C; split them with
 #: ``split_access_key``. The client is ``host:port``, ``[v6]:port`` or ``-``.
 UVICORN_ACCESS = r'INFO: +[^ \n]+ - "([^ "\n]+ [^ "\n]+ HTTP/[0-9.]+" \d{3})'
+
+_ACCESS = re.compile(rf"(?:{PROC_PREFIX})?{UVICORN_ACCESS}")
+
+
+def access_line(line: str) -> tuple[str, str, str] | None:
+    """``(method, raw path, code)`` of a uvicorn access line (after an optional process prefix),
+    else ``None``. Turn the path into a label with ``route_template`` or ``RouteLabels.fold``."""
+    m = _ACCESS.match(line)
+    if m is None:
+        return None
+    key = m.group(1)
+    method, _, rest = key.partition(" ")
+    return method, rest[: rest.rfind(" HTTP/")], key[-3:]
+
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 

@@ -1,0 +1,108 @@
+"""Error records, one record at a time: Python tracebacks, Node stack traces, and ``error_type``.
+
+- ``python_exception(text)``: the ``(name, message)`` of a record's last exception line
+  (``torch.OutOfMemoryError: CUDA out of memory``), also when the record is only the end of a
+  traceback whose header was never read (tailing began inside it, or a rotation cut it).
+- ``is_traceback(text)``: whether a record is (part of) a Python traceback.
+- ``node_error(text)``: the ``(name, message)`` of a Node error record (``TypeError: x`` followed
+  by ``    at ...`` frames).
+- ``Phrases``: a backend's table of phrases that decide an ``error_type``; each parser keeps its
+  own (vLLM's live in the vLLM parser), built on ``COMMON_CAUSES``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from .common import PROC_PREFIX
+
+#: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
+#: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking.
+EXCEPTION_NAME = (
+    r"[A-Za-z_][\w.]*+(?:(?<=[\w.]Error)|(?<=[\w.]Exception)|(?<=[\w.]Exit)|(?<=[\w.]Interrupt))"
+)
+TRACEBACK_HEAD = "Traceback (most recent call last)"
+#: Lines that chain two tracebacks of one record.
+CHAINS = ("During handling of the above exception", "The above exception was the direct cause")
+
+# A line that names the exception: optional process prefix and log header are the caller's to strip;
+# here the line starts with the name (``KeyError: 'x'``, ``torch.OutOfMemoryError: CUDA ...``).
+_EXC_LINE = re.compile(rf"^(?:{PROC_PREFIX})?({EXCEPTION_NAME})(?:: ?(.*))?$", re.M)
+# Anywhere in a line, for error lines that quote an exception: ``Error in x: ValueError: bad``.
+_EXC_ANY = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:Error|Exception))\b(?::[ ]?([^\n]*))?")
+_FRAME = re.compile(r'^(?:[^\n]*?)  File "[^"\n]+", line \d+', re.M)
+_NODE_HEAD = re.compile(r"^(?:[^\n]*?\b)?((?:[A-Z]\w*)?Error)(?:: ?([^\n]*))?\n(?:[^\n]*\n)*?\s+at ", re.M)
+
+
+def python_exception(text: str) -> tuple[str, str] | None:
+    """``(name, message)`` of the last line of ``text`` that names an exception on its own, else
+    the last exception quoted inside a line; ``None`` when there is none."""
+    last = None
+    for m in _EXC_LINE.finditer(text):
+        last = m
+    if last is not None:
+        return last.group(1), (last.group(2) or "").strip()
+    quoted = None
+    for q in _EXC_ANY.finditer(text):
+        quoted = q
+    return (quoted.group(1), (quoted.group(2) or "").strip()) if quoted is not None else None
+
+
+def is_traceback(text: str) -> bool:
+    """Whether ``text`` holds a Python traceback, or the middle or end of one (frames, chain lines)."""
+    return TRACEBACK_HEAD in text or any(c in text for c in CHAINS) or _FRAME.search(text) is not None
+
+
+def node_error(text: str) -> tuple[str, str] | None:
+    """``(name, message)`` of a Node error record: an ``XError: message`` line with ``at`` frames."""
+    m = _NODE_HEAD.search(text)
+    return (m.group(1), (m.group(2) or "").strip()) if m else None
+
+
+Table = Sequence[tuple[str, Sequence[str]]]
+
+#: Causes any Python or native backend can log: they name what went wrong.
+COMMON_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("oom", ("OutOfMemoryError", "out of memory", "MemoryError", "failed to allocate")),
+    ("timeout", ("TimeoutError", "timed out")),
+    ("cuda", ("CUDA error",)),
+)
+
+
+class Phrases:
+    """A backend's phrase table: ``error_type`` by phrase, causes before contexts.
+
+    Causes name what went wrong (the exception raised, or its message) and win over contexts,
+    which name where it happened; within a tier the leftmost phrase in the text wins. Without a
+    phrase: ``bad_request`` for a ``ValueError`` raised while handling a request, ``exception`` for
+    a traceback or a named exception, else ``error``.
+    """
+
+    __slots__ = ("_cause", "_context", "_type_of", "types")
+
+    def __init__(self, causes: Table, contexts: Table = ()) -> None:
+        self._type_of = {p: kind for kind, phrases in (*causes, *contexts) for p in phrases}
+        # No groups: an alternation of plain literals lets ``re`` skip on the first characters.
+        self._cause = _alternation(causes)
+        self._context = _alternation(contexts)
+        #: every error_type ``classify`` can return, so that a parser can start its counters at 0
+        self.types: tuple[str, ...] = (*dict.fromkeys(kind for kind, _ in (*causes, *contexts)),
+                                       "bad_request", "exception", "error")
+        self.types = tuple(dict.fromkeys(self.types))
+
+    def classify(self, text: str, request_handler: bool = False, traceback: bool = False) -> str:
+        """The ``error_type`` of an error record's text (see the class docstring)."""
+        m = self._cause(text) if self._cause else None
+        if m is None and self._context:
+            m = self._context(text)
+        if m:
+            return self._type_of[m.group()]
+        if request_handler and "ValueError" in text:
+            return "bad_request"
+        return "exception" if traceback or _EXC_ANY.search(text) else "error"
+
+
+def _alternation(table: Table) -> Callable[[str], re.Match[str] | None] | None:
+    phrases = [p for _, ps in table for p in ps]
+    return re.compile("|".join(re.escape(p) for p in phrases)).search if phrases else None
