@@ -1,0 +1,329 @@
+"""Text embeddings: LeapfrogAI's text-embeddings backend and Hugging Face text-embeddings-inference.
+
+LeapfrogAI (``packages/text-embeddings``, InstructorEmbedding behind the LeapfrogAI gRPC SDK), in
+the LeapfrogAI line format (``parsers.leapfrog``) or Python's default ``INFO:__main__:...``:
+
+- ``processing CreateEmbedding request: char-length: N word-count: M`` starts a request and
+  ``finished processing CreateEmbedding request, created K embeddings`` ends it: the backend logs
+  no request id and encodes one request at a time, so they pair in order (``parsers.pairs``) for
+  ``llm_requests_running`` and, from the lines' own times, ``llm_request_duration_seconds``;
+  ``K`` goes to ``llm_embeddings_total``. An error record while a request runs fails the oldest.
+- ``Load pretrained SentenceTransformer: <model>`` names the model; InstructorEmbedding's
+  ``load INSTRUCTOR_Transformer`` (or the SDK's ``Initializing LeapfrogAI``) is a start-up, the
+  SDK's ``Starting server. Listening on ...`` means ready, ``Shutdown signal received`` not.
+
+TEI (``parsers.embeddings_tei``): each ``Success`` line of a request span gives
+``llm_requests_total{outcome="ok"}``, ``llm_request_duration_seconds`` (``total_time``) and the
+phases as this plugin's own histograms; ``compute_tokens`` (gRPC spans) counts prompt tokens.
+``ERROR`` lines are errors by TEI's phrases; inside a request span they also fail the request.
+``Args { model_id: ... }`` is a start-up and names the model, ``Ready`` means ready,
+``signal received, starting graceful shutdown`` and a fatal ``Error: ...`` not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import ClassVar
+
+from logmetrics.catalog import DURATION_BUCKETS, Family
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Record
+
+from .common import RouteLabels, access_line, route_template
+from .embeddings_tei import MARK as TEI_MARK
+from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
+from .errors import EXCEPTION_NAME, is_traceback
+from .leapfrog import leapfrog_line
+from .pairs import Pairs
+
+PHASE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+PHASES = (("queue_time", "embeddings_queue_duration_seconds"),
+          ("inference_time", "embeddings_inference_duration_seconds"),
+          ("tokenization_time", "embeddings_tokenization_duration_seconds"))
+
+# The default continuation without a bare ``Error:`` (how a Rust program reports a fatal error: a
+# record of its own), plus the lines of such a report (``Caused by:``) and of a Rust panic.
+CONTINUATION = re.compile(
+    r"[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
+    r"|The above exception was the direct cause|(?!Error:)[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)"
+    r"|Caused by:|Stack backtrace:|stack backtrace:|note: run with `RUST_BACKTRACE"
+)
+_PYDEFAULT = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):(.*)")
+_EXC_FIRST = re.compile(rf"(?:{EXCEPTION_NAME})(?::|$)")
+_START = re.compile(r"processing CreateEmbedding request: char-length: \d+")
+_DONE = re.compile(r"finished processing CreateEmbedding request, created (\d+) embeddings")
+_ST_MODEL = re.compile(r"Load pretrained SentenceTransformer: (\S+)")
+_FATAL = re.compile(r"Error: |thread '[^'\n]*' panicked at ")
+_SNIFF_TEI = re.compile(
+    r"\s(?:INFO|WARN|ERROR|DEBUG)\s.*text_embeddings_(?:router|core|backend)|\"target\":\"text_embeddings_"
+)
+_SNIFF_LFAI = re.compile(r"CreateEmbedding request|load INSTRUCTOR_Transformer|Load pretrained SentenceTransformer")
+
+
+def _model_name(value: str) -> str | None:
+    """A model label from a model id or path: a local path gives its last part (not ``.model``)."""
+    value = value.strip().rstrip("/")
+    if value.startswith(("/", ".", "~")):
+        value = value.rsplit("/", 1)[-1]
+    return value if value and value not in (".model", "model", ".") else None
+
+
+class EmbeddingsParser(Parser):
+    """LeapfrogAI's text-embeddings backend and Hugging Face text-embeddings-inference."""
+
+    name: ClassVar[str] = "embeddings"
+    claims: ClassVar[tuple[str, ...]] = ("*text-embeddings*", "*text_embeddings*", "*embeddings-inference*")
+    continuation: ClassVar[re.Pattern[str]] = CONTINUATION
+    process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings")
+    metrics: ClassVar[tuple[Family, ...]] = (
+        Family("embeddings_queue_duration_seconds", "histogram", ("model",),
+               "Time a text-embeddings-inference request waited in the queue (its span's queue_time).",
+               PHASE_BUCKETS),
+        Family("embeddings_inference_duration_seconds", "histogram", ("model",),
+               "Model inference time of a text-embeddings-inference request (inference_time).", DURATION_BUCKETS),
+        Family("embeddings_tokenization_duration_seconds", "histogram", ("model",),
+               "Tokenization time of a text-embeddings-inference request (tokenization_time).", PHASE_BUCKETS),
+    )
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._pairs = Pairs()
+        self._seq = 0
+        self._offset = 0.0  # record time minus the LeapfrogAI line's own time (for ``tick``)
+        self._zeroed: set[tuple[str, str]] = set()
+        self._restarts_zeroed = False
+        self._ready = False
+        self._announce = False
+        self._starting = False  # a start-up was counted and the server has not been ready since
+        self._routes = RouteLabels()
+
+    # -- state -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, object]:
+        """The model name and whether the server was ready."""
+        return {"model": self.model, "ready": self._ready}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back the model name and readiness; readiness goes out with the next events."""
+        model = state.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+        if state.get("ready") is True:
+            self._ready = self._announce = True
+
+    def learn(self, text: str) -> None:
+        """Model and readiness from the lines logged before reading began (no events)."""
+        for line in text.split("\n"):
+            tei = tei_line(line) if TEI_MARK in line else None
+            if tei is not None:
+                model = model_from_args(tei.msg) if tei.msg.startswith("Args {") else None
+                if model:
+                    self.model = _model_name(model) or self.model
+                    self._ready = False
+                elif tei.msg == "Ready":
+                    self._ready = True
+                elif "graceful shutdown" in tei.msg:
+                    self._ready = False
+                continue
+            m = _ST_MODEL.search(line)
+            if m:
+                self.model = _model_name(m.group(1)) or self.model
+            if "load INSTRUCTOR_Transformer" in line or "Shutdown signal received" in line:
+                self._ready = False
+            elif "Starting server. Listening on" in line:
+                self._ready = True
+        self._announce = self._ready
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for TEI's own targets and LeapfrogAI's CreateEmbedding lines; some for InstructorEmbedding."""
+        text = "\n".join(lines)
+        if _SNIFF_TEI.search(text) or "CreateEmbedding request" in text:
+            return 0.95
+        return 0.5 if _SNIFF_LFAI.search(text) else 0.0
+
+    # -- records -----------------------------------------------------------------------------
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """Events of one record: a TEI line, a LeapfrogAI line, an access line or an error."""
+        text = record.text
+        events: list[Event] = []
+        if self._announce:
+            self._announce = False
+            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+        if TEI_MARK in text:
+            tei = tei_line(text)
+            if tei is not None:
+                self._tei(tei, text, events)
+                return events
+        self._other(record, events)
+        return events
+
+    def tick(self, now: float) -> Iterable[Event]:
+        """Requests whose finish line never came are dropped after the time-out."""
+        if self._pairs.expire(now - self._offset):
+            return self._pairs.events()
+        return ()
+
+    # -- TEI -----------------------------------------------------------------------------------
+
+    def _tei(self, tei: TeiLine, text: str, events: list[Event]) -> None:
+        msg = tei.msg
+        if tei.level == "ERROR":
+            kind = PHRASES.classify(text)
+            self._zeros("tei", events)
+            events.append(Event("backend_errors_total", (self.model, kind), 1, rule="tei_error"))
+            if tei.spans and (tei.spans[0] in REQUEST_SPANS or tei.spans[0].endswith("_inner")):
+                events.append(Event("llm_requests_total", (self.model, "error"), 1, rule="tei_error"))
+            return
+        total = tei.fields.get("total_time")
+        if msg == "Success" and total is not None:
+            self._zeros("tei", events)
+            model = (self.model,)
+            events.append(Event("llm_requests_total", (self.model, "ok"), 1, rule="tei_success"))
+            seconds = duration(total)
+            if seconds is not None:
+                events.append(Event("llm_request_duration_seconds", model, seconds, rule="tei_success"))
+            for field, metric in PHASES:
+                value = tei.fields.get(field)
+                seconds = duration(value) if value is not None else None
+                if seconds is not None:
+                    events.append(Event(metric, model, seconds, rule="tei_success"))
+            tokens = tei.fields.get("compute_tokens", "")
+            if tokens.isdigit():
+                events.append(Event("llm_prompt_tokens_total", model, int(tokens), rule="tei_success"))
+        elif msg.startswith("Args {"):
+            model_id = model_from_args(msg)
+            self._start(events)
+            if model_id:
+                self.model = _model_name(model_id) or self.model
+            self._zeros("tei", events)
+        elif msg == "Ready":
+            self._up(events)
+        elif "starting graceful shutdown" in msg:
+            self._down(events)
+
+    # -- LeapfrogAI and the rest -----------------------------------------------------------------
+
+    def _other(self, record: Record, events: list[Event]) -> None:
+        text = record.text
+        line = leapfrog_line(text)
+        level, msg, own_time = "", text.split("\n", 1)[0], None
+        if line is not None:
+            level, msg, own_time = line.level, line.msg, line.time
+        else:
+            m = _PYDEFAULT.match(text)
+            if m:
+                level, msg = m.group(1), m.group(3)
+        t = own_time if own_time is not None else record.time
+        if own_time is not None and record.time is not None:
+            self._offset = record.time - own_time
+        if "CreateEmbedding request" in msg:
+            self._request(msg, t, own_time is not None, events)
+            if level not in ("ERROR", "CRITICAL"):
+                return
+        m = _ST_MODEL.search(msg)
+        if m:
+            self.model = _model_name(m.group(1)) or self.model
+            self._zeros("lfai", events)
+        if "load INSTRUCTOR_Transformer" in msg or "Initializing LeapfrogAI" in msg:
+            self._start(events)
+            self._zeros("lfai", events)
+        elif "Starting server. Listening on" in msg:
+            self._up(events)
+        elif "Shutdown signal received" in msg or "Server has been shut down" in msg:
+            self._down(events)
+        if line is None and level == "":
+            access = access_line(text)
+            if access is not None:
+                events.append(Event("http_requests_total", self._routes.fold(_template(access)), 1, rule="access"))
+                return
+        traceback = is_traceback(text)
+        if level in ("ERROR", "CRITICAL") or traceback or (not level and _EXC_FIRST.match(text)) \
+                or (not level and _FATAL.match(text)):
+            self._error(text, traceback, t, events)
+
+    def _request(self, msg: str, t: float | None, timed: bool, events: list[Event]) -> None:
+        if _START.search(msg):
+            self._zeros("lfai", events)
+            self._seq += 1
+            self._starting = False
+            self._pairs.start(str(self._seq), self.model, t if timed and t is not None else 0.0)
+            if t is not None:
+                self._pairs.expire(t)
+            events.extend(self._pairs.events())
+            return
+        done = _DONE.search(msg)
+        if done is None:
+            return
+        self._zeros("lfai", events)
+        began = self._pairs.finish()
+        model = self.model if began is None else began[0]
+        events.append(Event("llm_embeddings_total", (model,), int(done.group(1)), rule="lfai_done"))
+        events.append(Event("llm_requests_total", (model, "ok"), 1, rule="lfai_done"))
+        if began is not None and timed and t is not None and t >= began[1] > 0:
+            events.append(Event("llm_request_duration_seconds", (model,), t - began[1], rule="lfai_done"))
+        events.extend(self._pairs.events())
+
+    def _error(self, text: str, traceback: bool, t: float | None, events: list[Event]) -> None:
+        self._zeros("lfai", events)
+        kind = PHRASES.classify(text, request_handler=bool(self._pairs.open), traceback=traceback)
+        events.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
+        if _FATAL.match(text):
+            self._down(events)
+            return
+        began = self._pairs.finish() if self._pairs.open else None
+        if began is not None:
+            events.append(Event("llm_requests_total", (began[0], "error"), 1, rule="error"))
+            events.extend(self._pairs.events())
+
+    # -- life ----------------------------------------------------------------------------------
+
+    def _start(self, events: list[Event]) -> None:
+        """A start-up line: counted once per start-up; the old server, if any, is gone."""
+        if self._starting:
+            return
+        self._starting = True
+        self._down(events)
+        self._pairs.clear()
+        self._restarts_zeroed = True
+        events.append(Event("backend_restarts_total", (), 1, rule="startup"))
+
+    def _up(self, events: list[Event]) -> None:
+        self._ready = True
+        self._starting = False
+        events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+
+    def _down(self, events: list[Event]) -> None:
+        """Not ready any more; said only of a server known to have been up or to serve a model."""
+        if self._ready or self.model != UNKNOWN_MODEL:
+            events.append(Event("backend_ready", (self.model,), 0, rule="down"))
+        self._ready = self._announce = False
+        if self._pairs.open:
+            self._pairs.clear()
+            events.extend(self._pairs.events())
+
+    def _zeros(self, kind: str, events: list[Event]) -> None:
+        """Zero-valued counters, once per model and kind of backend, for the series its log can move."""
+        key = (self.model, kind)
+        if key in self._zeroed:
+            return
+        if len(self._zeroed) >= 64:
+            self._zeroed.clear()
+        self._zeroed.add(key)
+        if not self._restarts_zeroed:
+            self._restarts_zeroed = True
+            events.append(Event("backend_restarts_total", (), 0, rule="model"))
+        model = self.model
+        events.extend(Event("backend_errors_total", (model, t), 0, rule="model") for t in PHRASES.types)
+        events.append(Event("llm_requests_total", (model, "ok"), 0, rule="model"))
+        events.append(Event("llm_requests_total", (model, "error"), 0, rule="model"))
+        if kind == "lfai":
+            events.append(Event("llm_embeddings_total", (model,), 0, rule="model"))
+
+
+def _template(access: tuple[str, str, str]) -> tuple[str, str, str]:
+    method, path, code = access
+    return method, route_template(path), code
