@@ -285,9 +285,8 @@ class EmbeddingsParser(Parser):
         """A start-up line: counted once per start-up; the old server, if any, is gone."""
         if self._starting:
             return
-        self._starting = True
         self._down(events)
-        self._pairs.clear()
+        self._starting = True
         self._restarts_zeroed = True
         events.append(Event("backend_restarts_total", (), 1, rule="startup"))
 
@@ -300,7 +299,7 @@ class EmbeddingsParser(Parser):
         """Not ready any more; said only of a server known to have been up or to serve a model."""
         if self._ready or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-        self._ready = self._announce = False
+        self._ready = self._announce = self._starting = False
         if self._pairs.open:
             self._pairs.clear()
             events.extend(self._pairs.events())
