@@ -1,0 +1,361 @@
+"""Whisper speech-to-text servers: faster-whisper, whisper.cpp, openai-whisper, LeapfrogAI's backend.
+
+Record by record (``parse``). What each one logs, and what it gives:
+
+- faster-whisper (logger ``faster_whisper``, INFO must be enabled), under any host app's format:
+  ``Processing audio with duration [H:]MM:SS.mmm`` adds to ``llm_audio_seconds_total``. It logs
+  no request end, so no request count or latency of its own.
+- LeapfrogAI's whisper backend (faster-whisper inside, LeapfrogAI line format): ``Task t is
+  starting`` and ``Transcription|Translation complete!`` pair (in order: it logs no request id)
+  into ``llm_requests_running``, ``llm_request_duration_seconds`` (from the lines' own times) and
+  ``llm_requests_total`` (``error`` when ``Error transcribing audio`` came in between, since the
+  backend still logs "complete" after it; an exception gRPC reports ends the oldest request as
+  ``error``). Unsupported task or language are errors of their own types. ``Initializing
+  LeapfrogAI`` is a start-up; ``Starting server. Listening on`` makes it ready.
+- whisper.cpp: ``loading model from '.../ggml-base.en.bin'`` names the model (``base.en``) and is
+  a start-up; ``processing '...' (N samples, X sec)`` adds X audio seconds. CLI: its timings
+  block (one record) is one finished run, ``ok``, lasting its ``total time`` (model load included).
+  Server (``whisper server listening at``: ready): requests are serial; one is ``ok`` when the next
+  one or a shutdown comes without ``failed to process audio`` (``error``) or a client disconnect
+  (``aborted``); the timings block it prints at shutdown is cumulative and is not a request.
+- openai-whisper (print based): only segment lines ``[MM:SS.mmm --> MM:SS.mmm]``; audio seconds
+  are the segment ends' progress (a lower bound), and only in a stream that never logged an
+  explicit duration (faster-whisper and whisper.cpp print segments too).
+
+Errors: ERROR/CRITICAL lines, tracebacks (once per record), whisper.cpp's ``error:`` and ``failed
+to`` lines, typed with the phrase table of ``whisper_patterns``. The text the backends log (prompts,
+transcripts, file names) never reaches a label: only the model name and fixed words do.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from typing import ClassVar
+
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Record
+
+from . import whisper_patterns as P
+from .errors import is_traceback
+from .pairs import Pairs
+
+REQUESTS = "llm_requests_total"
+ERRORS = "backend_errors_total"
+AUDIO = "llm_audio_seconds_total"
+READY = "backend_ready"
+DURATION = "llm_request_duration_seconds"
+#: Outcomes each kind of server can log.
+LFAI_OUTCOMES = ("ok", "error")
+SERVER_OUTCOMES = ("ok", "error", "aborted")
+CLI_OUTCOMES = ("ok", "error")
+
+
+def model_name(path: str) -> str:
+    """A model label from a whisper.cpp model file: ``models/ggml-base.en.bin`` -> ``base.en``."""
+    name = os.path.basename(path.replace("\\", "/"))
+    if name.endswith(".bin"):
+        name = name[:-4]
+    if name.startswith("ggml-"):
+        name = name[5:]
+    return name or UNKNOWN_MODEL
+
+
+class WhisperParser(Parser):
+    """faster-whisper, whisper.cpp (CLI and server), openai-whisper and LeapfrogAI's whisper backend."""
+
+    name: ClassVar[str] = "whisper"
+    claims: ClassVar[tuple[str, ...]] = ("*whisper*",)
+    continuation = P.CONTINUATION
+    process_names: ClassVar[tuple[str, ...]] = ("whisper",)
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._zeroed: set[tuple[str, str]] = set()  # (model, what) series already started at 0
+        self._restarts_zeroed = False
+        self._ready = False
+        self._announce = False  # readiness learned before reading: say so with the next events
+        self._starting = False  # a LeapfrogAI start-up was counted; its "Starting server" is the same one
+        self._lfai = False  # the stream is in the LeapfrogAI format: raw lines are its prints only
+        self._server = False  # whisper.cpp server (its timings block is a shutdown summary)
+        self._pending = False  # a whisper.cpp server request whose outcome is not logged yet
+        self._explicit = False  # the stream logs audio durations: segment lines add nothing
+        self._seg_end = 0.0
+        self._pairs = Pairs()
+        self._starts: dict[str, float] = {}  # LeapfrogAI start line's own time, by pair key
+        self._seq = 0
+        self._failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
+
+    # -- the contract ---------------------------------------------------------------------
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for lines only a whisper server prints; some for openai-whisper-style lines."""
+        text = "\n".join(line.rstrip("\r") for line in lines)
+        if P.SNIFF_STRONG.search(text):
+            return 0.95
+        return 0.6 if P.SNIFF_WEAK.search(text) else 0.0
+
+    def state(self) -> dict[str, object]:
+        """The model name, readiness and the kind of stream, kept across a restart."""
+        return {"model": self.model, "ready": self._ready, "server": self._server,
+                "explicit": self._explicit, "lfai": self._lfai}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` returned; readiness goes out again with the next events."""
+        model = state.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+        self._server = state.get("server") is True
+        self._explicit = state.get("explicit") is True
+        self._lfai = state.get("lfai") is True
+        if state.get("ready") is True:
+            self._ready = self._announce = True
+
+    def learn(self, text: str) -> None:
+        """Model, readiness and the kind of stream from lines logged before reading began."""
+        for line in text.split("\n"):
+            msg = P.message(line.rstrip("\r"))
+            body = msg.text
+            if msg.leapfrog_time is not None:
+                self._lfai = True
+            m = P.WCPP_MODEL.match(body)
+            if m:
+                self.model = model_name(m.group(1))
+                self._ready = self._server = False
+            elif body.startswith((P.WCPP_LISTENING, P.LFAI_SERVING)):
+                self._ready = True
+                self._server = self._server or body.startswith(P.WCPP_LISTENING)
+            elif body.startswith(P.LFAI_INIT) or body.startswith(P.LFAI_STOPPING) or P.WCPP_SHUTDOWN in body:
+                self._ready = False
+            if P.FW_DURATION.search(body) or P.WCPP_PROCESSING.match(body):
+                self._explicit = True
+        self._announce = self._ready
+
+    def tick(self, now: float) -> Iterable[Event]:
+        """Requests whose finish line never came, dropped after the time-out."""
+        if self._pairs.expire(now):
+            self._prune()
+            return self._pairs.events()
+        return ()
+
+    def parse(self, record: Record) -> list[Event]:
+        """Events of one record (a line, a traceback, or a whisper.cpp timings block)."""
+        text = record.text.replace("\r\n", "\n") if "\r" in record.text else record.text
+        head = text.partition("\n")[0]
+        msg = P.message(head)
+        out: list[Event] = []
+        if msg.leapfrog_time is not None:
+            self._lfai = True
+            self._leapfrog(text, msg, record.time if record.time is not None else msg.leapfrog_time, out)
+        elif head.startswith(P.TIMINGS):
+            self._timings(text, out)
+        elif not self._lines(text, msg.text, out) and not self._lfai:
+            self._audio(msg.text, out)
+        if not any(e.metric == ERRORS for e in out):
+            self._error(text, msg, out)
+        if out or self._announce or P.INFO.search(msg.text):
+            out[:0] = self._zeros()
+            if self._announce:
+                self._announce = False
+                out.append(Event(READY, (self.model,), 1.0))
+        return out
+
+    # -- per kind of line -----------------------------------------------------------------
+
+    def _lines(self, text: str, body: str, out: list[Event]) -> bool:
+        """Start-up, readiness, shutdown and whisper.cpp request lines; whether one matched."""
+        m = P.WCPP_MODEL.match(body)
+        if m:
+            self._start_up(out)
+            self.model = model_name(m.group(1))
+            self._server = False
+            return True
+        if body.startswith(P.LFAI_INIT):
+            self._start_up(out)
+            self._starting = True
+            return True
+        if body.startswith((P.WCPP_LISTENING, P.LFAI_SERVING)):
+            if body.startswith(P.LFAI_SERVING) and not self._starting:
+                self._start_up(out)
+            self._starting = False
+            self._server = self._server or body.startswith(P.WCPP_LISTENING)
+            self._set_ready(True, out)
+            return True
+        if body.startswith(P.LFAI_STOPPING) or P.WCPP_SHUTDOWN in body:
+            self._settle(out)
+            self._set_ready(False, out)
+            return True
+        if P.WCPP_ABORTED in body:
+            self._pending = False
+            self._request("aborted", out, SERVER_OUTCOMES)
+            return True
+        m = P.WCPP_PROCESSING.match(body)
+        if m:
+            self._explicit = True
+            self._add_audio(float(m.group(2).replace(",", ".")), out)
+            if self._server:
+                self._settle(out)
+                self._pending = True
+                self._zero_requests(SERVER_OUTCOMES, out)
+            return True
+        return False
+
+    def _audio(self, body: str, out: list[Event]) -> None:
+        """faster-whisper's duration line; openai-whisper's segment lines."""
+        m = P.FW_DURATION.search(body)
+        if m:
+            self._explicit = True
+            self._add_audio(P.clock_seconds(m.group(1)), out)
+            return
+        if self._explicit or not body.startswith("["):
+            return
+        s = P.SEGMENT.match(body)
+        if s:
+            end = P.clock_seconds(s.group(2))
+            start = P.clock_seconds(s.group(1))
+            # a segment starting before the last end begins a new file (or repeats one): count from 0
+            added = end - self._seg_end if start >= self._seg_end - 1e-9 else end
+            self._seg_end = end
+            if added > 0:
+                self._add_audio(added, out)
+
+    def _timings(self, text: str, out: list[Event]) -> None:
+        """A whisper.cpp timings block: one CLI run, or a server's summary at shutdown."""
+        if self._server:
+            self._settle(out)
+            self._set_ready(False, out)
+            return
+        times = {name: float(val.replace(",", ".")) * (1.0 if unit == "s" else 0.001)
+                 for name, val, unit in P.TIMING.findall(text)}
+        self._request("ok", out, CLI_OUTCOMES)
+        total = times.get("total")
+        if total is not None and math.isfinite(total):
+            out.append(Event(DURATION, (self.model,), total))
+
+    def _leapfrog(self, text: str, msg: P.Message, now: float, out: list[Event]) -> None:
+        """A LeapfrogAI-format line: the request's steps, or faster-whisper's own lines."""
+        body = msg.text
+        t = msg.leapfrog_time if msg.leapfrog_time is not None else now
+        if P.LFAI_START.match(body):
+            self._pairs.expire(now)
+            self._prune()
+            self._seq += 1
+            key = str(self._seq)
+            self._pairs.start(key, self.model, now)
+            self._starts[key] = t
+            self._zero_requests(LFAI_OUTCOMES, out)
+            out.extend(self._pairs.events())
+        elif P.LFAI_DONE.match(body):
+            outcome = "error" if self._failed else "ok"
+            self._failed = max(0, self._failed - 1)
+            self._finish(outcome, t, out)
+        elif body.startswith(P.LFAI_FAILED):
+            self._failed += 1
+            out.append(Event(ERRORS, (self.model, P.PHRASES.classify(text)), 1.0))
+        elif P.LFAI_BAD_TASK.match(body):
+            out.append(Event(ERRORS, (self.model, P.UNSUPPORTED_TASK), 1.0))
+            self._request("error", out, LFAI_OUTCOMES)
+        elif P.LFAI_BAD_LANGUAGE.match(body):
+            out.append(Event(ERRORS, (self.model, P.UNSUPPORTED_LANGUAGE), 1.0))
+        elif any(p in text for p in P.RPC_FAILED):
+            out.append(Event(ERRORS, (self.model, P.PHRASES.classify(text, traceback=is_traceback(text))), 1.0))
+            if self._pairs.open:
+                self._finish("error", t, out)
+        else:
+            self._audio(body, out)
+
+    def _error(self, text: str, msg: P.Message, out: list[Event]) -> None:
+        """One error event for an error record: a level, a traceback (or its end), an error line.
+        A segment line is transcript text, never an error."""
+        if msg.text.startswith("[") and P.SEGMENT_ANY.match(msg.text):
+            return
+        tb = is_traceback(text)
+        if (msg.level in ("ERROR", "CRITICAL", "FATAL") or tb or P.EXCEPTION_LINE.search(text)
+                or P.WCPP_ERROR.match(msg.text)):
+            kind = P.PHRASES.classify(text, traceback=tb)
+            out.append(Event(ERRORS, (self.model, kind), 1.0))
+            if self._server and kind in ("transcribe_failed", "audio_decode"):
+                self._pending = False
+                self._request("error", out, SERVER_OUTCOMES)
+            elif kind == "transcribe_failed" and msg.leapfrog_time is None:
+                self._request("error", out, CLI_OUTCOMES)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _finish(self, outcome: str, t: float, out: list[Event]) -> None:
+        """The oldest open LeapfrogAI request ended at ``t`` (its own line time)."""
+        key = next(iter(self._pairs.open), None)
+        model = self.model
+        if key is not None:
+            done = self._pairs.finish(key)
+            if done is not None:
+                model = done[0]
+            t0 = self._starts.pop(key, None)
+            if t0 is not None and t >= t0:
+                out.append(Event(DURATION, (model,), t - t0))
+        self._request(outcome, out, LFAI_OUTCOMES, model)
+        out.extend(self._pairs.events())
+
+    def _prune(self) -> None:
+        """Forget the start times of requests the pairs no longer hold (timed out)."""
+        if len(self._starts) > len(self._pairs.open):
+            for key in [k for k in self._starts if k not in self._pairs.open]:
+                del self._starts[key]
+
+    def _settle(self, out: list[Event]) -> None:
+        """A whisper.cpp server request with no failure logged before the next one: ``ok``."""
+        if self._pending:
+            self._pending = False
+            self._request("ok", out, SERVER_OUTCOMES)
+
+    def _start_up(self, out: list[Event]) -> None:
+        """A new start of the backend: counted; not ready; nothing runs."""
+        out.append(Event("backend_restarts_total", (), 1.0))
+        if self._ready:
+            self._set_ready(False, out)
+        self._pending = False
+        self._failed = 0
+        self._pairs.clear()
+        self._starts.clear()
+        if self._pairs.models:
+            out.extend(self._pairs.events())
+
+    def _set_ready(self, ready: bool, out: list[Event]) -> None:
+        self._ready = ready
+        self._announce = False
+        out.append(Event(READY, (self.model,), 1.0 if ready else 0.0))
+        if not ready and self._pairs.open:
+            self._pairs.clear()
+            self._starts.clear()
+            out.extend(self._pairs.events())
+
+    def _add_audio(self, seconds: float, out: list[Event]) -> None:
+        if math.isfinite(seconds) and seconds >= 0:
+            out.append(Event(AUDIO, (self.model,), seconds))
+
+    def _request(self, outcome: str, out: list[Event], outcomes: tuple[str, ...], model: str | None = None) -> None:
+        model = model or self.model
+        self._zero_requests(outcomes, out, model)
+        out.append(Event(REQUESTS, (model, outcome), 1.0))
+
+    def _zero_requests(self, outcomes: tuple[str, ...], out: list[Event], model: str | None = None) -> None:
+        model = model or self.model
+        for outcome in outcomes:
+            if (model, outcome) not in self._zeroed:
+                self._zeroed.add((model, outcome))
+                out.append(Event(REQUESTS, (model, outcome), 0.0))
+
+    def _zeros(self) -> list[Event]:
+        """Series this backend can move, at 0 once: restarts; errors by type and audio per model."""
+        zeros: list[Event] = []
+        if not self._restarts_zeroed:
+            self._restarts_zeroed = True
+            zeros.append(Event("backend_restarts_total", (), 0.0))
+        if (self.model, "") not in self._zeroed:
+            self._zeroed.add((self.model, ""))
+            zeros.extend(Event(ERRORS, (self.model, kind), 0.0) for kind in P.ERROR_TYPES)
+            zeros.append(Event(AUDIO, (self.model,), 0.0))
+        return zeros

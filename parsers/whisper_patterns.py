@@ -1,0 +1,143 @@
+"""Line shapes of the whisper servers: faster-whisper (under any host app's log format),
+whisper.cpp (CLI and server), openai-whisper (print based) and LeapfrogAI's whisper backend.
+
+Messages are found in two steps: ``message(line)`` takes off the host app's log wrapper (the
+LeapfrogAI format, Python's default ``INFO:faster_whisper:msg``, Flask's ``[ts] INFO in module:
+msg``, uvicorn-style ``INFO:     msg``) and gives the level and the message; the message patterns
+below then match the message. A wrapper this module does not know leaves the whole line as the
+message; the patterns that must work there are anchored at the message's end.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import COMMON_CAUSES, EXCEPTION_NAME, Phrases
+from .leapfrog import leapfrog_line
+
+# --- wrappers -------------------------------------------------------------------------------
+
+_PYDEFAULT = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):(.*)")
+_FLASK = re.compile(r"\[\d{4}-\d{2}-\d{2}[ T][\d:,.]+\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) in [\w.]+: (.*)")
+_LEVEL_PREFIX = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(.*)")
+#: A level word near the start of a line in a format of its own that begins with a time or a
+#: bracket (``2024-05-02 09:14:03,101 - app - ERROR - msg``, ``[ERROR] msg``): not in printed text.
+_LEVEL_WORD = re.compile(r"\b(ERROR|CRITICAL|FATAL)\b")
+
+
+class Message(NamedTuple):
+    """One line's level ("" when it shows none), its message without the host app's wrapper, and
+    the line's own time if it is in the LeapfrogAI format (else ``None``)."""
+
+    level: str
+    text: str
+    leapfrog_time: float | None = None
+
+
+def message(line: str) -> Message:
+    """The level and message of one line, whatever wrapper the host app put around it."""
+    lf = leapfrog_line(line)
+    if lf is not None:
+        return Message(lf.level, lf.msg, lf.time)
+    for rx in (_PYDEFAULT, _FLASK, _LEVEL_PREFIX):
+        m = rx.match(line)
+        if m is not None:
+            return Message(m.group(1), m.group(m.lastindex or 1))
+    stamped = line[:1].isdigit() or (line[:1] == "[" and not SEGMENT_ANY.match(line))
+    w = _LEVEL_WORD.search(line, 0, 80) if stamped else None
+    return Message(w.group(1) if w else "", line)
+
+
+# --- faster-whisper -------------------------------------------------------------------------
+
+#: ``Processing audio with duration 16:09.828`` (hours only when not 0: ``01:33:59.990``).
+FW_DURATION = re.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)\s*$")
+
+
+def clock_seconds(text: str) -> float:
+    """Seconds of a ``[H:]MM:SS.mmm`` duration (a decimal comma is accepted)."""
+    total = 0.0
+    for part in text.replace(",", ".").split(":"):
+        total = total * 60 + float(part)
+    return total
+
+
+#: Lines of a whisper server that carry no metric: they show the stream is alive (zero series).
+INFO = re.compile(
+    r"Detected language '[\w-]+' with probability |VAD filter (?:removed|kept) |Processing segment at "
+    r"|Detecting language using up to the first 30 seconds|^Detected language: |^Received request: "
+    r"|^Running whisper\.cpp inference on |^\w+: auto-detected language: "
+)
+
+# --- whisper.cpp ----------------------------------------------------------------------------
+
+#: ``main: processing 'a.wav' (176000 samples, 11.0 sec), 4 threads, ...`` (CLI and server).
+WCPP_PROCESSING = re.compile(r"^\S+: processing '.*' \((\d+) samples, (\d+(?:[.,]\d+)?) sec\)")
+#: ``whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-base.en.bin'``
+WCPP_MODEL = re.compile(r"^\w+: loading model from '([^'\n]+)'")
+WCPP_LISTENING = "whisper server listening at "
+WCPP_SHUTDOWN = "shutting down gracefully"
+WCPP_FAILED = "failed to process audio"
+WCPP_ABORTED = "client disconnected, aborted processing"
+#: whisper.cpp's error lines: ``error: ...``, ``<func>: failed to ...``, ``WHISPER_ASSERT: ...``.
+WCPP_ERROR = re.compile(r"^(?:[\w./-]+: )?(?:error: |failed to |ERROR |WHISPER_ASSERT)")
+#: The timings block, one record: its first line (``load time``) starts the record, the others
+#: continue it (see ``CONTINUATION``).
+TIMINGS = "whisper_print_timings:"
+TIMING = re.compile(r"^whisper_print_timings:\s+(load|total) time =\s+(\d+(?:[.,]\d+)?) (ms|s)\b", re.M)
+
+# --- openai-whisper -------------------------------------------------------------------------
+
+#: A segment line ``[00:00.000 --> 00:05.000]  text`` (whisper.cpp CLI: ``[00:00:00.000 --> ...]``).
+SEGMENT = re.compile(r"\[((?:\d+:)?\d{2}:\d{2}\.\d{3}) --> ((?:\d+:)?\d{2}:\d{2}\.\d{3})\]")
+#: Any transcript segment line a tool or host app prints (``[0.00s -> 4.20s] text`` too): never an error.
+SEGMENT_ANY = re.compile(r"\[[\d:.,]+s? --?> [\d:.,]+s?\]")
+
+# --- LeapfrogAI whisper backend (messages of logger __main__) ---------------------------------
+
+LFAI_START = re.compile(r"Task (transcribe|translate) is starting$")
+LFAI_DONE = re.compile(r"(Transcription|Translation) complete!$")
+LFAI_BAD_TASK = re.compile(r"Task \S* is not supported$")
+LFAI_BAD_LANGUAGE = re.compile(r"Language \S* is not supported$")
+LFAI_FAILED = "Error transcribing audio"
+LFAI_INIT = "Initializing LeapfrogAI"
+LFAI_SERVING = "Starting server. Listening on "
+LFAI_STOPPING = ("Shutdown signal received", "Server has been shut down")
+#: An exception that escaped the RPC handler, as gRPC logs it (sync server / asyncio server).
+RPC_FAILED = ("Exception calling application", "raised by servicer method")
+
+# --- errors ---------------------------------------------------------------------------------
+
+PHRASES = Phrases(
+    (*COMMON_CAUSES,
+     ("audio_decode", ("failed to read audio", "failed to read WAV", "Invalid data found when processing input",
+                       "InvalidDataError")),
+     ("model_load", ("failed to initialize whisper context", "failed to load model", "invalid model",
+                     "model init  failed", "not all tensors loaded"))),
+    (("transcribe_failed", (LFAI_FAILED, WCPP_FAILED)),
+     ("rpc_exception", RPC_FAILED)),
+)
+#: LeapfrogAI's request checks have types of their own, set by the parser.
+UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE = "unsupported_task", "unsupported_language"
+ERROR_TYPES: tuple[str, ...] = (*PHRASES.types, UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE)
+#: An exception line on its own (the end of a traceback whose start was not read).
+EXCEPTION_LINE = re.compile(rf"^{EXCEPTION_NAME}(?::|$)", re.M)
+
+# --- continuation and sniffing --------------------------------------------------------------
+
+#: Python tracebacks and indented lines (``records.CONTINUATION``), plus the timings block's lines
+#: after its first.
+CONTINUATION = re.compile(
+    r"[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
+    r"|The above exception was the direct cause|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)"
+    r"|whisper_print_timings:(?!\s+load time)"
+)
+SNIFF_STRONG = re.compile(
+    r"Processing audio with duration \d|^whisper_print_timings: |^whisper_(?:init_from_file\w*|model_load): "
+    r"|^whisper server listening at |^\S+: processing '.*' \(\d+ samples, [\d.]+ sec\)"
+    r"|Detected language '[\w-]+' with probability |Detecting language using up to the first 30 seconds"
+    r"|>>> Task (?:transcribe|translate) is starting$|>>> (?:Transcription|Translation) complete!$",
+    re.M,
+)
+SNIFF_WEAK = re.compile(r"\bfaster_whisper\b|^Detected language: [A-Z]|^\[(?:\d+:)?\d{2}:\d{2}\.\d{3} --> ", re.M)
