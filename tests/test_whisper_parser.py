@@ -1,0 +1,234 @@
+"""Tests for the whisper parser (faster-whisper, whisper.cpp, openai-whisper, LeapfrogAI's backend)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from logmetrics.catalog import BY_NAME
+from logmetrics.events import Event
+from logmetrics.plugins import validate
+from logmetrics.records import Record, split_records
+from parsers.whisper import WhisperParser, model_name
+from parsers.whisper_patterns import CONTINUATION, clock_seconds
+from tests.helpers import parse, total
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples" / "whisper"
+LFAI = "{logger}: 2024-11-13 10:{mm}:{ss},{ms} | {level} | main.py:29 >>> {msg}"
+
+
+def run(text: str, parser: WhisperParser | None = None, now: float = 1000.0) -> list[Event]:
+    """All events of ``text`` split into records the way the engine splits them."""
+    parser = parser or WhisperParser()
+    out: list[Event] = []
+    for rec in split_records(text, CONTINUATION):
+        out.extend(parser.parse(Record(rec, now)))
+    return out
+
+
+def sums(events: list[Event]) -> dict[tuple[str, tuple[str, ...]], float]:
+    """Counter totals by (metric, labels); gauges keep their last value."""
+    out: dict[tuple[str, tuple[str, ...]], float] = defaultdict(float)
+    for e in events:
+        fam = BY_NAME.get(e.metric)
+        if fam is not None and fam.kind == "gauge":
+            out[(e.metric, e.labels)] = e.value
+        elif fam is not None and fam.kind == "counter":
+            out[(e.metric, e.labels)] += e.value
+    return out
+
+
+def lf(mm: int, ss: int, msg: str, level: str = "INFO", logger: str = "__main__", ms: int = 0) -> str:
+    """A LeapfrogAI-format line at 10:mm:ss,ms."""
+    return LFAI.format(logger=logger, mm=f"{mm:02d}", ss=f"{ss:02d}", ms=f"{ms:03d}", level=level, msg=msg)
+
+
+def test_parser_passes_plugin_validation_and_every_event_is_in_the_catalog() -> None:
+    """The class is a valid plugin and every sample's events name catalog families with their labels."""
+    validate(WhisperParser, "test")
+    for log in SAMPLES.glob("*.log"):
+        for e in run(log.read_text()):
+            fam = BY_NAME.get(e.metric)
+            assert fam is not None and len(e.labels) == len(fam.labels), (log.name, e)
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("00:10.680", 10.68), ("16:09.828", 969.828), ("01:33:59.990", 5639.99), ("00:01,500", 1.5),
+])
+def test_clock_durations(text: str, seconds: float) -> None:
+    """faster-whisper's [H:]MM:SS.mmm durations, hours only when not 0, decimal comma accepted."""
+    assert clock_seconds(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("line", [
+    "INFO:faster_whisper:Processing audio with duration 01:35.000",
+    "[2023-06-01 17:49:41,269] INFO in transcribe: Processing audio with duration 01:35.000",
+    "faster_whisper: 2024-11-13 10:45:39,154 | INFO | transcribe.py:281 >>> Processing audio with duration 01:35.000",
+    "2024-06-01 10:00:00,001 - faster_whisper - INFO - Processing audio with duration 01:35.000",
+    "Processing audio with duration 01:35.000",
+])
+def test_duration_line_in_every_wrapping(line: str) -> None:
+    """The duration counts 95 s whatever format the host app wraps the message in."""
+    got = sums(run(line))
+    assert got[("llm_audio_seconds_total", ("unknown",))] == 95.0
+
+
+def test_sniff_recognises_whisper_and_not_other_backends() -> None:
+    """High for each whisper variant; nothing for vLLM, uvicorn alone or another LeapfrogAI backend."""
+    for log in SAMPLES.glob("*.log"):
+        assert WhisperParser.sniff(log.read_text().splitlines()[:50]) >= 0.6, log.name
+    others = [
+        ["INFO 05-02 10:00:00 api_server.py:212] vLLM API server version 0.5.0",
+         'INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK'],
+        ['INFO:     127.0.0.1:5000 - "POST /v1/audio/transcriptions HTTP/1.1" 200 OK'],
+        ["Initializing LeapfrogAI", lf(0, 1, "processing CreateEmbedding request: char-length: 12 word-count: 2"),
+         "Starting server. Listening on 0.0.0.0:50051."],
+        ["llama_print_timings:        load time =     512.33 ms",
+         "llama_print_timings:       total time =    1024.00 ms"],
+    ]
+    for lines in others:
+        assert WhisperParser.sniff(lines) == 0.0, lines
+
+
+def test_timings_block_is_one_record_and_one_cli_run() -> None:
+    """The block's lines join into one record; a CLI run counts one ok request with its total time."""
+    block = ("whisper_print_timings:     load time =    89.95 ms\n"
+             "whisper_print_timings:     fallbacks =   0 p /   0 h\n"
+             "whisper_print_timings:   encode time =  1343.19 ms /     1 runs ( 1343.19 ms per run)\n"
+             "whisper_print_timings:    total time =  2500.00 ms\n")
+    assert len(split_records("main: done\n" + block + block, CONTINUATION)) == 3
+    events = run(block + block)
+    assert sums(events)[("llm_requests_total", ("unknown", "ok"))] == 2
+    assert [e.value for e in events if e.metric == "llm_request_duration_seconds"] == [2.5, 2.5]
+
+
+def test_server_timings_at_shutdown_is_not_a_request() -> None:
+    """After 'whisper server listening', the timings block is the shutdown summary: ready 0, no request."""
+    text = ("whisper_init_from_file_with_params_no_state: loading model from 'm/ggml-tiny.bin'\n"
+            "whisper server listening at http://127.0.0.1:8080\n"
+            "whisper_print_timings:     load time =    89.95 ms\n"
+            "whisper_print_timings:    total time = 99999.00 ms\n")
+    events = run(text)
+    assert not [e for e in events if e.metric == "llm_request_duration_seconds"]
+    assert [e.value for e in events if e.metric == "backend_ready"] == [1.0, 0.0]
+    assert all(e.labels[0] == "tiny" for e in events if e.labels)
+
+
+def test_model_name_from_model_files() -> None:
+    """A ggml model file gives its bare name; other names stay as they are."""
+    assert model_name("models/ggml-base.en.bin") == "base.en"
+    assert model_name("C:\\models\\ggml-large-v3.bin") == "large-v3"
+    assert model_name("/m/whisper-small-q5_1.gguf") == "whisper-small-q5_1.gguf"
+
+
+def test_leapfrog_pairs_give_running_latency_and_outcome() -> None:
+    """Start and complete lines pair in order; an 'Error transcribing audio' makes the next one an error."""
+    p = WhisperParser()
+    events = run("\n".join([
+        lf(0, 0, "Task transcribe is starting"),
+        lf(0, 1, "Task translate is starting"),
+    ]), p)
+    assert sums(events)[("llm_requests_running", ("unknown",))] == 2
+    events = run("\n".join([
+        lf(0, 4, "Error transcribing audio: boom", level="ERROR"),
+        lf(0, 4, "Transcription complete!", ms=500),
+        lf(0, 9, "Translation complete!"),
+    ]), p)
+    got = sums(events)
+    assert got[("llm_requests_total", ("unknown", "error"))] == 1
+    assert got[("llm_requests_total", ("unknown", "ok"))] == 1
+    assert got[("llm_requests_running", ("unknown",))] == 0
+    assert [e.value for e in events if e.metric == "llm_request_duration_seconds"] == [4.5, 8.0]
+
+
+def test_leapfrog_request_times_out_through_tick() -> None:
+    """A start whose completion never comes is dropped by tick after the time-out, and counted."""
+    p = WhisperParser()
+    run(lf(0, 0, "Task transcribe is starting"), p, now=1000.0)
+    assert list(p.tick(1100.0)) == []
+    events = list(p.tick(1000.0 + 601))
+    assert Event("llm_requests_running", ("unknown",), 0, rule="pairs") in events
+    assert any(e.metric == "logmetrics_requests_timed_out_total" and e.value == 1 for e in events)
+
+
+def test_prompt_and_transcript_text_never_reach_a_label() -> None:
+    """Prompts, transcripts and file names the backends log appear in no label of any sample's output."""
+    secret = "Jane Roe"
+    for log in SAMPLES.glob("*.log"):
+        out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "whisper",
+                              "--source", "s", str(log)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        labels = {v for _name, ls in parse(out) for _k, v in ls}
+        for word in (secret, "call-0412", "standup", "Guten", "Hallo", "/tmp/tmpa1b2c3d4", "summarize", "xx"):
+            assert not any(word in v for v in labels), (log.name, word)
+    assert secret in (SAMPLES / "leapfrog.log").read_text()
+
+
+def test_prompt_line_quoting_a_duration_or_error_counts_nothing() -> None:
+    """A LeapfrogAI Prompt line is user text: no audio, no error, whatever it says."""
+    line = lf(0, 0, "Prompt ERROR: Processing audio with duration 10:00.000 is set")
+    assert not [e for e in run(line) if e.value]
+
+
+def test_segment_lines_are_transcript_not_errors() -> None:
+    """Segment lines with error words count no error; their ends count audio only without explicit durations."""
+    text = "[00:00.000 --> 00:04.000]  ERROR: ValueError: Traceback\n[00:04.000 --> 00:06.000]  ok\n"
+    got = sums(run(text))
+    assert got[("llm_audio_seconds_total", ("unknown",))] == 6.0
+    assert not any(v for (m, _), v in got.items() if m == "backend_errors_total")
+    explicit = "INFO:faster_whisper:Processing audio with duration 00:06.000\n" + text
+    assert sums(run(explicit))[("llm_audio_seconds_total", ("unknown",))] == 6.0
+
+
+def test_a_traceback_seen_only_at_its_end_counts_once_with_its_type() -> None:
+    """The final exception line alone, or frames and the final line, make one error with its type."""
+    assert sums(run("torch.OutOfMemoryError: CUDA out of memory"))[("backend_errors_total", ("unknown", "oom"))] == 1
+    tail = '  File "/a.py", line 3, in f\n    g()\nRuntimeError: bad thing\n'
+    got = sums(run("INFO:app:working\n" + tail))
+    assert got[("backend_errors_total", ("unknown", "exception"))] == 1
+    assert sum(v for (m, _), v in got.items() if m == "backend_errors_total") == 1
+
+
+def test_nan_values_make_no_events() -> None:
+    """A nan probability or timing value gives no NaN event."""
+    text = ("INFO:faster_whisper:Detected language 'en' with probability nan\n"
+            "whisper_print_timings:     load time =      nan ms\n"
+            "whisper_print_timings:    total time =      nan ms\n")
+    assert all(e.value == e.value for e in run(text))
+
+
+def test_learn_and_state_keep_model_and_readiness() -> None:
+    """A file read from its end learns model and readiness from its head; state carries them over."""
+    p = WhisperParser()
+    p.learn("whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-medium.bin'\n"
+            "whisper server listening at http://0.0.0.0:8080\n")
+    events = run("operator(): processing 'a.wav' (16000 samples, 1.0 sec), 4 threads\n", p)
+    assert Event("backend_ready", ("medium",), 1.0) in events
+    assert sums(events)[("llm_audio_seconds_total", ("medium",))] == 1.0
+    q = WhisperParser()
+    q.restore(json.loads(json.dumps(p.state())))
+    assert q.model == "medium"
+    assert Event("backend_ready", ("medium",), 1.0) in run("Received request: b.wav\n", q)
+
+
+def test_sample_through_docker_json_envelope_gives_the_same_metrics(tmp_path: Path) -> None:
+    """A sample wrapped as Docker json-file gives the metrics of the raw sample."""
+    def oneshot(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "whisper",
+                              "--source", "s", str(path)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+        return {k: v for k, v in parse(out).items() if not k[0].startswith(("logmetrics_", "backend_process_"))}
+
+    for name in ("leapfrog.log", "whisper-cpp-server.log"):
+        raw = SAMPLES / name
+        wrapped = tmp_path / name
+        wrapped.write_text("".join(
+            json.dumps({"log": line + "\n", "stream": "stderr", "time": f"2025-01-02T03:04:{i % 60:02d}.5Z"}) + "\n"
+            for i, line in enumerate(raw.read_text().splitlines())))
+        want, got = oneshot(raw), oneshot(wrapped)
+        assert got == want, name
+        assert total(got, "llm_audio_seconds_total") > 0
