@@ -18,7 +18,7 @@ from logmetrics.engine import choose
 from logmetrics.envelopes import Unwrapper
 from logmetrics.errors import UserError
 from logmetrics.events import Event
-from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.store import Store
 
@@ -80,7 +80,7 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     logging.getLogger("logmetrics.store").setLevel(logging.ERROR)  # not warned about on stderr too
     store.register(entry.cls.metrics)
     refused: Counter[str] = Counter()
-    records = split_records(text, entry.cls.continuation)
+    records = split_records(text, record_rule(entry.cls))
     counters = {f.name for f in (*BY_NAME.values(), *entry.cls.metrics) if f.kind == "counter"}
     rules: dict[str, int] = Counter()
     produced: dict[str, Counter[str]] = defaultdict(Counter)

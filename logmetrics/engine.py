@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from logmetrics.envelopes import Piece, Unwrapper
 from logmetrics.events import Event
-from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.sources import Chunk
 from logmetrics.store import Store, safe_label
@@ -77,6 +77,7 @@ class Stream:
     time: float = 0.0
     unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
     model: str | None = None  # a static model label (--label)
+    zeroed: set[str] = field(default_factory=set)  # the models whose zero_series were applied
 
 
 class Engine:
@@ -262,7 +263,7 @@ class Engine:
         stream.routed = True
         if entry is not None:
             stream.parser = entry.cls()
-            stream.assembler = RecordAssembler(entry.cls.continuation)
+            stream.assembler = RecordAssembler(record_rule(entry.cls))
             log.info("stream %s: parser %s", stream.source, entry.name)
         else:
             log.warning("stream %s: no parser recognises it; use --parser NAME", stream.source)
@@ -300,23 +301,28 @@ class Engine:
         batch = Batch(stream.source, text, stream.time, lines)
         errors = 0
         if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
-            events, matched, errors = self._one_by_one(parser, batch)
+            events, matched, matched_lines, errors = self._one_by_one(parser, batch)
         else:
             try:
-                events, matched = parser.parse_batch(batch)
+                result = parser.parse_batch(batch)
+                events, matched = result[0], result[1]
+                # a parse_batch that does not say how many lines matched: one per matched record
+                matched_lines = result[2] if len(result) > 2 else matched
             except PLUGIN_ERRORS as exc:
                 # The parser may have seen some of these records: running them again would advance
                 # its state twice. The batch is lost, counted and reported with its own exception.
-                events, matched = [], 0
-                errors = len(split_records(batch.text, parser.continuation))
+                events, matched, matched_lines = [], 0, 0
+                errors = len(split_records(batch.text, record_rule(type(parser))))
                 self._raised(parser, exc)
+        if events and parser.model not in stream.zeroed:
+            events = self._zeros(stream, parser, events)
         if stream.model is not None and events:
             events = self._relabel(events, stream.model)
         name = parser.name
         self.store.apply(events, name, stream.source)
         self.store.add_self_many((
             ("logmetrics_lines_matched_total", (name,), matched),
-            ("logmetrics_lines_unmatched_total", (name,), max(lines - matched, 0)),
+            ("logmetrics_lines_unmatched_total", (name,), max(lines - matched_lines, 0)),
             ("logmetrics_parse_errors_total", (name,), errors),
         ))
         if stream.unmatched >= 0:  # until the first match: per batch, not per line
@@ -326,6 +332,20 @@ class Engine:
                 stream.unmatched += lines
                 if stream.unmatched >= NO_MATCH_LINES:
                     self._no_match(stream)
+
+    def _zeros(self, stream: Stream, parser: Parser, events: list[Event]) -> list[Event]:
+        """``events`` after the zero-valued events of ``parser.zero_series`` for its current model,
+        once per stream and model (a bounded set: a stream serves few models)."""
+        model = parser.model
+        if len(stream.zeroed) >= 64:
+            stream.zeroed.clear()
+        stream.zeroed.add(model)
+        try:
+            zeros = [Event(metric, tuple(labels), 0, rule="zero") for metric, labels in parser.zero_series(model)]
+        except PLUGIN_ERRORS as exc:
+            self._raised(parser, exc)
+            return events
+        return zeros + events if zeros else events
 
     def _relabel(self, events: list[Event], model: str) -> list[Event]:
         """The events with their model label set to the static one (few per batch)."""
@@ -341,12 +361,13 @@ class Engine:
             out.append(ev)
         return out
 
-    def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
-        """``parse`` on each record that passes the prefilter: (events, records matched, records that raised)."""
+    def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int, int]:
+        """``parse`` on each record that passes the prefilter: (events, records matched, their
+        physical lines, records that raised)."""
         events: list[Event] = []
-        matched = errors = 0
+        matched = lines = errors = 0
         pre = parser.prefilter
-        for text in split_records(batch.text, parser.continuation):
+        for text in split_records(batch.text, record_rule(type(parser))):
             if pre and not any(p in text for p in pre):
                 continue
             try:
@@ -355,9 +376,11 @@ class Engine:
                 errors += 1
                 self._raised(parser, exc)
                 continue
-            events += got
-            matched += bool(got)
-        return events, matched, errors
+            if got:
+                events += got
+                matched += 1
+                lines += text.count("\n") + 1
+        return events, matched, lines, errors
 
     def _raised(self, parser: Parser, exc: BaseException) -> None:
         """Report a parser's exception once per parser (it is counted in logmetrics_parse_errors_total)."""

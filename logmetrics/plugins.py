@@ -2,7 +2,8 @@
 
 A parser is a small class: a ``name``, the paths or container names it ``claims``, an optional
 cheap substring ``prefilter``, an optional ``sniff(first_lines) -> score`` for auto-routing, and
-``parse(record) -> iterable of events``. One instance serves one stream, so it may keep bounded
+``parse(record) -> iterable of events``, and the ``shapes`` of its multi-line records. One instance
+serves one stream, so it may keep bounded
 per-stream state (the model name, a request's start line). It never touches the store, the clock or
 the registry: time comes with the record.
 
@@ -17,6 +18,17 @@ Two optional parts concern the backend's life:
   The store then resets every other gauge of that backend and source to 0 (running, waiting, KV
   cache, throughputs, and a plugin's own gauges): a dead server runs nothing, and a zero keeps the
   series where a gap would look like a failed scrape. Nothing else is needed for it.
+
+Multi-line records: ``shapes`` names the shapes the backend logs (``logmetrics.shapes``:
+``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``INDENTED``, or a ``Shape`` of the parser's
+own); the records stage joins them into one pattern. The older ``continuation`` (a compiled regex:
+lines that continue the record above, matched at each line's start) still works: a parser that
+sets it and not ``shapes`` has its records cut by it, line by line.
+
+Counters at zero: ``zero_series(model)`` names the series (metric, label values) to start at 0;
+the engine applies it once per stream and model, when a batch of the stream produced events, for
+the model in ``self.model``. ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
+``logmetrics.testing.check_events`` checks events against the catalog in a parser's tests.
 
 Built-in parsers and third-party ones are found the same way, through the ``logmetrics.parsers``
 entry-point group; ``--plugin path.py`` and ``--plugin module:Class`` become the same kind of
@@ -40,8 +52,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from logmetrics.catalog import BY_NAME, COMMON_LABELS, Family
-from logmetrics.events import Event
-from logmetrics.records import CONTINUATION, Batch, Record, split_records
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.records import CONTINUATION, Batch, Record, Rule, split_records
+from logmetrics.shapes import DEFAULT_SHAPES, Shape, compiled
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +63,9 @@ GROUP = "logmetrics.parsers"
 PLUGIN_ERRORS = (Exception, SystemExit)
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+#: What ``parse_batch`` returns: events and records matched, and optionally the physical lines of
+#: the records that matched (else the engine counts one line per matched record).
+BatchResult = tuple[list[Event], int] | tuple[list[Event], int, int]
 
 
 class Parser:
@@ -60,12 +76,18 @@ class Parser:
     claims: ClassVar[tuple[str, ...]] = ()
     #: Substrings; a record that contains none of them is not given to ``parse`` (empty: no filter).
     prefilter: ClassVar[tuple[str, ...]] = ()
-    #: Lines that continue the record above them (matched at the start of a line).
+    #: The shapes of this backend's multi-line records (``logmetrics.shapes``), joined into one pattern.
+    shapes: ClassVar[tuple[Shape, ...]] = DEFAULT_SHAPES
+    #: The older way: lines that continue the record above them (matched at the start of each
+    #: line). Used instead of ``shapes`` by a parser that sets it and not ``shapes``.
     continuation: ClassVar[re.Pattern[str]] = CONTINUATION
     #: Extra metric families of this plugin's own, each named ``<name>_...``.
     metrics: ClassVar[tuple[Family, ...]] = ()
     #: Substrings of a process command line that identify this backend's processes (psutil).
     process_names: ClassVar[tuple[str, ...]] = ()
+    #: The model this stream serves, as far as the parser knows (it may set it): ``zero_series``
+    #: is applied for it.
+    model: str = UNKNOWN_MODEL
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -75,6 +97,12 @@ class Parser:
     def parse(self, record: Record) -> Iterable[Event]:
         """Events for one record. Pure apart from this instance's bounded per-stream state."""
         raise NotImplementedError
+
+    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+        """Counter series (family, label values) to start at 0 for ``model``, so that the first
+        increase shows in ``increase()``. The engine applies them once per stream and model, after
+        a batch that produced events. Default: none."""
+        return ()
 
     def state(self) -> dict[str, object]:
         """Per-stream state worth keeping across a restart (JSON values), e.g. the model name."""
@@ -92,8 +120,9 @@ class Parser:
         its input goes idle. Default: none."""
         return ()
 
-    def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
-        """Events for a batch of whole records, and how many records matched.
+    def parse_batch(self, batch: Batch) -> BatchResult:
+        """Events for a batch of whole records, how many records matched, and (optional third
+        value) how many physical lines those records have, for ``logmetrics_lines_unmatched_total``.
 
         The default splits the batch into records and calls ``parse`` on each; a parser may
         override it with a faster scan of the whole text that gives the same events. The engine
@@ -102,16 +131,36 @@ class Parser:
         through ``parse``, so that a parser's state never advances twice.
         """
         events: list[Event] = []
-        matched = 0
+        matched = lines = 0
         pre = self.prefilter
-        for text in split_records(batch.text, self.continuation):
+        for text in split_records(batch.text, record_rule(type(self))):
             if pre and not any(p in text for p in pre):
                 continue
             before = len(events)
             events.extend(self.parse(Record(text, batch.time)))
             if len(events) > before:
                 matched += 1
-        return events, matched
+                lines += text.count("\n") + 1
+        return events, matched, lines
+
+
+def record_rule(cls: type[Parser]) -> Rule:
+    """How a parser's records are cut: its ``continuation`` if it sets that and not ``shapes``,
+    else its shapes, compiled (once per distinct tuple)."""
+    rule = _rules.get(cls)
+    if rule is None:
+        own = _own(cls)
+        rule = _rules[cls] = cls.continuation if "continuation" in own and "shapes" not in own else compiled(cls.shapes)
+    return rule
+
+
+_rules: dict[type[Parser], Rule] = {}
+
+
+def _own(cls: type) -> set[str]:
+    """The attributes set by ``cls`` or its bases below ``Parser``."""
+    return {name for klass in cls.__mro__ if klass is not Parser and issubclass(klass, Parser)
+            for name in vars(klass)}
 
 
 @dataclass(frozen=True)
@@ -144,6 +193,14 @@ def validate(cls: object, origin: str) -> ParserEntry:
             raise PluginError(f"{who}: {attr} must be a tuple of non-empty strings")
     if not isinstance(cls.continuation, re.Pattern) or not isinstance(cls.continuation.pattern, str):
         raise PluginError(f"{who}: continuation must be a compiled str regular expression")
+    if not isinstance(cls.shapes, tuple) or not all(isinstance(s, Shape) for s in cls.shapes):
+        raise PluginError(f"{who}: shapes must be a tuple of logmetrics.shapes.Shape values")
+    if {"continuation", "shapes"} <= _own(cls):
+        raise PluginError(f"{who}: sets both continuation and shapes; give its own lines as a Shape")
+    try:
+        compiled(cls.shapes)
+    except re.error as exc:
+        raise PluginError(f"{who}: its shapes do not make a regular expression: {exc}") from exc
     for fam in cls.metrics:
         if not isinstance(fam, Family):
             raise PluginError(f"{who}: metrics must hold logmetrics.catalog.Family values, got {fam!r}")

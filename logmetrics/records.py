@@ -1,9 +1,10 @@
 """Records: physical lines joined into logical records, and batches of whole records.
 
 A multi-line record (a Python traceback, vLLM's re-prefixed exception lines, the llama.cpp timing
-block) is one record so that one error is counted once. Which lines continue the previous record is
-a regular expression matched at the start of a line; the default knows Python tracebacks and
-indented continuation lines, and a parser may bring its own (``Parser.continuation``).
+block) is one record so that one error is counted once. Which lines continue the previous record is said
+either by shapes (``logmetrics.shapes``: Python tracebacks, Node stacks, Postgres ``DETAIL:``
+lines, indented lines, a parser's own; ``Parser.shapes``), compiled into one pattern for whole
+records, or by a regular expression matched at the start of each line (``Parser.continuation``).
 
 The records stage never lets a batch end inside a record: the trailing record of each read is held
 back until more data shows that it is complete, or the stream goes idle (``RecordAssembler``).
@@ -15,13 +16,15 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-# Lines that continue the record above them: indented lines (traceback frames, stack lines, the
-# llama.cpp timing block), the opening and chaining lines of a traceback, and its final
-# ``SomeError: message`` line.
-CONTINUATION = re.compile(
-    r"[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
-    r"|The above exception was the direct cause|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)"
-)
+from logmetrics.shapes import DEFAULT_SHAPES, Shapes, compiled, unconditional
+
+#: Lines that continue the record above them, one line at a time: the default shapes' lines, with
+#: a ``SomeError: message`` line taken as continuing whatever is above it. The per-line form of
+#: ``DEFAULT_SHAPES`` (which join that line only to a traceback), for ``Parser.continuation``.
+CONTINUATION = re.compile(unconditional(DEFAULT_SHAPES))
+#: How records are told apart: a per-line continuation pattern, or compiled shapes.
+Rule = re.Pattern[str] | Shapes
+DEFAULT_RULE: Rule = compiled(DEFAULT_SHAPES)
 
 
 class Record(NamedTuple):
@@ -46,8 +49,10 @@ class Batch:
     lines: int
 
 
-def split_records(text: str, continuation: re.Pattern[str] = CONTINUATION) -> list[str]:
+def split_records(text: str, continuation: Rule = DEFAULT_RULE) -> list[str]:
     """Split ``text`` (whole lines) into records, joining continuation lines to the one above."""
+    if isinstance(continuation, Shapes):
+        return continuation.split(text)
     records: list[str] = []
     match = continuation.match
     for line in text.split("\n"):
@@ -60,8 +65,10 @@ def split_records(text: str, continuation: re.Pattern[str] = CONTINUATION) -> li
     return records
 
 
-def last_record_start(text: str, continuation: re.Pattern[str] = CONTINUATION) -> int:
+def last_record_start(text: str, continuation: Rule = DEFAULT_RULE) -> int:
     """Index in ``text`` (whole lines, ending in ``\\n``) where its last record begins."""
+    if isinstance(continuation, Shapes):
+        return continuation.last_start(text)
     end = len(text) - 1 if text.endswith("\n") else len(text)
     match = continuation.match
     while True:
@@ -76,7 +83,7 @@ class RecordAssembler:
 
     __slots__ = ("continuation", "pending", "pending_lines")
 
-    def __init__(self, continuation: re.Pattern[str] = CONTINUATION) -> None:
+    def __init__(self, continuation: Rule = DEFAULT_RULE) -> None:
         self.continuation = continuation
         self.pending = ""
         self.pending_lines = 0

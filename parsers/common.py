@@ -4,8 +4,8 @@
   ``(EngineCore_DP0 pid=8884) ``, ``(RayWorkerWrapper pid=1, ip=10.0.0.1) ``, ``[rank0]: ``);
 - the uvicorn access line, the route template that turns a raw path into a bounded label, and
   ``RouteLabels``, which keeps the routes a backend serves and folds scanner noise;
-- Python tracebacks: which lines continue one, which line names the exception, and the
-  classification of an error record into an ``error_type``.
+- Python tracebacks: which lines continue one (built from ``logmetrics.shapes``). The
+  classification of an error record into an ``error_type`` is per backend (``errors.Phrases``).
 
 Patterns here are strings or compiled ``re`` patterns meant to be embedded in ``\\n``-anchored
 whole-chunk scans: none of them can cross a newline.
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from logmetrics.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES
+from logmetrics.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported for the parsers
 from logmetrics.store import NOT_FOUND as NOT_FOUND  # the engine's fold values, one definition,
 from logmetrics.store import OTHER as OTHER  # re-exported for the parsers
 
@@ -184,63 +186,8 @@ class RouteLabels:
 
 # --- Python tracebacks -----------------------------------------------------------------------
 
-#: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
-#: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking.
-EXCEPTION_NAME = (
-    r"[A-Za-z_][\w.]*+(?:(?<=[\w.]Error)|(?<=[\w.]Exception)|(?<=[\w.]Exit)|(?<=[\w.]Interrupt))"
-)
-
 #: The body of a line that continues the record above it: indented lines, the opening and
-#: chaining lines of a traceback, a ``SomeError: message`` line, and empty lines (Python puts
-#: them around "During handling ..."). Mirrors ``logmetrics.records.CONTINUATION``, with the end
-#: of line written so that it also works inside a multi-line text.
-TRACEBACK_BODY = (
-    r"(?:[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
-    r"|The above exception was the direct cause|" + EXCEPTION_NAME + r"(?::|(?=\r?\n|\r?\Z))|(?=\r?\n|\r?\Z))"
-)
-
-_EXCEPTION_NAME = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*(?:Error|Exception)\b")
-
-#: error_type by phrase. Causes name what went wrong (the exception raised, or its message), and
-#: win over contexts, which name where it happened; within a tier the leftmost phrase wins, so an
-#: ``MQEngineDeadError: ... OutOfMemoryError(...)`` is ``engine_dead`` and an ``Error in chat
-#: completion stream generator.`` whose traceback ends in ``torch.OutOfMemoryError`` is ``oom``.
-ERROR_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("engine_dead", ("EngineDeadError", "died unexpectedly", "EngineCore encountered a fatal error",
-                     "Background loop has errored", "Engine background task failed", "output_handler failed")),
-    ("oom", ("OutOfMemoryError", "out of memory", "No available memory for the cache blocks",
-             "KV cache is needed, which is larger than the available")),
-    ("startup", ("Engine core initialization failed", "failed to start")),
-    ("timeout", ("TimeoutError", "timed out")),
-    ("cuda", ("CUDA error",)),
-    ("bad_request", ("maximum context length",)),
-)
-ERROR_CONTEXTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("bad_request", ("Error in preprocessing prompt inputs",)),
-    ("asgi", ("Exception in ASGI application",)),
-    ("stream_error", ("stream generator",)),
-)
-#: The error types of a dead engine: one crash prints several records of them (the engine's
-#: traceback, the API server's, one per request in flight), so parsers count them once per crash.
-FATAL_TYPES = frozenset({"oom", "engine_dead", "cuda", "startup"})
-#: Every error_type ``classify_error`` can return, so that parsers can start their counters at 0.
-ERROR_TYPES: tuple[str, ...] = (*dict.fromkeys(kind for kind, _ in ERROR_CAUSES + ERROR_CONTEXTS), "exception", "error")
-_TYPE_OF = {phrase: kind for kind, phrases in ERROR_CAUSES + ERROR_CONTEXTS for phrase in phrases}
-# No groups: an alternation of plain literals lets ``re`` skip on the first characters.
-_CAUSE = re.compile("|".join(re.escape(p) for _, phrases in ERROR_CAUSES for p in phrases)).search
-_CONTEXT = re.compile("|".join(re.escape(p) for _, phrases in ERROR_CONTEXTS for p in phrases)).search
-
-
-def classify_error(text: str, request_handler: bool = False, traceback: bool = False) -> str:
-    """The ``error_type`` of an error record's text (its exception lines, then its first line).
-
-    A cause phrase, else a context phrase (see ``ERROR_CAUSES``); a ``ValueError`` raised while
-    handling a request is ``bad_request``; otherwise ``exception`` for a traceback (even one cut
-    short of its last line) or a named exception, else ``error``.
-    """
-    m = _CAUSE(text) or _CONTEXT(text)
-    if m:
-        return _TYPE_OF[m.group()]
-    if request_handler and "ValueError" in text:
-        return "bad_request"
-    return "exception" if traceback or _EXCEPTION_NAME.search(text) else "error"
+#: chaining lines of a traceback, a ``SomeError: message`` line (whatever is above it: a whole-chunk
+#: scan cannot look at the line above), and empty lines (Python puts them around "During handling
+#: ..."). Built from the shapes of ``logmetrics.shapes`` (``INDENTED``, ``PYTHON_TRACEBACK``).
+TRACEBACK_BODY = rf"(?:{INDENTED.lines}|{TRACEBACK_LINES}|{EXCEPTION_LINE}|{EOL})"

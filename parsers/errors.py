@@ -15,13 +15,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from logmetrics.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
+
 from .common import PROC_PREFIX
 
-#: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
-#: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking.
-EXCEPTION_NAME = (
-    r"[A-Za-z_][\w.]*+(?:(?<=[\w.]Error)|(?<=[\w.]Exception)|(?<=[\w.]Exit)|(?<=[\w.]Interrupt))"
-)
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 #: Lines that chain two tracebacks of one record.
 CHAINS = ("During handling of the above exception", "The above exception was the direct cause")

@@ -52,7 +52,8 @@ from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
-from .common import ERROR_TYPES, RouteLabels
+from .common import RouteLabels
+from .vllm_errors import ERROR_TYPES
 from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
 from .vllm_startup import (
     DEAD,

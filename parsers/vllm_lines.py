@@ -13,7 +13,8 @@ from collections import Counter
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
-from .common import FATAL_TYPES, RouteLabels, classify_error
+from .common import RouteLabels
+from .vllm_errors import FATAL_TYPES, classify_error
 from .vllm_startup import life_kind
 
 #: A fatal error record: position, error type, whether it starts its record (see ``error_records``).

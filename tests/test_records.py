@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from logmetrics.records import RecordAssembler, last_record_start, split_records
+from logmetrics.shapes import INDENTED, NODE_STACK, POSTGRES, PYTHON_TRACEBACK, compiled
 
 TRACE = (
     "ERROR: Exception in ASGI application\n"
@@ -47,3 +52,66 @@ def test_assembler_holds_back_the_last_record_until_flush() -> None:
 def test_empty_lines_are_not_records() -> None:
     """Blank lines produce no records."""
     assert split_records("\n\n") == []
+
+
+NODE = "TypeError: bad input\n    at parse (/app/a.js:1:2)\n    at main (/app/b.js:3:4)\n"
+
+
+def test_a_node_error_starts_its_own_record_with_its_frames() -> None:
+    """A Node ``TypeError:`` line is not glued to the line above; its ``at`` frames continue it."""
+    records = split_records("INFO: before\n" + NODE + NODE)
+    assert records == ["INFO: before", NODE.rstrip("\n"), NODE.rstrip("\n")]
+
+
+def test_a_python_exception_line_ends_its_traceback_even_after_node_records() -> None:
+    """The final ``ValueError: x`` joins the traceback above it, and only a traceback."""
+    records = split_records(NODE + TRACE + "KeyError: 'alone'\n")
+    assert records == [NODE.rstrip("\n"), TRACE.rstrip("\n"), "KeyError: 'alone'"]
+
+
+def test_a_traceback_cut_at_its_start_keeps_its_exception_line() -> None:
+    """Reading that began inside a traceback: its last frame and exception line stay one record."""
+    assert split_records('    raise ValueError("x")\nValueError: x\nnext\n') == [
+        '    raise ValueError("x")\nValueError: x', "next"]
+
+
+PG = (" 2024-09-30 18:14:40.810 UTC [10] LOG:  checkpoint\n"
+      "172.27.0.5 2024-11-01 01:14:28.859 UTC [87] u@d FATAL:  password authentication failed for user \"u\"\n"
+      "172.27.0.5 2024-11-01 01:14:28.859 UTC [87] u@d DETAIL:  Connection matched pg_hba.conf line 89\n"
+      "172.27.0.5 2024-11-01 01:14:28.859 UTC [87] u@d HINT:  check it\n"
+      "172.27.0.5 2024-11-01 01:14:28.900 UTC [88] u@d DETAIL:  another process\n")
+
+
+def test_postgres_detail_lines_continue_the_line_with_the_same_prefix() -> None:
+    """DETAIL/HINT lines join the record whose prefix they repeat; another prefix starts a record."""
+    rule = compiled((POSTGRES,))
+    records = split_records(PG, rule)
+    assert [r.count("\n") + 1 for r in records] == [1, 3, 1]
+    assert PG[last_record_start(PG, rule):].startswith("172.27.0.5 2024-11-01 01:14:28.900 UTC [88]")
+
+
+def test_shapes_and_line_rule_agree_on_where_the_last_record_starts() -> None:
+    """The assembler with shapes holds back exactly the last record, blank lines left out."""
+    asm = RecordAssembler(compiled((PYTHON_TRACEBACK, NODE_STACK)))
+    assert asm.feed("a\n" + NODE + "\n") == ("a\n", 1)
+    assert asm.flush() == (NODE + "\n", 4)
+    chained = split_records("\n" + TRACE + "\n\nDuring handling of the above exception:\n\n" + TRACE)
+    assert chained == [TRACE.rstrip("\n") + "\nDuring handling of the above exception:", TRACE.rstrip("\n")]
+
+
+LINES = ["INFO: plain", "", "Traceback (most recent call last):", '  File "a.py", line 1, in f', "    raise X",
+         "ValueError: x", "TypeError: y", "    at f (a.js:1:2)", "KeyboardInterrupt",
+         " 2024-09-30 18:14:40.810 UTC [10] LOG:  x", " 2024-09-30 18:14:40.810 UTC [10] DETAIL:  y"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_split_and_last_start_agree_and_lose_no_line(seed: int) -> None:
+    """On random mixes of shapes: every non-blank line is kept once, in order, and the last
+    record found walking back is the last record the split gives."""
+    rng = random.Random(seed)
+    rule = compiled((PYTHON_TRACEBACK, NODE_STACK, POSTGRES, INDENTED))
+    text = "".join(rng.choice(LINES) + "\n" for _ in range(rng.randint(1, 40)))
+    records = split_records(text, rule)
+    assert "\n".join(records).split("\n") == [line for line in text.split("\n") if line]
+    if records:
+        assert split_records(text[last_record_start(text, rule):], rule) == [records[-1]]

@@ -14,34 +14,32 @@ import pytest
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import validate
-from logmetrics.records import CONTINUATION, Batch, Record, RecordAssembler, split_records
+from logmetrics.records import Batch, Record, RecordAssembler, split_records
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.common import (
-        ERROR_TYPES,
         MAX_KNOWN_ROUTES,
         MAX_UNKNOWN_ROUTES,
         NOT_FOUND,
         OTHER,
         RouteLabels,
-        classify_error,
         route_template,
         split_access_key,
     )
     from parsers.vllm import MAX_PENDING, VllmParser
+    from parsers.vllm_errors import ERROR_TYPES, classify_error
 else:
     from logmetrics_parsers.common import (
-        ERROR_TYPES,
         MAX_KNOWN_ROUTES,
         MAX_UNKNOWN_ROUTES,
         NOT_FOUND,
         OTHER,
         RouteLabels,
-        classify_error,
         route_template,
         split_access_key,
     )
     from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
+    from logmetrics_parsers.vllm_errors import ERROR_TYPES, classify_error
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "vllm").glob("*.log"))
@@ -758,18 +756,6 @@ def test_split_records_keeps_a_traceback_in_one_record(text: str) -> None:
     records = split_records(text, VllmParser.continuation)
     assert len(records) == 1
     assert RecordAssembler(VllmParser.continuation).feed(text + "INFO:     next line\n")[0] == text
-
-
-@pytest.mark.parametrize("line", [
-    "  File \"x.py\", line 1, in f", "\tat x", "Traceback (most recent call last):", "ValueError: x",
-    "KeyboardInterrupt",
-    "During handling of the above exception, another exception occurred:",
-    "The above exception was the direct cause of the following exception:",
-    "INFO 01-02 03:04:05 [a.py:1] plain message", "ERROR:    Exception in ASGI application", "Error: x", "Exception: x",
-])
-def test_continuation_agrees_with_the_generic_one_on_bare_lines(line: str) -> None:
-    """Without prefix or header, this parser's continuation matches exactly the generic one."""
-    assert bool(VllmParser.continuation.match(line)) == bool(CONTINUATION.match(line))
 
 
 def test_continuation_accepts_prefixes_and_headers() -> None:
