@@ -94,7 +94,8 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_lines_matched_total", "counter", ("parser",),
        "Records that produced at least one event, per parser (a multi-line record counts once)."),
     _f("logmetrics_lines_unmatched_total", "counter", ("parser",),
-       "Lines given to a parser minus the records it matched (lines no rule recognised), per parser."),
+       "Lines no rule recognised, per parser: the physical lines of the records that produced no "
+       "event (every line of a matched multi-line record is recognised)."),
     _f("logmetrics_lines_truncated_total", "counter", ("source",), "Lines cut at the line-length cap."),
     _f("logmetrics_parse_errors_total", "counter", ("parser",),
        "Records on which a parser raised an exception (for a parse_batch that raised: every record of "

@@ -140,6 +140,7 @@ class VllmParser(Parser):
         self._crash = False
         self._seg_stats = 0
         self._rare = P.RARE
+        self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
 
     def state(self) -> dict[str, object]:
         """The served model's name and whether the server was ready, so that a restart goes on with
@@ -183,9 +184,11 @@ class VllmParser(Parser):
         """Events of one record: the batch scan run on a one-record text."""
         return self._scan(record.text, record.time if record.time is not None else 0.0)[0]
 
-    def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
-        """Events of a batch of whole records, and how many records produced one."""
-        return self._scan(batch.text, batch.time)
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
+        """Events of a batch of whole records, how many records produced one, and their lines."""
+        self._more_lines = 0
+        events, matched = self._scan(batch.text, batch.time)
+        return events, matched, matched + self._more_lines
 
     # -- the scan ---------------------------------------------------------------------------
 
@@ -264,6 +267,7 @@ class VllmParser(Parser):
         # the model in effect: a batch is scanned in pieces that begin with their start-up line
         model = self.model
         events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in errors.items())
+        self._more_lines += records.more_lines
         return events, matched + records.resolve(t)
 
     def _pieces(self, t: str, cuts: list[int], now: float) -> tuple[list[Event], int]:

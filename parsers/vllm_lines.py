@@ -29,18 +29,21 @@ class Records:
     ``resolve`` once every rule has run. ``dynamic``: lines whose events depend on state (start-up
     lines, preemption warnings) and that produced some. ``life``: the uvicorn lifecycle lines (server
     ready, shutting down) the scan saw, by their text, to be handled with the start-up lines.
+    ``more_lines``: the lines after the first of the multi-line error records (matched lines).
     """
 
-    __slots__ = ("dynamic", "heads", "inside", "life")
+    __slots__ = ("dynamic", "heads", "inside", "life", "more_lines")
 
     def __init__(self) -> None:
         self.heads: set[int] = set()
         self.inside: list[int] = []
         self.dynamic: set[int] = set()
         self.life: set[str] = set()
+        self.more_lines = 0
 
     def clear(self) -> None:
         """Forget the previous scan."""
+        self.more_lines = 0
         self.heads.clear()
         self.inside.clear()
         self.dynamic.clear()
@@ -152,6 +155,7 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
         traceback = raw is not None or P.TRACEBACK_TEXT in text
         if more is not None:
             end = record_end(t, start, m.end())
+            records.more_lines += t.count("\n", m.end(), end)
             traceback = traceback or P.TRACEBACK_TEXT in t[start:end]
             text = "\n".join(reversed(P.EXCEPTION_IN.findall(t, m.end(), end + 1))) + "\n" + text
             covered = end

@@ -203,6 +203,8 @@ class Bad(Parser):
             return [Event("no_such_metric_total", ("m",), 1)]
         if word == "short":
             return [Event("llm_prompt_tokens_total", (), 1)]
+        if word == "negative":
+            return [Event("llm_prompt_tokens_total", ("m",), -3)]
         if word == "exit":
             raise SystemExit(0)
         return [Event("llm_prompt_tokens_total", ("m",), 2)]
@@ -214,13 +216,14 @@ def test_malformed_plugin_events_are_refused_and_counted(tmp_path: Path) -> None
     are refused and counted; the run goes on."""
     (tmp_path / "bad.py").write_text(MALFORMED_PLUGIN)
     log = tmp_path / "bad-x.log"
-    log.write_text("good\nlist\nnone\nobject\nbytes\nhuge\nunknown\nshort\nexit\ngood\n")
+    log.write_text("good\nlist\nnone\nobject\nbytes\nhuge\nunknown\nshort\nnegative\nexit\ngood\n")
     cmd = ["watch", "--oneshot", "--plugin", str(tmp_path / "bad.py"), str(log)]
     out = subprocess.run([sys.executable, "-m", "logmetrics", *cmd], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     got = parse(out.stdout)
     assert total(got, "llm_prompt_tokens_total") == 4  # the two good lines
-    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="llm_prompt_tokens_total") == 5
+    # list, none, bytes, huge and the negative increment, which is refused and counted, never applied
+    assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="llm_prompt_tokens_total") == 6
     assert total(got, "logmetrics_values_rejected_total", parser="bad", metric="__malformed__") == 2
     assert total(got, "logmetrics_parse_errors_total", parser="bad") == 1  # the sys.exit()
     assert 'model="None"' not in out.stdout and "b'm'" not in out.stdout
@@ -310,12 +313,88 @@ def test_check_shows_the_events_the_engine_would_refuse(tmp_path: Path) -> None:
     """'logmetrics check' lists a plugin's refused events with their reasons, as the store's own checks see them."""
     (tmp_path / "bad.py").write_text(MALFORMED_PLUGIN)
     log = tmp_path / "bad-x.log"
-    log.write_text("good\nlist\nnone\nobject\nbytes\nhuge\nunknown\nshort\nexit\ngood\n")
+    log.write_text("good\nlist\nnone\nobject\nbytes\nhuge\nunknown\nshort\nnegative\nexit\ngood\n")
     out = subprocess.run([sys.executable, "-m", "logmetrics", "check", "--plugin", str(tmp_path / "bad.py"),
                           "--parser", "bad", str(log)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "1 parse errors, 7 events refused" in out.stdout.splitlines()[0], out.stdout
+    assert "1 parse errors, 8 events refused" in out.stdout.splitlines()[0], out.stdout
     assert "'no_such_metric_total': no such metric" in out.stdout
     assert "1 label values wanted (model), got 0" in out.stdout
     assert "a counter cannot take the value 1000" in out.stdout
+    assert "'llm_prompt_tokens_total': a counter cannot take the value -3" in out.stdout
     assert "malformed: label values must be str, got NoneType" in out.stdout
+
+
+NODE_PLUGIN = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+from logmetrics.shapes import NODE_STACK
+from logmetrics_parsers.errors import node_error
+
+
+class NodeApp(Parser):
+    """parse() only, stateful (the model from a 'serving' line), Node stacks, zero declarations."""
+    name = "nodeapp"
+    shapes = (NODE_STACK,)
+
+    def zero_series(self, model):
+        return [("backend_errors_total", (model, kind)) for kind in ("exception", "timeout")]
+
+    def parse(self, record):
+        if record.text.startswith("serving "):
+            self.model = record.text.split()[1]
+            return [Event("backend_ready", (self.model,), 1)]
+        if node_error(record.text):
+            return [Event("backend_errors_total", (self.model, "exception"))]
+        return []
+
+
+class Lines(Parser):
+    """parse_batch only: counts 'x' lines and says how many lines matched."""
+    name = "lines"
+
+    def parse_batch(self, batch):
+        n = batch.text.split("\\n").count("x")
+        return [Event("backend_restarts_total", (), n)], n, n
+'''
+
+NODE_LOG = ("serving m1\n"
+            "TypeError: a is undefined\n    at f (/app/a.js:1:2)\n    at g (/app/b.js:3:4)\n"
+            "TypeError: b is undefined\n    at h (/app/c.js:5:6)\n"
+            "listening\nGET /\n")
+
+
+def test_a_stateful_parse_plugin_with_shapes_zeros_and_unmatched_lines(tmp_path: Path) -> None:
+    """A parse() plugin keeps its model across records; each Node error is one record; its declared
+    zero series start at 0 for that model; only the lines of records that matched nothing are unmatched."""
+    (tmp_path / "node.py").write_text(NODE_PLUGIN)
+    out = oneshot("--plugin", str(tmp_path / "node.py"), "--parser", "nodeapp", "-", stdin=NODE_LOG)
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "backend_errors_total", model="m1", error_type="exception") == 2
+    assert ("backend_errors_total", (("backend", "nodeapp"), ("error_type", "timeout"), ("model", "m1"),
+                                     ("source", "stdin"))) in got
+    assert total(got, "backend_errors_total", model="unknown") == 0
+    assert total(got, "logmetrics_lines_matched_total", parser="nodeapp") == 3
+    assert total(got, "logmetrics_lines_unmatched_total", parser="nodeapp") == 2  # 'listening', 'GET /'
+
+
+def test_a_parse_batch_plugin_says_how_many_lines_matched(tmp_path: Path) -> None:
+    """A parse_batch() plugin's third value, its matched lines, decides the unmatched lines."""
+    (tmp_path / "node.py").write_text(NODE_PLUGIN)
+    out = oneshot("--plugin", str(tmp_path / "node.py"), "--parser", "lines", "-", stdin="x\ny\nx\nz\nw\n")
+    got = parse(out.stdout)
+    assert total(got, "backend_restarts_total", backend="lines") == 2
+    assert total(got, "logmetrics_lines_unmatched_total", parser="lines") == 3
+
+
+def test_every_line_of_a_matched_vllm_traceback_is_recognised() -> None:
+    """A vLLM error record of five lines adds nothing to the unmatched lines; a stray line adds one."""
+    trace = ("ERROR 04-10 03:35:28 [serving_chat.py:200] Error in chat completion\n"
+             "Traceback (most recent call last):\n"
+             '  File "/app/x.py", line 3, in run\n'
+             "    raise ValueError('bad')\n"
+             "ValueError: bad\n")
+    got = parse(oneshot("--parser", "vllm", "-", stdin=STATS + trace + "a stray line\n").stdout)
+    assert total(got, "backend_errors_total") == 1
+    assert total(got, "logmetrics_lines_unmatched_total", parser="vllm") == 1

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from logmetrics.plugins import PluginError, discover, load_spec
+from logmetrics.catalog import Family
+from logmetrics.events import Event
+from logmetrics.plugins import Parser, PluginError, discover, load_spec, record_rule, validate
+from logmetrics.records import Record
+from logmetrics.shapes import DEFAULT_SHAPES, NODE_STACK, Shape, Shapes
+from logmetrics.testing import EventError, check_events
 
 GOOD = '''
 from logmetrics.events import Event
@@ -140,3 +146,56 @@ def test_a_broken_installed_plugin_is_left_out(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=60, env=env)
     assert named.returncode == 2
     assert named.stderr.splitlines()[-1].startswith("logmetrics: error: plugin 'broken'"), named.stderr
+
+
+class Things(Parser):
+    """A parser with a family of its own, for the events checker."""
+
+    name = "things"
+    metrics = (Family("things_total", "counter", ("kind",), "Things seen."),)
+
+    def parse(self, record: Record) -> list[Event]:
+        return []
+
+
+def test_check_events_names_every_event_the_engine_would_refuse() -> None:
+    """check_events fails on an unknown family, a wrong label count and a negative counter, with reasons."""
+    good = [Event("backend_errors_total", ("m", "oom"), 1), Event("things_total", ("a",), 2)]
+    assert check_events(Things, good) == good
+    bad = [Event("no_such_total", ("m",), 1), Event("backend_errors_total", ("m",), 1),
+           Event("backend_errors_total", ("m", "oom"), -1)]
+    with pytest.raises(EventError) as info:
+        check_events(Things, [*good, *bad])
+    message = str(info.value)
+    assert message.startswith("3 event(s) of parser 'things' would be refused")
+    assert "no such metric" in message and "2 label values wanted (model, error_type), got 1" in message
+    assert "a counter cannot take the value -1" in message
+
+
+def test_shapes_and_continuation_choose_how_records_are_cut() -> None:
+    """A parser's shapes are compiled; one that sets only continuation keeps it; both at once is refused."""
+
+    class Lines(Parser):
+        name = "lines"
+        continuation = re.compile(r"\+")
+
+        def parse(self, record: Record) -> list[Event]:
+            return []
+
+    class Node(Lines):
+        shapes = (NODE_STACK,)
+
+    assert record_rule(Lines) is Lines.continuation
+    assert isinstance(record_rule(Things), Shapes) and record_rule(Things).shapes == DEFAULT_SHAPES
+    with pytest.raises(PluginError, match="sets both continuation and shapes"):
+        validate(Node, "test")
+
+    class Broken(Parser):
+        name = "broken"
+        shapes = (Shape("mine", lines="(unclosed"),)
+
+        def parse(self, record: Record) -> list[Event]:
+            return []
+
+    with pytest.raises(PluginError, match="its shapes do not make a regular expression"):
+        validate(Broken, "test")

@@ -14,6 +14,7 @@ import pytest
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import validate
+from logmetrics.testing import check_events
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
@@ -54,8 +55,10 @@ ACCEPTANCE = (
 
 
 def scan(text: str, parser: VllmParser | None = None, now: float = NOW) -> tuple[list[Event], int]:
-    """``parse_batch`` on ``text`` (whole lines) with a fresh parser unless one is given."""
-    return (parser or VllmParser()).parse_batch(Batch("test", text, now, text.count("\n")))
+    """``parse_batch`` on ``text`` (whole lines) with a fresh parser unless one is given; its events
+    pass the engine's checks (``check_events``)."""
+    events, matched, _lines = (parser or VllmParser()).parse_batch(Batch("test", text, now, text.count("\n")))
+    return check_events(VllmParser, events), matched
 
 
 def totals(events: list[Event]) -> Totals:
@@ -130,7 +133,7 @@ def test_acceptance_example() -> None:
 def test_every_event_names_a_catalog_family_with_its_labels_and_a_rule() -> None:
     """Events use catalog names, as many label values as the family has labels, and a rule name."""
     for path in SAMPLES:
-        for e in scan(unwrap(path))[0]:
+        for e in check_events(VllmParser, scan(unwrap(path))[0]):
             assert len(e.labels) == len(BY_NAME[e.metric].labels), e
             assert e.rule, e
             assert e.backend is None
@@ -817,7 +820,7 @@ def by_batches(text: str, size: int) -> tuple[Totals, int]:
     matched = 0
     for piece in pieces:
         if piece:
-            got, n = parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))
+            got, n, _ = parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))
             events += got
             matched += n
     return totals(events), matched
@@ -878,8 +881,8 @@ def test_logging_prefix_tag_before_the_header() -> None:
             "4.2%, Prefix cache hit rate: 0.0%\n"
             "[Stage-1] (APIServer pid=1) ERROR 04-10 03:35:28 [serving_chat.py:200] Error in chat completion: "
             "ValueError: bad\n")
-    events, matched = VllmParser().parse_batch(Batch("s", text, 1_712_720_000.0, 2))
+    events, matched, lines = VllmParser().parse_batch(Batch("s", text, 1_712_720_000.0, 2))
     got = {(e.metric, e.labels): e.value for e in events if e.value}
     assert got[("llm_requests_running", ("unknown",))] == 3
     assert got[("backend_errors_total", ("unknown", "bad_request"))] == 1
-    assert matched == 2
+    assert matched == lines == 2
