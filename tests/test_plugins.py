@@ -186,7 +186,8 @@ def test_shapes_and_continuation_choose_how_records_are_cut() -> None:
         shapes = (NODE_STACK,)
 
     assert record_rule(Lines) is Lines.continuation
-    assert isinstance(record_rule(Things), Shapes) and record_rule(Things).shapes == DEFAULT_SHAPES
+    rule = record_rule(Things)
+    assert isinstance(rule, Shapes) and rule.shapes == DEFAULT_SHAPES
     with pytest.raises(PluginError, match="sets both continuation and shapes"):
         validate(Node, "test")
 

@@ -14,8 +14,8 @@ import pytest
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import validate
-from logmetrics.testing import check_events
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.testing import check_events
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.common import (
