@@ -57,6 +57,7 @@ PYTHON_TRACEBACK = Shape("python_traceback", lines=rf"{TRACEBACK_LINES}|[ \t](?!
 NODE_STACK = Shape("node_stack", lines=r"[ \t]+at ")
 #: Postgres: ``DETAIL:``/``HINT:``/``CONTEXT:``/``STATEMENT:``/``QUERY:``/``LOCATION:`` lines with
 #: the same ``log_line_prefix`` as the ``LOG:``/``ERROR:`` line they follow (two spaces after the colon).
+#: Not with ``INDENTED``: a background process's lines begin with a space (an empty ``%h``).
 POSTGRES = Shape(
     "postgres",
     head=r"(?P<postgres_prefix>[^\n]*?)(?:DEBUG\d?|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC):  ",
