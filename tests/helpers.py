@@ -74,8 +74,9 @@ class Server:
         """The current metrics."""
         return parse(self.get()[2])
 
-    def wait_for(self, cond: Callable[[Samples], bool], timeout: float = 10.0) -> Samples:
-        """Scrape until ``cond`` holds (the engine's own metrics are the barrier), or fail."""
+    def wait_for(self, cond: Callable[[Samples], bool], timeout: float = 30.0) -> Samples:
+        """Scrape until ``cond`` holds (the engine's own metrics are the barrier), or fail; the deadline
+        is generous because a loaded machine may be slow, and a condition met returns at once."""
         deadline = time.monotonic() + timeout
         while True:
             got = self.samples()
