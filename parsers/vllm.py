@@ -55,6 +55,7 @@ from . import vllm_patterns as P
 from .common import RouteLabels
 from .vllm_errors import ERROR_TYPES
 from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
+from .vllm_requests import PROMPT, Requests
 from .vllm_startup import (
     DEAD,
     ENGINE_INIT,
@@ -141,11 +142,12 @@ class VllmParser(Parser):
         self._seg_stats = 0
         self._rare = P.RARE
         self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
+        self._requests = Requests()
 
     def state(self) -> dict[str, object]:
         """The served model's name and whether the server was ready, so that a restart goes on with
         the same series (``backend_ready`` is a gauge: it is not in the saved counters)."""
-        return {"model": self.model, "ready": self._ready}
+        return {"model": self.model, "ready": self._ready, "max_log_len": self._requests.max_log_len}
 
     def restore(self, state: dict[str, object]) -> None:
         """The model name and readiness an earlier run had learned; readiness goes out again with
@@ -155,6 +157,9 @@ class VllmParser(Parser):
             self.model = model
         if state.get("ready") is True:
             self._ready = self._announce = True
+        max_log_len = state.get("max_log_len")
+        if isinstance(max_log_len, int):
+            self._requests.max_log_len = max_log_len
 
     def learn(self, text: str) -> None:
         """The model name, readiness and routes from lines logged before we started reading (no events)."""
@@ -169,6 +174,8 @@ class VllmParser(Parser):
             model = model_from(value) if value else None
             if model:
                 self.model = model
+            if kind == MODEL_ONLY:
+                self._max_log_len(value)
             ready = kind == READY  # any later start-up or shutdown line says it is not
         self._ready = self._announce = ready
 
@@ -225,7 +232,7 @@ class VllmParser(Parser):
         items: list[Item] = []
         finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
         ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
-        if rare or records.life:
+        if rare or records.life or self._requests.outputs:
             ended = self._rare_items(t, rare, controls, items, life)
             if life:
                 matched += self._life(t, life, events, after)
@@ -362,6 +369,8 @@ class VllmParser(Parser):
                          for m in P.V0_REQUEST.finditer(t))
         if P.ADDED_V1 in rare and not self._caps.issuperset(V1_REQUESTS):
             items.extend((m.start(), CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
+        if P.REQUEST_KEYS.intersection(rare) or self._requests.outputs:
+            items.extend(self._requests.items(t, rare, self._line_time))
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
@@ -409,6 +418,9 @@ class VllmParser(Parser):
         matched = finished
         p1 = g1 = p0 = g0 = 0.0  # tokens integrated from V1 / V0 lines
         seen1 = seen0 = False
+        # from these positions on, the tokens are counted from per-request lines, not integrated
+        p_from, g_from = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
+            else (b, b)
         preempted = lines = 0
         v1 = preempt_field = any_v0 = False
         engines = self._engines
@@ -456,15 +468,17 @@ class VllmParser(Parser):
                 eng.min_dt = dt
             if dt > MAX_DT:
                 dt = MAX_DT
+            if start >= p_from and start >= g_from:
+                continue
             if v1:
                 if eng.min_dt and dt > eng.min_dt + 1:
                     dt = eng.min_dt + 1
-                p1 += float(prompt) * dt
-                g1 += float(gen) * dt
+                p1 += float(prompt) * dt if start < p_from else 0.0
+                g1 += float(gen) * dt if start < g_from else 0.0
                 seen1 = True
             else:
-                p0 += float(prompt) * dt
-                g0 += float(gen) * dt
+                p0 += float(prompt) * dt if start < p_from else 0.0
+                g0 += float(gen) * dt if start < g_from else 0.0
                 seen0 = True
         matched += lines
         gauge_rule = ("stats_v1" if v1 else "stats_v0") if lines else ""
@@ -475,7 +489,16 @@ class VllmParser(Parser):
         ok = 0
         aborted, aborted_lines, failed = ended
         matched += aborted_lines + failed
+        exact: set[int] = set()  # the per-request lines that gave events
         for pos, kind, value, n in items:
+            if kind >= PROMPT:
+                got, caps = self._requests.item(self.model, (pos, kind, value, n), out)
+                if got:  # counted once per line, and not again with an error glued to it
+                    exact.add(pos)
+                    self._records.dynamic.add(t.rfind("\n", 0, pos))
+                    if caps:
+                        self._can(*caps)
+                continue
             if kind == FINISHED:
                 ok += 1
             elif kind == ABORTED:
@@ -514,13 +537,16 @@ class VllmParser(Parser):
                     out.append(Event("llm_request_duration_seconds", model, float(n - started), rule="lifecycle"))
                 continue
             matched += 1
+        matched += len(exact)
         for outcome, count in (("ok", ok + finished), ("aborted", aborted), ("error", failed)):
             if count:
                 out.append(Event("llm_requests_total", (*model, outcome), count, rule="lifecycle"))
         for rule, prompt_tokens, gen_tokens, seen in (("stats_v0", p0, g0, seen0), ("stats_v1", p1, g1, seen1)):
             if seen:
-                out.append(Event("llm_prompt_tokens_total", model, prompt_tokens, rule=rule))
-                out.append(Event("llm_generation_tokens_total", model, gen_tokens, rule=rule))
+                if p_from:
+                    out.append(Event("llm_prompt_tokens_total", model, prompt_tokens, rule=rule))
+                if g_from:
+                    out.append(Event("llm_generation_tokens_total", model, gen_tokens, rule=rule))
         if preempted:
             out.append(Event("llm_preemptions_total", model, preempted, rule="stats_v1"))
         if gauge_rule:
@@ -597,6 +623,8 @@ class VllmParser(Parser):
         if starts:  # the old server, if any, is gone
             self._down(events)
         model = value if kind == LOGO else model_from(value)
+        if kind == MODEL_ONLY:
+            self._max_log_len(value)
         if kind == ENGINE_INIT and ("an LLM engine" in value or "V0 LLM" in value):
             self._can("preempt")  # V0's scheduler warns per preemption
         if model and kind != LOGO and "disable_log_stats=True" not in value and \
@@ -609,9 +637,15 @@ class VllmParser(Parser):
         if starts:
             self._engines.clear()
             self._started.clear()
+            self._requests.restart()
             self._preempt_total = 0
             events.append(Event("backend_restarts_total", (), 1, rule="startup"))
         return 1 if len(events) > before else 0
+
+    def _max_log_len(self, args: str) -> None:
+        """``--max-log-len`` from a start-up args line (absent from 0.10+'s non-default args: None)."""
+        m = P.MAX_LOG_LEN.search(args)
+        self._requests.max_log_len = int(m.group(1)) if m else None
 
     def _down(self, events: list[Event]) -> None:
         """The server stopped: not ready, and (in the store) its other gauges reset to 0.

@@ -67,7 +67,8 @@ RARE = re.compile(
     rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
     rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)|Added request(?:{_after('async_llm', 'Added request')})"
     r"|Route(?=: /[^\s,]*, Methods: )"
-    r"|Aborted request|Request(?= \S+ (?:aborted|failed))"
+    r"|Aborted request|Request(?: (?=\S+ details: [^\n]*?prompt_token_ids: \[)|(?= \S+ (?:aborted|failed)))"
+    r"|Received request(?= [^\n]*?prompt[_ ]token[_ ]ids: \[)|Generated response(?= )|response_body=(?=\{\{)"
     r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
     r"|Initializing an?(?= (?:V\d )?LLM engine)|args: Namespace|non-default args|Prefix cache hit rate: GPU"
     r"|[ \t]*[\u2580-\u259f]"
@@ -86,6 +87,33 @@ ADDED_V0 = "Added request "
 ADDED_V1 = "Added request"
 ADDED_V1_AT = re.compile(rf"\] Added request(?:{_after('async_llm', 'Added request')}) ")
 ROUTE = re.compile(r"\] Route: (/[^\s,]*), Methods: ")
+
+#: Per-request lines with exact counts (``vllm_requests``): RARE's keys, then the lines. Received
+#: request with its prompt's token ids (0.2 ``prompt token ids``, 0.3 - 0.11 ``prompt_token_ids``),
+#: the DEBUG ``Request ... details`` line of 0.13+, ``--enable-log-outputs``' ``Generated response``
+#: (with its ids up to 0.2x; 0.33 puts them on a DEBUG ``... details`` line), and the API server's
+#: response body (``VLLM_DEBUG_LOG_API_SERVER_RESPONSE``, non-streaming: it holds ``usage``).
+RECEIVED_KEY, DETAILS_KEY = "Received request", "Request "
+GENERATED_KEY, BODY_KEY = "Generated response", "response_body="
+REQUEST_KEYS = frozenset({RECEIVED_KEY, DETAILS_KEY, GENERATED_KEY, BODY_KEY})
+#: Groups: the request id, the rest of the line (the prompt's repr, then the ids: see ``id_count``).
+PROMPT_IDS = re.compile(r"\] (?:Received request|Request) ([^\s:]+)(?::| details:) ([^\n]*)")
+#: Any Received request line (to pair with a Generated response): the request id.
+RECEIVED = re.compile(r"\] Received request ([^\s:]+): ")
+#: Groups: the request id, the streaming marker (`` (streaming delta)`` / `` (streaming complete)``),
+#: `` details`` (0.33's DEBUG line), the rest of the line.
+GENERATED = re.compile(r"\] Generated response ([^\s:]+?)( \(streaming (?:delta|complete)\))?( details)?: ([^\n]*)")
+#: The usage object of a response body: prompt and completion tokens (vLLM's key order is
+#: prompt, total, completion; any order is accepted).
+BODY = re.compile(r"\] response_body=\{\{([^\n]*)\}\}")
+USAGE = re.compile(r'"usage": ?\{([^{}]*)\}')
+USAGE_FIELD = re.compile(r'"(prompt|completion)_tokens": ?(\d+)')
+#: The token-id list at the end of ``prompt_token_ids: [`` / ``output_token_ids: [`` (searched from
+#: the right: the prompt's or output's repr comes first and may quote anything).
+IDS_PROMPT = (", prompt_token_ids: [", ", prompt token ids: [", "prompt_token_ids: [")
+IDS_OUTPUT = ("output_token_ids: [",)
+#: ``--max-log-len`` in the start-up args (Namespace or dict form): the lists are cut at that length.
+MAX_LOG_LEN = re.compile(r"max_log_len(?:=|': )(\d+)")
 
 ABORTED = re.compile(r"\] (?:Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)|Request \S+ aborted\.?(?=\n))")
 FAILED = re.compile(r"\] Request \S+ failed")

@@ -1,0 +1,187 @@
+"""vLLM's per-request lines: exact token counts, finished requests and durations.
+
+Where vLLM logs per-request counts, ``llm_prompt_tokens_total``, ``llm_generation_tokens_total``
+and ``llm_requests_total{outcome="ok"}`` are counted from them, exactly:
+
+- prompt tokens: the ids of ``Received request ... prompt_token_ids: [...]`` (0.2 - 0.11, INFO;
+  request logging on: the default up to 0.10.1, ``--enable-log-requests`` from 0.10.2) or of the
+  DEBUG ``Request ... details: ... prompt_token_ids: [...]`` line (0.13+);
+- generated tokens: the ids of ``--enable-log-outputs``' ``Generated response ... output_token_ids:
+  [...]`` (a streamed response: the sum of its ``(streaming delta)`` lines; 0.33: the DEBUG
+  ``... details: output_token_ids`` line);
+- finished requests: one per ``Generated response`` line that ends a response (not a delta);
+- both token kinds and a finished request from a logged response body's ``usage`` object
+  (``VLLM_DEBUG_LOG_API_SERVER_RESPONSE``, non-streaming responses only).
+
+Each of the three series (prompt, generation, ok) takes its source per model and stream: the
+request log (``rule="request_log"``) once one of its lines has counted, else the response bodies
+(``rule="usage"``); a line of a lower source than the one in use is not counted, so no request
+counts twice. From the position of the first line that counts exactly, the parser stops
+integrating the stats lines' throughput for that series (``rule="stats_v0"``/``"stats_v1"``).
+
+With ``--max-log-len N`` (read from the start-up args) vLLM cuts the lists at N ids, and a list of
+N ids may stand for a longer one: the lists are then not used (the tokens stay integrated), while
+finished requests and durations still are. A list cut without the args in view cannot be told.
+
+Durations: a request's ``Received request`` line paired by id with the ``Generated response`` that
+ends it (``parsers.pairs.Pairs``: bounded; a start older than its time-out, by the lines' clock, is
+forgotten; the running gauge comes from the stats lines, so ``Pairs`` reports nothing). Received
+lines without token ids (0.13+) are looked at only from the stream's first ``Generated response``
+line on, so that logs without output logging pay nothing for them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from logmetrics.events import Event
+
+from . import vllm_patterns as P
+from .pairs import Pairs
+
+# Item kinds (after those of ``parsers.vllm``): a prompt's ids, a received request (a start), a
+# response's ids, a response's end, a body's usage (prompt, completion).
+PROMPT, RECEIVED, GEN_IDS, GEN_END, USAGE_PROMPT, USAGE_GEN = range(8, 14)
+Item = tuple[int, int, str, int]
+LOG, USAGE = 2, 1  # sources, the better one higher
+RULES = {LOG: "request_log", USAGE: "usage"}
+MAX_MODELS = 64
+
+
+def id_count(rest: str, markers: tuple[str, ...]) -> int:
+    """How many ids the list after the last of ``markers`` in ``rest`` holds; -1 if none or cut."""
+    for marker in markers:
+        at = rest.rfind(marker)
+        if at >= 0:
+            start = at + len(marker)
+            end = rest.find("]", start)
+            if end < 0:
+                return -1
+            return 0 if end == start or not rest[start:end].strip() else rest.count(",", start, end) + 1
+    return -1
+
+
+class Requests:
+    """Per stream: which source each series of each model uses, open requests, ``--max-log-len``."""
+
+    __slots__ = ("max_log_len", "outputs", "pairs", "sources")
+
+    def __init__(self) -> None:
+        self.sources: dict[str, dict[str, int]] = {}  # model -> series ("prompt", "gen", "ok") -> source
+        self.pairs = Pairs()
+        self.max_log_len: int | None = None
+        self.outputs = False  # the stream has logged a Generated response line
+
+    def items(self, t: str, rare: Counter[str], line_time: Callable[[str, int], int | None]) -> list[Item]:
+        """The items of the per-request lines ``rare`` says ``t`` holds."""
+        out: list[Item] = []
+        first_gen = -1
+        if P.GENERATED_KEY in rare:
+            for m in P.GENERATED.finditer(t):
+                pos = m.start()
+                first_gen = pos if first_gen < 0 else first_gen
+                rid, stream, details, rest = m.groups()
+                n = id_count(rest, P.IDS_OUTPUT)
+                if n >= 0:
+                    out.append((pos, GEN_IDS, rid, n))
+                if details is None and (stream is None or "complete" in stream):
+                    at = line_time(t, pos)
+                    out.append((pos, GEN_END, rid, -1 if at is None else at))
+        if P.RECEIVED_KEY in rare or P.DETAILS_KEY in rare:
+            for m in P.PROMPT_IDS.finditer(t):
+                n = id_count(m.group(2), P.IDS_PROMPT)
+                if n >= 0:
+                    out.append((m.start(), PROMPT, m.group(1), n))
+        # starts: lines with ids always; any Received line from the stream's first Generated one on
+        begin = 0 if self.outputs else first_gen if first_gen >= 0 else len(t)
+        self.outputs = self.outputs or first_gen >= 0
+        if begin < len(t) or P.RECEIVED_KEY in rare:
+            for m in P.RECEIVED.finditer(t, 0 if P.RECEIVED_KEY in rare else begin):
+                pos = m.start()
+                if pos < begin and id_count(t[m.end():t.find("\n", m.end())], P.IDS_PROMPT) < 0:
+                    continue
+                at = line_time(t, pos)
+                if at is not None:
+                    out.append((pos, RECEIVED, m.group(1), at))
+        if P.BODY_KEY in rare:
+            for m in P.BODY.finditer(t):
+                usage = P.USAGE.search(m.group(1))
+                if usage is None or m.group(1).startswith("data:"):
+                    continue
+                fields = dict(P.USAGE_FIELD.findall(usage.group(1)))
+                if "prompt" in fields and "completion" in fields:
+                    out.append((m.start(), USAGE_PROMPT, "", int(fields["prompt"])))
+                    out.append((m.start(), USAGE_GEN, "", int(fields["completion"])))
+        return out
+
+    def _series(self, model: str) -> dict[str, int]:
+        """The sources in use for ``model``'s series."""
+        got = self.sources.get(model)
+        if got is None:
+            if len(self.sources) >= MAX_MODELS:
+                self.sources.clear()
+            got = self.sources[model] = {}
+        return got
+
+    def _lists(self) -> bool:
+        """Whether token-id lists can be counted (not cut by ``--max-log-len``)."""
+        return self.max_log_len is None
+
+    def exact_from(self, model: str, items: list[Item], end: int) -> tuple[int, int]:
+        """Where (positions in the text) prompt and generation tokens of ``model`` start to be exact,
+        ``end`` if not in these ``items`` (which are sorted); 0 if they already are."""
+        series = self.sources.get(model, {})
+        lists = self._lists()
+        prompt = 0 if "prompt" in series else end
+        gen = 0 if "gen" in series else end
+        for pos, kind, _, _ in items:
+            if prompt == end and (kind == USAGE_PROMPT or (kind == PROMPT and lists)):
+                prompt = pos
+            if gen == end and (kind == USAGE_GEN or (kind == GEN_IDS and lists)):
+                gen = pos
+        return prompt, gen
+
+    def item(self, model: str, item: Item, out: list[Event]) -> tuple[bool, tuple[str, ...]]:
+        """One item's events for ``model`` (into ``out``); whether it gave any, and the zero-started
+        series (``ZERO_SERIES`` keys) it shows the log can move."""
+        _pos, kind, rid, n = item
+        labels = (model,)
+        if kind == RECEIVED:  # (the running gauge comes from the stats lines: no time-outs to report)
+            self.pairs.start(rid, model, float(n))
+            self.pairs.expire(float(n))
+            self.pairs.timed_out = 0
+            return False, ()
+        if kind == GEN_END:
+            started = self.pairs.finish(rid)
+            got = self._count(model, "ok", LOG, 1, out, "llm_requests_total", (model, "ok"))
+            if started is not None and n >= 0 and n >= started[1]:
+                out.append(Event("llm_request_duration_seconds", labels, n - started[1], rule="request_log"))
+                got = True
+            return got, ("ok",)
+        if kind in (PROMPT, GEN_IDS):
+            if not self._lists():
+                return False, ()
+            series, metric = ("prompt", "llm_prompt_tokens_total") if kind == PROMPT else \
+                ("gen", "llm_generation_tokens_total")
+            return self._count(model, series, LOG, n, out, metric, labels), ("tokens",)
+        if kind == USAGE_PROMPT:
+            got = self._count(model, "prompt", USAGE, n, out, "llm_prompt_tokens_total", labels)
+            got = self._count(model, "ok", USAGE, 1, out, "llm_requests_total", (model, "ok")) or got
+            return got, ("tokens", "ok")
+        # USAGE_GEN
+        return self._count(model, "gen", USAGE, n, out, "llm_generation_tokens_total", labels), ("tokens",)
+
+    def _count(self, model: str, series: str, source: int, n: int, out: list[Event], metric: str,
+               labels: tuple[str, ...]) -> bool:
+        """Count ``n`` for ``series`` from ``source`` unless a better source is in use."""
+        sources = self._series(model)
+        if sources.get(series, 0) > source:
+            return False
+        sources[series] = source
+        out.append(Event(metric, labels, n, rule=RULES[source]))
+        return True
+
+    def restart(self) -> None:
+        """The server restarted: no request is open any more."""
+        self.pairs.clear()
