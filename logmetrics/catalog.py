@@ -45,11 +45,13 @@ M = ("model",)
 
 FAMILIES: tuple[Family, ...] = (
     _f("llm_prompt_tokens_total", "counter", M,
-       "Prompt tokens processed. Exact where the backend logs per-request counts; otherwise an estimate "
+       "Prompt tokens processed. Exact where the backend logs per-request counts, from the first such line of "
+       "a stream on (logmetrics check shows each event's rule); otherwise an estimate "
        "integrated from the logged prompt throughput (tokens/s x interval), in which the first stats line "
        "only sets the baseline and an interval counts for at most 60 s (V1: one logging interval)."),
     _f("llm_generation_tokens_total", "counter", M,
-       "Generated tokens. Exact where the backend logs per-request counts; otherwise an estimate "
+       "Generated tokens. Exact where the backend logs per-request counts, from the first such line of "
+       "a stream on (logmetrics check shows each event's rule); otherwise an estimate "
        "integrated from the logged generation throughput (tokens/s x interval), in which the first stats line "
        "only sets the baseline and an interval counts for at most 60 s (V1: one logging interval)."),
     _f("llm_cached_prompt_tokens_total", "counter", M,

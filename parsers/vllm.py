@@ -4,7 +4,9 @@ One whole-chunk scan per batch (``parse_batch``); ``parse`` runs the same scan o
 Every rule is a ``re`` pattern run over the chunk (see ``vllm_patterns``), aggregated in C where
 it can be, so lines that match nothing never reach Python code.
 
-Token counters are estimates: vLLM logs no per-request token counts by default, so
+Token counters are exact where the log has per-request counts (``vllm_requests``: token-id lists
+of the request log, logged response bodies' ``usage``), from the first line that counts a series
+of a model on. Otherwise they are estimates: vLLM logs no per-request token counts by default, so
 ``llm_prompt_tokens_total`` / ``llm_generation_tokens_total`` integrate the logged average
 throughput over the time since the previous stats line of the same engine (``tokens/s x dt``,
 dt from the lines' own ``MM-DD HH:MM:SS`` stamps). The first line of an engine only sets the
@@ -23,8 +25,9 @@ log them). Per model, once the log shows it:
 - ``llm_preemptions_total``: a V0 engine (its stats lines, init line or preemption warnings warn
   per preemption) or a V1 stats line with the ``Preemptions:`` field (0.13+);
 - ``llm_requests_total{outcome="ok"}``: V0 AsyncLLMEngine's request lines (``Added``/``Finished
-  request`` from ``async_llm_engine.py``, 0.2 - 0.10 non-MQ with request logging): no other engine
-  logs a finished request, so V1 never shows ``ok`` 0 next to its aborts;
+  request`` from ``async_llm_engine.py``, 0.2 - 0.10 non-MQ with request logging), a ``Generated
+  response`` line or a logged response body: without them V1 logs no finished request, so it never
+  shows ``ok`` 0 next to its aborts;
 - ``outcome="aborted"``: those lines, or V1's ``Added request`` (request logging is on);
 - ``outcome="error"``: V1's ``Added request`` (only V1 logs ``Request ... failed``).
 
