@@ -1,0 +1,374 @@
+"""llama.cpp's ``llama-server`` (every era) and llama-cpp-python: per-request timings, slots,
+HTTP request lines, errors, start-ups and the model name.
+
+A request's timing block (``prompt eval time`` / ``eval time`` / ``total time``) is assembled per
+task: Era E prints each line as its own record with its slot and task, and lines of several slots
+may interleave; Era D prints the three lines under one ``slot print_timing: id S | task T`` line
+(one record, or separate lines under router mode); Era C carries ``id_task`` on every line; the
+library blocks (``llama_print_timings``, ``llama_perf_context_print``) and Era B's
+``print_timings`` carry no id and are one block at a time. Token counters move on each line (so a
+block cut short still counts its tokens); the request (its duration, time to first token = prompt
+eval time, time per output token = eval ms per token, ``outcome="ok"``) is observed on its
+``total time`` line.
+
+Running requests: ``processing task`` starts a request on its slot, ``stop processing`` /
+``slot released`` ends it, ``all slots are idle`` clears them (``parsers.pairs``, with a time-out).
+
+Errors: one per error record (level ``E``/``ERR``, or an error phrase on a line without a level;
+a Python traceback counts once). A failed model load prints several lines: it counts once per
+start-up. The library's ``llama_decode: failed to decode`` lines are left to the server's own
+``failed to decode the batch`` line, and the ``send_error`` lines that follow it for each request
+count the requests as ``outcome="error"`` but not as further errors.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import orjson
+
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Record
+
+from . import llamacpp_patterns as P
+from .common import HTTP_METHODS, RouteLabels, access_line, route_template
+from .errors import is_traceback
+from .pairs import Pairs
+
+MAX_OPEN_TIMINGS = 1024
+LIB_KEY = "lib"  # timing blocks without an id: one at a time
+
+
+def number(text: str | None) -> float | None:
+    """A printf number of llama.cpp (``12.5``, ``12,5`` in some locales), or ``None`` for ``nan``/``inf``."""
+    if not text:
+        return None
+    if "," in text:
+        text = text.replace(",", ".") if "." not in text else text.replace(",", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def model_of_path(path: str) -> str:
+    """The model label of a model file path: its base name without ``.gguf``/``.bin``."""
+    base = posixpath.basename(path.strip().rstrip("/").replace("\\", "/"))
+    for ext in (".gguf", ".bin"):
+        if base.lower().endswith(ext):
+            base = base[: -len(ext)]
+    return base or UNKNOWN_MODEL
+
+
+class _Timing:
+    """The lines of one request's timing block seen so far."""
+
+    __slots__ = ("prompt_ms", "tpot_ms")
+
+    def __init__(self) -> None:
+        self.prompt_ms: float | None = None
+        self.tpot_ms: float | None = None
+
+
+class LlamaCppParser(Parser):
+    """llama-server (eras A-E) and llama-cpp-python (library timing blocks, uvicorn)."""
+
+    name = "llamacpp"
+    claims = ("*llama-server*", "*llama_server*", "*llamacpp*", "*llama-cpp*", "*llama_cpp*", "*llama.cpp*")
+    continuation = P.CONTINUATION_LLAMA
+    process_names = ("llama-server", "llama_cpp.server", "llama-cpp-python", "llama.cpp/server")
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._from_path = False  # the model name came from a file path: general.name does not override it
+        self._pairs = Pairs()
+        self._timings: OrderedDict[str, _Timing] = OrderedDict()
+        self._block_key = LIB_KEY  # the key of the last ``slot print_timing`` line without timings
+        self._load_failed = False
+        self._after_decode = False
+        self._ready: str | None = None  # the model the server said it was ready with
+        self._zeroed: set[str] = set()
+        self._routes = RouteLabels()
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for llama.cpp library, llama-server slot/srv and llama-cpp-python lines."""
+        return 0.9 if P.SNIFF_STRONG.search("\n".join(lines)) else 0.0
+
+    def state(self) -> dict[str, object]:
+        """The model name, kept across a restart of logmetrics."""
+        return {"model": self.model, "from_path": self._from_path}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back the model name."""
+        model = state.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+            self._from_path = bool(state.get("from_path"))
+
+    def learn(self, text: str) -> None:
+        """The model name from start-up lines logged before reading began."""
+        for line in text.split("\n"):
+            self._learn_model(line)
+
+    def tick(self, now: float) -> Iterable[Event]:
+        """Requests whose release line never came are dropped after the time-out."""
+        return self._pairs.events() if self._pairs.expire(now) else ()
+
+    # -- records ----------------------------------------------------------------------------
+
+    def parse(self, record: Record) -> list[Event]:
+        """Events of one record: a traceback as one error, else each of its lines."""
+        t = record.time if record.time is not None else 0.0
+        if self._pairs.open and self._pairs.expire(t):
+            out = self._pairs.events()
+        else:
+            out = []
+        text = record.text
+        if is_traceback(text) or P.EXCEPTION_START.match(text):
+            self._error(text, out, traceback=True)
+        else:
+            for line in text.split("\n"):
+                self._line(line, t, out)
+        if out:
+            self._zeros(out)
+        return out
+
+    def _line(self, raw: str, t: float, out: list[Event]) -> None:
+        m = P.PREFIX.match(raw)  # never None: every part of it is optional
+        level = (m.group("lvl") or "") if m else ""
+        s = raw[m.end():] if m else raw
+        if s.startswith("{"):
+            self._json(s, t, out)
+            return
+        access = access_line(s)
+        if access is not None:
+            self._http(*access, out)
+            return
+        c = P.ERA_C.fullmatch(s)
+        if c is not None:
+            kv = dict(P.KV.findall(c.group("kv") or ""))
+            kv = {k: v.strip('"') for k, v in kv.items()}
+            lvl = c.group("lvl")
+            self._message(s, c.group("msg"), "E" if lvl in ("ERR", "ERROR") else lvl[:1], kv, t, out)
+            return
+        sl = P.SLOT.match(s)
+        if sl is not None:
+            task = int(sl.group("task"))
+            kv = {"id_slot": sl.group("slot")}
+            if task >= 0:
+                kv["id_task"] = str(task)
+            msg = sl.group("msg")
+            if sl.group("func").strip() == "print_timing" and not msg.strip():
+                self._block_key = self._key(kv)
+                return
+            self._message(s, msg, level, kv, t, out)
+            return
+        sv = P.SRV.match(s)
+        if sv is not None:
+            self._message(s, sv.group("msg"), level, {}, t, out)
+            return
+        lib = P.LIB_TIMING.match(s)
+        if lib is not None:
+            self._message(s, lib.group("msg"), level, {"lib": "1"}, t, out)
+            return
+        self._message(s, s.lstrip(" \r"), level, {}, t, out)
+
+    def _json(self, s: str, t: float, out: list[Event]) -> None:
+        try:
+            obj = orjson.loads(s)
+        except orjson.JSONDecodeError:
+            self._message(s, s, "", {}, t, out)
+            return
+        if not isinstance(obj, dict):
+            return
+        msg = obj.get("msg", obj.get("message", ""))
+        kv = {str(k): str(v) for k, v in obj.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+        level = str(obj.get("level", ""))
+        self._message(s, msg if isinstance(msg, str) else "", "E" if level in ("ERR", "ERROR") else level[:1],
+                      kv, t, out)
+
+    # -- one message --------------------------------------------------------------------------
+
+    def _key(self, kv: dict[str, str]) -> str:
+        if "id_task" in kv:
+            return "task " + kv["id_task"]
+        if "id_slot" in kv:
+            return "slot " + kv["id_slot"]
+        return LIB_KEY
+
+    def _message(self, line: str, msg: str, level: str, kv: dict[str, str], t: float, out: list[Event]) -> None:
+        """Everything one line can say: timings, slots, cache, HTTP, model, life, errors."""
+        if "time" in msg and self._timing(msg, kv, out):
+            return
+        slot = kv.get("id_slot")
+        if slot is not None and (msg.startswith("processing task") or msg == "slot is processing task"):
+            self._after_decode = False
+            self._start("slot " + slot, t, out)
+        elif slot is not None and (msg.startswith("stop processing") or msg == "slot released"):
+            self._finish("slot " + slot, out)
+        elif "slot " in msg and (b := P.LAUNCH_B.search(msg)):
+            self._start("slot " + b.group("slot"), t, out)
+        elif "released (" in msg and (b := P.RELEASE_B.search(msg)):
+            self._finish("slot " + b.group("slot"), out)
+        elif "all slots are idle" in msg:
+            self._pairs.clear()
+            if self._pairs.models:
+                out.extend(self._pairs.events())
+        cached = P.CACHED_B.search(msg) or P.PREFIX_HIT.search(msg) or P.CACHED.search(msg)
+        if cached is not None:
+            n = kv.get("p0", "") if cached.group("n") == "p0" else cached.group("n")
+            if n.isdigit():
+                out.append(Event("llm_cached_prompt_tokens_total", (self.model,), int(n), rule="cache"))
+        if "request" in msg or "log_server_response" in line:
+            self._request(line, msg, kv, out)
+        self._learn_model(line)
+        self._life(line, out)
+        if level == "E" or P.ERROR_LINE.search(line):
+            self._error_line(line, msg, out)
+
+    def _timing(self, msg: str, kv: dict[str, str], out: list[Event]) -> bool:
+        """A line of a timing block; True if it was one."""
+        m = P.TIMING.search(msg)
+        total = None if m is not None else P.TOTAL.search(msg)
+        if m is None and total is None:
+            return False
+        key = self._key(kv) if "id_task" in kv or "id_slot" in kv else self._block_key if "lib" not in kv else LIB_KEY
+        timing = self._timings.get(key)
+        if timing is None:
+            timing = self._timings[key] = _Timing()
+            if len(self._timings) > MAX_OPEN_TIMINGS:
+                self._timings.popitem(last=False)
+        if m is not None:
+            n = int(m.group("n")) if m.group("n") else None
+            ms = number(m.group("ms"))
+            if m.group("kind") == "prompt eval":
+                self._after_decode = False
+                if n is not None:
+                    out.append(Event("llm_prompt_tokens_total", (self.model,), n, rule="timing"))
+                timing.prompt_ms = ms
+            else:
+                if n is not None:
+                    out.append(Event("llm_generation_tokens_total", (self.model,), n, rule="timing"))
+                per = number(m.group("per"))
+                if per is None and ms is not None and n:
+                    per = ms / n
+                timing.tpot_ms = per
+            return True
+        assert total is not None
+        del self._timings[key]
+        if key == self._block_key:
+            self._block_key = LIB_KEY
+        model = (self.model,)
+        ms = number(total.group("ms"))
+        if ms is not None:
+            out.append(Event("llm_request_duration_seconds", model, ms / 1000.0, rule="timing"))
+        if timing.prompt_ms is not None:
+            out.append(Event("llm_time_to_first_token_seconds", model, timing.prompt_ms / 1000.0, rule="timing"))
+        if timing.tpot_ms is not None:
+            out.append(Event("llm_time_per_output_token_seconds", model, timing.tpot_ms / 1000.0, rule="timing"))
+        out.append(Event("llm_requests_total", (self.model, "ok"), 1, rule="timing"))
+        return True
+
+    def _start(self, key: str, t: float, out: list[Event]) -> None:
+        self._pairs.start(key, self.model, t)
+        out.extend(self._pairs.events())
+
+    def _finish(self, key: str, out: list[Event]) -> None:
+        self._pairs.finish(key)
+        if self._pairs.models:
+            out.extend(self._pairs.events())
+
+    def _request(self, line: str, msg: str, kv: dict[str, str], out: list[Event]) -> None:
+        m = P.REQUEST.search(msg) or P.RESPONSE_BOX.search(line)
+        if m is not None:
+            self._http(m.group("method"), m.group("path"), m.group("code"), out)
+        elif msg == "request" and "method" in kv and "path" in kv and kv.get("status", "").isdigit():
+            self._http(kv["method"], kv["path"], kv["status"], out)
+
+    def _http(self, method: str, path: str, code: str, out: list[Event]) -> None:
+        labels = self._routes.fold(((method if method in HTTP_METHODS else "OTHER"), route_template(path), code))
+        out.append(Event("http_requests_total", labels, 1, rule="http"))
+
+    # -- model, life, errors ------------------------------------------------------------------
+
+    def _learn_model(self, line: str) -> bool:
+        if "model" in line:
+            m = P.MODEL_PATH.search(line)
+            if m is not None:
+                path = next(g for g in m.groups() if g)
+                name = model_of_path(path)
+                if name.startswith("sha256-"):  # a content-addressed blob (ollama): general.name is better
+                    self._from_path = False
+                    return True
+                self.model, self._from_path = name, True
+                return True
+        if "general.name" in line and not self._from_path:
+            g = P.GENERAL_NAME.search(line)
+            if g is not None:
+                self.model = g.group("name")
+                return True
+        return False
+
+    def _life(self, line: str, out: list[Event]) -> None:
+        if P.STARTUP.search(line):
+            self._pairs.clear()
+            self._timings.clear()
+            self._load_failed = False
+            self._from_path = False
+            self._not_ready("startup", out)
+            out.append(Event("backend_restarts_total", (), 1, rule="startup"))
+        elif P.READY.search(line):
+            self._load_failed = False
+            if self._ready is not None and self._ready != self.model:
+                self._not_ready("ready", out)
+            self._ready = self.model
+            out.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+        elif P.SHUTDOWN.search(line):
+            self._pairs.clear()
+            self._not_ready("shutdown", out)
+
+    def _not_ready(self, rule: str, out: list[Event]) -> None:
+        """The server went down (or starts again): not ready, under the model it was ready with."""
+        if self._ready is not None:
+            out.append(Event("backend_ready", (self._ready,), 0, rule=rule))
+        self._ready = None
+
+    def _error_line(self, line: str, msg: str, out: list[Event]) -> None:
+        if P.LIB_DECODE.match(msg) or P.LIB_DECODE.match(line):
+            self._after_decode = True  # the server's own line says it, once
+            return
+        if P.SEND_ERROR.search(line):
+            out.append(Event("llm_requests_total", (self.model, "error"), 1, rule="send_error"))
+            if self._after_decode:
+                return
+        elif "failed to decode" in line or "decode() failed" in line:
+            self._after_decode = True
+        if P.LOAD_FAILED.search(line):
+            if self._load_failed:
+                return
+            self._load_failed = True
+        self._error(line, out)
+
+    def _error(self, text: str, out: list[Event], traceback: bool = False) -> None:
+        kind = P.PHRASES.classify(text, traceback=traceback)
+        out.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
+
+    def _zeros(self, out: list[Event]) -> None:
+        """Zero-valued counters, once per model, for the series the log can move."""
+        model = self.model
+        if model in self._zeroed or (model == UNKNOWN_MODEL and all(
+                e.metric in ("backend_restarts_total", "backend_ready") for e in out)):
+            return  # a start-up line: the model is named in the lines that follow
+        if len(self._zeroed) >= 64:
+            self._zeroed.clear()
+        if not self._zeroed:
+            out.append(Event("backend_restarts_total", (), 0, rule="model"))
+        self._zeroed.add(model)
+        out.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in P.ERROR_TYPES)
+        out.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in ("ok", "error"))

@@ -1,0 +1,130 @@
+"""The lines of llama.cpp's ``llama-server`` (every era) and of llama-cpp-python, as patterns.
+
+Eras of llama-server (see the README section): A/B (2023 - Feb 2024) JSON lines with ``message``
+plus plain ``print_timings:`` / ``slot N ...`` lines; C (Feb - Sep 2024) JSON with ``msg`` or text
+``INFO [ function] msg | k=v ...``; D (Sep 2024 - 2025) ``slot func: id  S | task T | msg`` and
+``srv  func: msg`` with a three-line timing block under one ``slot print_timing`` line; E (2026)
+the same with a ``M.SS.mmm.uuu L`` time-since-start prefix and one record per timing line. The
+library (and llama-cpp-python, which prints it once per completion) prints
+``llama_print_timings:`` / ``llama_perf_context_print:`` blocks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from logmetrics.records import CONTINUATION
+
+from .errors import COMMON_CAUSES, Phrases
+
+# --- prefixes ----------------------------------------------------------------------------------
+
+#: Router mode's ``[ 8081] `` child port, Era E's ``0.08.526.747 I `` time since start and level.
+PREFIX = re.compile(r"(?:\[ *\d{1,5}\] )?(?:\d+\.\d{2}\.\d{3}\.\d{3} (?P<lvl>[IWEDT]) )?\r?")
+#: Era D/E module prefixes: ``slot print_timing: id  0 | task 5 | msg``, ``srv  update_slots: msg``.
+SLOT = re.compile(r"slot +(?P<func>[\w()~ ]{1,12}?): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?(?P<msg>.*)")
+SRV = re.compile(r"(?:srv|que) +(?P<func>[\w() ]{1,40}?): (?P<msg>.*)")
+#: Era C text: ``INFO [           print_timings] msg | tid="1" timestamp=1 id_slot=0 id_task=0``.
+ERA_C = re.compile(
+    r"(?P<lvl>INFO|WARN|WARNING|ERR|ERROR|VERB|DEBUG) \[ *(?P<func>[\w:~]+)\] (?P<msg>.*?)(?: \| (?P<kv>.*))?"
+)
+KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+#: Library timing lines: ``llama_print_timings: prompt eval time = ...``; Era B ``print_timings: ...``.
+LIB_TIMING = re.compile(
+    r"(?:llama_print_timings|llama_perf_context_print|llama_perf_print|print_timings): *(?P<msg>.*)"
+)
+
+# --- the timing block ------------------------------------------------------------------------
+
+NUM = r"(?:[\d.,]+|[-+]?nan(?:\(ind\))?|[-+]?inf)"
+TIMING = re.compile(
+    rf"(?P<kind>prompt eval|generation eval|eval) time *= *(?P<ms>{NUM}) ms"
+    rf"(?: */ *(?P<n>\d+) (?:tokens|runs))?"
+    rf"(?: *\( *(?P<per>{NUM}) ms per (?:token|run))?"
+)
+TOTAL = re.compile(rf"total time *= *(?P<ms>{NUM}) ms")
+
+#: The timing block's continuation lines (Era D prints them under one ``slot print_timing`` line;
+#: Sep - Dec 2024 builds start each with ``\r``), added to the default continuation rule.
+CONTINUATION_LLAMA = re.compile(rf"(?:{CONTINUATION.pattern})|\r|prompt eval time")
+
+# --- requests in flight, cache, HTTP -----------------------------------------------------------
+
+LAUNCH_B = re.compile(r"slot (?P<slot>\d+) is processing \[task id: (?P<task>\d+)\]")
+RELEASE_B = re.compile(r"slot (?P<slot>\d+) released \(")
+CACHED_B = re.compile(r"slot (?P<slot>\d+) : in cache: (?P<n>\d+) tokens")
+CACHED = re.compile(r"(?:kv cache rm|memory_seq_rm) \[(?P<n>\d+|p0), end\)")
+PREFIX_HIT = re.compile(r"Llama\.generate: (?P<n>\d+) prefix-match hit")
+REQUEST = re.compile(r"(?:done )?request: (?P<method>[A-Z]+) (?P<path>\S+) \S+ (?P<code>\d{3})\s*$")
+#: llama-box (a fork): ``log_server_response: rid 1 | POST /v1/embeddings 1.2.3.4:5 | status 500 | ...``.
+RESPONSE_BOX = re.compile(
+    r"log_server_response: rid \S+ \| (?P<method>[A-Z]+) (?P<path>\S+) \S+ \| status (?P<code>\d{3})"
+)
+
+# --- model, life, errors ---------------------------------------------------------------------
+
+MODEL_PATH = re.compile(
+    r"loaded meta data with \d+ key-value pairs and \d+ tensors from (?P<m>.+?) \(version"
+    r"|loading model '(?P<q>[^']+)'|llama\.cpp: loading model from (?P<g>\S+)|model_path=\"(?P<c>[^\"]+)\""
+)
+GENERAL_NAME = re.compile(r"general\.name +(?:str +)?= +(?P<name>\S.*?)\s*$")
+#: Ready: the model is loaded (llama-server's "HTTP server listening" comes before the model loads).
+#: A start-up: the build line of every era, uvicorn's first line (llama-cpp-python).
+STARTUP = re.compile(
+    r"^build: \d+ \(|^main: build = \d+|\] build info|\"(?:message|msg)\":\"build info\"|Started server process \["
+)
+READY = re.compile(
+    r"server is listening on|: listening on http|Application startup complete|(?:: |\] |\")model loaded(?:$|\"| )"
+)
+SHUTDOWN = re.compile(
+    r"cleaning up before exit|Shutting down|Finished server process|exiting due to model loading error"
+)
+ALL_IDLE = re.compile(r"all slots are idle")
+#: A failed model load prints several lines (gguf, loader, server); it counts once per start-up.
+LOAD_FAILED = re.compile(
+    r"error loading model|failed to load model|exiting due to model loading error|invalid magic characters"
+    r"|Model path does not exist"
+)
+#: Library lines about a failed decode: the server's own ``failed to decode the batch`` line follows.
+LIB_DECODE = re.compile(r"(?:llama_decode|llama_prepare_sbatch|decode|llama_batch_allocr\w*): ")
+#: Lines that are errors without a level (llama-server without ``--log-prefix``, the library).
+ERROR_LINE = re.compile(
+    r"send_error: |failed to decode the batch|decode\(\) failed|got (?:another )?exception: |couldn't bind HTTP server"
+    r"|error: invalid argument|CUDA error|cudaMalloc failed|GGML_ASSERT|Segmentation fault|core dumped"
+    r"|error loading model|failed to load model|exiting due to model loading error|invalid magic characters"
+    r"|failed to allocate|unable to allocate backend buffer|Unhandled exception|Exception in ASGI application"
+)
+#: A record that begins with a Python exception (llama-cpp-python's ``Exception: ...`` + traceback).
+EXCEPTION_START = re.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
+SEND_ERROR = re.compile(r"send_error: |\] task error|\"(?:msg|message)\":\"task error\"")
+
+PHRASES = Phrases(
+    (
+        ("kv_cache_full", ("KV cache is full", "Input prompt is too big compared to KV size")),
+        ("context_overflow", ("exceeds the available context size", "exceed context window",
+                              "exceed_context_size_error", "exceeds the available context")),
+        ("oom", ("unable to allocate backend buffer", "cudaMalloc failed", "failed to allocate compute buffers")),
+        *COMMON_CAUSES,
+        ("model_load", ("error loading model", "failed to load model", "exiting due to model loading error",
+                        "invalid magic characters", "Model path does not exist")),
+        ("bind", ("couldn't bind HTTP server socket",)),
+    ),
+    (
+        ("decode", ("failed to decode", "decode() failed")),
+        ("exception", ("got exception", "got another exception", "Exception in ASGI application")),
+    ),
+)
+
+#: Strong signs of llama.cpp / llama-cpp-python in a stream's first lines.
+SNIFF_STRONG = re.compile(
+    r"llama_print_timings:|llama_perf_context_print:|llama_model_loader: |llama_new_context_with_model:"
+    r"|llm_load_print_meta:|llama_model_load_internal:|llama\.cpp: loading model|^slot +\w+: id +\d+ \| task"
+    r"|^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:srv|slot) +\w+: |\"function\":\"(?:main|print_timings|update_slots"
+    r"|log_server_request|launch_slot_with_task)\"|^(?:INFO|WARN|ERR) \[ +\w+\] |Llama\.generate: "
+    r"|^print_info: |^load_tensors: |^llama_context: |^ggml_cuda_init: |^build: \d+ \("
+    r"|/llama_cpp/(?:server/|llama\.py)|Requested tokens \(\d+\) exceed context window of \d+",
+    re.M,
+)
+#: The error types this parser can count (``bad_request`` needs a request handler's ValueError,
+#: which llama.cpp does not log).
+ERROR_TYPES = tuple(kind for kind in PHRASES.types if kind != "bad_request")
