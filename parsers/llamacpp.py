@@ -234,8 +234,9 @@ class LlamaCppParser(Parser):
 
     def _timing(self, msg: str, kv: dict[str, str], out: list[Event]) -> bool:
         """A line of a timing block; True if it was one."""
-        m = P.TIMING.search(msg)
-        total = None if m is not None else P.TOTAL.search(msg)
+        msg = msg.lstrip(" \r")  # a timing message starts with its name: nothing else's "total time"
+        m = P.TIMING.match(msg)
+        total = None if m is not None else P.TOTAL.match(msg)
         if m is None and total is None:
             return False
         key = self._key(kv) if "id_task" in kv or "id_slot" in kv else self._block_key if "lib" not in kv else LIB_KEY

@@ -121,7 +121,7 @@ SNIFF_STRONG = re.compile(
     r"|llm_load_print_meta:|llama_model_load_internal:|llama\.cpp: loading model|^slot +\w+: id +\d+ \| task"
     r"|^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:srv|slot) +\w+: |\"function\":\"(?:main|print_timings|update_slots"
     r"|log_server_request|launch_slot_with_task)\"|^(?:INFO|WARN|ERR) \[ +\w+\] |Llama\.generate: "
-    r"|^print_info: |^load_tensors: |^llama_context: |^ggml_cuda_init: |^build: \d+ \("
+    r"|^print_info: |^load_tensors: |^llama_context: |^build: \d+ \("
     r"|/llama_cpp/(?:server/|llama\.py)|Requested tokens \(\d+\) exceed context window of \d+",
     re.M,
 )
