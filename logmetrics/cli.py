@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from logmetrics import __version__, catalog
 from logmetrics.envelopes import MODES
 from logmetrics.errors import UserError
 from logmetrics.plugins import ParserEntry, PluginError, discover
+from logmetrics.procs import ProcessRule
+from logmetrics.store import safe_label
 
 DEFAULT_LISTEN = "0.0.0.0:9877"
 LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::1]:9877)"
@@ -76,6 +79,30 @@ def _label(spec: str) -> tuple[str | None, str, str]:
     return (glob if colon else None), name, value
 
 
+def _processes(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[ProcessRule, ...]:
+    """``--process BACKEND=PATTERN``: the backend ends at the first '='; the pattern is a Python regex."""
+    rules: list[ProcessRule] = []
+    for spec in specs:
+        backend, eq, pattern = spec.partition("=")
+        if not eq or not backend.strip() or not pattern:
+            raise click.BadParameter(f"expected BACKEND=PATTERN, e.g. vllm='vllm serve|api_server'; got {spec!r}",
+                                     ctx, param)
+        try:
+            rules.append((safe_label(backend), re.compile(pattern)))
+        except re.error as exc:
+            raise click.BadParameter(f"{spec!r}: {pattern!r} is not a valid regular expression: {exc}",
+                                     ctx, param) from None
+    return tuple(rules)
+
+
+PROCESS_HELP = (
+    "Count the CPU and memory of the processes whose full command line (arguments joined by spaces) "
+    "matches PATTERN, a Python regular expression searched anywhere in it, under backend=BACKEND "
+    "(backend_process_cpu_seconds_total, backend_process_resident_memory_bytes), besides the processes "
+    "each parser names itself (vllm: command lines containing 'vllm'). A process counts once, for the "
+    "first match: the --process rules in the order given, then the parsers' own names. logmetrics "
+    "itself is never counted. Repeatable.")
+
 plugin_option = click.option(
     "--plugin", "plugins", multiple=True, metavar="SPEC",
     help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
@@ -133,9 +160,11 @@ def cli(verbose: int) -> None:
                    "so that a restart goes on where it stopped: lines written meanwhile are counted, none twice.")
 @click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True, metavar="BYTES",
               help="Longer lines are cut to this length and counted in logmetrics_lines_truncated_total.")
+@click.option("--process", "processes", multiple=True, metavar="BACKEND=PATTERN", callback=_processes,
+              help=PROCESS_HELP)
 def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
           labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
-          state_file: str | None, max_line_bytes: int) -> None:
+          state_file: str | None, max_line_bytes: int, processes: tuple[ProcessRule, ...]) -> None:
     """Follow log files and serve their metrics.
 
     PATH is a file, a directory (followed recursively, new files included), a glob (with **) or
@@ -146,11 +175,14 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
       docker logs -f vllm 2>&1 | logmetrics watch - --parser vllm --source vllm-0
       logmetrics watch --oneshot --parser vllm samples/vllm/v1-0.10.log
       logmetrics watch /var/log/llm/ --label 'vllm-a*:model=llama-3-8b' --label 'vllm-b*:model=qwen-7b'
+      logmetrics watch /var/log/llm/ --process 'gateway=uvicorn .*my_gateway:app'
     """
     from logmetrics.runner import Options, run
 
     if oneshot and state_file:
         raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
+    if oneshot and processes:
+        raise UserError("--process is for a running watch; --oneshot reports no process metrics")
     if source is not None and not source.strip():
         raise UserError("--source needs a name; leave it out for the file path, 'stdin' or the compose service")
     if state_file:
@@ -159,7 +191,7 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
     entries = _entries(plugins, parser)
     opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
                    envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,
-                   max_line_bytes=max_line_bytes, state_file=state_file, labels=static)
+                   max_line_bytes=max_line_bytes, state_file=state_file, labels=static, processes=processes)
     run(opts, entries)
 
 

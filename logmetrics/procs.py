@@ -1,13 +1,24 @@
-"""CPU and memory of the backends' processes, found by command line with psutil at scrape time."""
+"""CPU and memory of the backends' processes, found by command line with psutil at scrape time.
+
+A process belongs to the first backend whose rule matches its full command line (its arguments
+joined by spaces): the operator's ``--process BACKEND=PATTERN`` rules first, in the order given,
+then the parsers' own ``process_names`` (substrings), by parser name. logmetrics' own process is
+never counted. A scan reads only each process's command line; CPU times and memory are read for
+the processes that matched, and a scan runs at most every ``min_interval`` seconds, however often
+Prometheus scrapes.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
 Sample = tuple[str, tuple[str, ...], float]
+#: ``--process BACKEND=PATTERN``: the backend label value and the compiled pattern.
+ProcessRule = tuple[str, re.Pattern[str]]
 
 
 def is_logmetrics(cmdline: Sequence[str]) -> bool:
@@ -21,20 +32,37 @@ def is_logmetrics(cmdline: Sequence[str]) -> bool:
         a == "-m" and b == "logmetrics" for a, b in pairwise(head))
 
 
+def _contains_any(names: tuple[str, ...]) -> Callable[[str], bool]:
+    return lambda cmd: any(n in cmd for n in names)
+
+
 class ProcessWatcher:
     """Sums CPU seconds and resident memory of the processes whose command line names a backend."""
 
-    def __init__(self, patterns: Mapping[str, tuple[str, ...]], *, min_interval: float = 5.0) -> None:
-        self.patterns = {b: p for b, p in patterns.items() if p}
+    def __init__(self, patterns: Mapping[str, tuple[str, ...]], *, rules: Sequence[ProcessRule] = (),
+                 min_interval: float = 5.0) -> None:
+        self.rules: list[tuple[str, Callable[[str], object]]] = [(b, rx.search) for b, rx in rules]
+        self.rules += [(b, _contains_any(p)) for b, p in sorted(patterns.items()) if p]
         self.min_interval = min_interval
         self._at = -1e9
         self._cached: list[Sample] = []
-        self._alive: dict[int, tuple[str, float]] = {}  # pid -> backend, CPU seconds last seen
+        # (pid, start time) -> backend, CPU seconds last seen; the start time tells a reused pid apart
+        self._alive: dict[tuple[int, float], tuple[str, float]] = {}
         self._gone: dict[str, float] = {}  # CPU seconds of a backend's processes that have exited
+
+    def backend_of(self, cmdline: Sequence[str]) -> str | None:
+        """The backend a command line counts for: the first rule that matches it, or None."""
+        if not cmdline or is_logmetrics(cmdline):
+            return None
+        cmd = " ".join(cmdline)
+        for backend, matches in self.rules:
+            if matches(cmd):
+                return backend
+        return None
 
     def samples(self) -> tuple[list[Sample], list[Sample]]:
         """(counter samples, gauge samples), refreshed at most every ``min_interval`` seconds."""
-        if not self.patterns:
+        if not self.rules:
             return [], []
         now = time.monotonic()
         if now - self._at >= self.min_interval:
@@ -49,25 +77,26 @@ class ProcessWatcher:
 
         cpu: dict[str, float] = dict(self._gone)
         rss: dict[str, float] = {}
-        alive: dict[int, tuple[str, float]] = {}
+        alive: dict[tuple[int, float], tuple[str, float]] = {}
         me = os.getpid()
-        for proc in psutil.process_iter(["cmdline", "cpu_times", "memory_info"]):
-            argv = proc.info.get("cmdline") or ()
-            if proc.pid == me or not argv or is_logmetrics(argv):
+        for proc in psutil.process_iter(["cmdline"]):  # the command line only: most processes stop here
+            backend = self.backend_of(proc.info.get("cmdline") or ()) if proc.pid != me else None
+            if backend is None:
                 continue
-            cmd = " ".join(argv)
-            for backend, pats in self.patterns.items():
-                if any(p in cmd for p in pats):
-                    times, mem = proc.info.get("cpu_times"), proc.info.get("memory_info")
-                    if times is not None:
-                        used = times.user + times.system
-                        cpu[backend] = cpu.get(backend, 0.0) + used
-                        alive[proc.pid] = (backend, used)
-                    if mem is not None:
-                        rss[backend] = rss.get(backend, 0.0) + mem.rss
-                    break
-        for pid, (backend, used) in self._alive.items():
-            if pid not in alive:  # exited: its CPU time stays in the counter, which never goes down
+            try:
+                with proc.oneshot():
+                    key, times, mem = (proc.pid, proc.create_time()), proc.cpu_times(), proc.memory_info()
+            except psutil.Error:  # gone since its command line was read
+                continue
+            seen = self._alive.get(key)
+            if seen is not None:  # a process keeps its backend, even if it rewrites its command line
+                backend = seen[0]
+            used = times.user + times.system
+            cpu[backend] = cpu.get(backend, 0.0) + used
+            alive[key] = (backend, used)
+            rss[backend] = rss.get(backend, 0.0) + mem.rss
+        for key, (backend, used) in self._alive.items():
+            if key not in alive:  # exited: its CPU time stays in the counter, which never goes down
                 self._gone[backend] = self._gone.get(backend, 0.0) + used
                 cpu[backend] = cpu.get(backend, 0.0) + used
         self._alive = alive

@@ -20,7 +20,7 @@ from logmetrics.engine import Engine
 from logmetrics.errors import UserError
 from logmetrics.exposition import MetricsServer, host_port, make_registry, text
 from logmetrics.plugins import ParserEntry
-from logmetrics.procs import ProcessWatcher
+from logmetrics.procs import ProcessRule, ProcessWatcher
 from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
 from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
@@ -49,6 +49,7 @@ class Options:
     max_line_bytes: int
     state_file: str | None = None
     labels: tuple[tuple[str | None, str, str], ...] = ()  # --label: (GLOB or None, name, value)
+    processes: tuple[ProcessRule, ...] = ()  # --process BACKEND=PATTERN, in the order given
 
 
 def tune_allocator() -> None:
@@ -152,7 +153,7 @@ class Runner:
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("logmetrics: ")) from exc
         self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None
-        self.procs = ProcessWatcher({n: e.cls.process_names for n, e in entries.items()})
+        self.procs = ProcessWatcher({n: e.cls.process_names for n, e in entries.items()}, rules=opts.processes)
         self.registry = make_registry(self.store, self._extra)
         self.waker = Waker()
         self.stop = threading.Event()
