@@ -14,12 +14,12 @@ import time
 from collections import Counter, defaultdict
 
 from logmetrics.catalog import BY_NAME
-from logmetrics.engine import choose
 from logmetrics.envelopes import Unwrapper
 from logmetrics.errors import UserError
 from logmetrics.events import Event
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, split_records
+from logmetrics.routing import route
 from logmetrics.store import Store
 
 SHAPES = (
@@ -72,9 +72,10 @@ def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[s
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
     """The text ``logmetrics check`` prints."""
     text, mtime = _read(path, envelope)
-    entry = choose(entries, parser, (os.path.basename(path), path), text.splitlines()[:200])
+    found = route(entries, parser, (os.path.basename(path), path), text.splitlines()[:200])
+    entry = found.entry
     if entry is None:
-        raise UserError(f"no parser recognises {path}; name one with --parser (see 'logmetrics parsers')")
+        raise UserError(f"{path}: {found.why}")
     inst = entry.cls()
     store = Store()  # the engine's own checks, on a scratch store: what it would refuse is shown below,
     logging.getLogger("logmetrics.store").setLevel(logging.ERROR)  # not warned about on stderr too
@@ -115,7 +116,8 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     lines = text.count("\n")
     out = [f"parser {entry.name} ({entry.origin}) on {path}: {lines} lines, {len(records)} records, "
            f"{len(records) - sum(unmatched.values())} matched, {sum(unmatched.values())} unmatched, "
-           f"{errors} parse errors, {sum(refused.values())} events refused", "",
+           f"{errors} parse errors, {sum(refused.values())} events refused",
+           f"routed: {found.why}", "",
            "rule                          records  events"]
     for rule, n in sorted(rules.items(), key=lambda kv: -kv[1]):
         out.append(f"{rule:<28} {n:>8}")

@@ -22,6 +22,9 @@ from logmetrics.envelopes import Piece, Unwrapper
 from logmetrics.events import Event
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
+from logmetrics.routing import Route, route
+from logmetrics.routing import choose as choose  # re-exported: where it was defined before
 from logmetrics.sources import Chunk
 from logmetrics.store import Store, safe_label
 
@@ -29,38 +32,8 @@ log = logging.getLogger(__name__)
 
 StaticLabel = tuple[str | None, str, str]  # (GLOB or None for every input, label name, value)
 UNROUTED = "none"
-SNIFF_MIN_SCORE = 0.3
 SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text while it is sniffed
 NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unmatched gets a warning
-
-
-_SNIFF_FAILED: set[str] = set()  # parsers whose sniff raised, reported once each
-
-
-def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
-           lines: list[str]) -> ParserEntry | None:
-    """The parser for a stream: forced, else claimed by one of ``names`` (most specific first),
-    else the best sniff of its first ``lines``."""
-    if forced is not None:
-        return parsers[forced]
-    ordered = sorted(parsers.values(), key=lambda e: e.name)
-    for name in names:  # the most specific name first: a claim on the file name beats one on its folder
-        for entry in ordered:
-            if any(fnmatch.fnmatch(name, pat) for pat in entry.cls.claims):
-                return entry
-    best, best_score = None, SNIFF_MIN_SCORE
-    for entry in parsers.values():
-        try:
-            score = float(entry.cls.sniff(lines))
-        except PLUGIN_ERRORS as exc:  # a plugin's sniff bug must not stop routing for the others
-            if entry.name not in _SNIFF_FAILED:  # once: sniff runs again while a stream is unrouted
-                _SNIFF_FAILED.add(entry.name)
-                log.warning("parser %s: sniff raised %s: %s (reported once)",
-                            entry.name, type(exc).__name__, exc)
-            continue
-        if score > best_score:
-            best, best_score = entry, score
-    return best
 
 
 @dataclass
@@ -181,10 +154,10 @@ class Engine:
             stream = self._stream(path, service)
             whole = "".join(text)
             if not stream.routed:
-                entry = self._choose(stream, whole)
-                if entry is None:
+                found = self._choose(stream, whole)
+                if found.entry is None:
                     continue
-                self._route_to(stream, entry)
+                self._route_to(stream, found)
             if stream.parser is not None:
                 try:
                     stream.parser.learn(whole)
@@ -235,7 +208,7 @@ class Engine:
             stream.model = self._static_model(stream)
             preset = self._presets.pop(key, None)
             if preset is not None and self.forced in (None, preset[0]):
-                self._route_to(stream, self.parsers[preset[0]])
+                self._route_to(stream, Route(self.parsers[preset[0]], "kept", "kept from the state file"))
                 assert stream.parser is not None
                 stream.parser.restore(preset[1])
         return stream
@@ -253,20 +226,22 @@ class Engine:
         self._route(stream, final=False)
 
     def _route(self, stream: Stream, *, final: bool) -> None:
-        entry = self._choose(stream)
+        found = self._choose(stream)
         held_bytes = sum(map(len, stream.held))
-        if entry is None and not final and stream.held_lines < self.sniff_lines and held_bytes < SNIFF_MAX_CHARS:
+        if (found.entry is None and not final and stream.held_lines < self.sniff_lines
+                and held_bytes < SNIFF_MAX_CHARS):
             return
-        self._route_to(stream, entry)
+        self._route_to(stream, found)
 
-    def _route_to(self, stream: Stream, entry: ParserEntry | None) -> None:
+    def _route_to(self, stream: Stream, found: Route) -> None:
         stream.routed = True
+        entry = found.entry
         if entry is not None:
             stream.parser = entry.cls()
             stream.assembler = RecordAssembler(record_rule(entry.cls))
-            log.info("stream %s: parser %s", stream.source, entry.name)
+            log.info("stream %s: parser %s (%s)", stream.source, entry.name, found.why)
         else:
-            log.warning("stream %s: no parser recognises it; use --parser NAME", stream.source)
+            log.warning("stream %s: %s", stream.source, found.why)
         held, stream.held, stream.held_lines = stream.held, [], 0
         for text in held:
             self._text(stream, text, None)
@@ -280,12 +255,12 @@ class Engine:
                     value = val
         return value
 
-    def _choose(self, stream: Stream, first: str | None = None) -> ParserEntry | None:
+    def _choose(self, stream: Stream, first: str | None = None) -> Route:
         names = (os.path.basename(stream.path), stream.source, stream.path)
         if first is None:
             first = "".join(stream.held[:8])  # the first pieces hold the first lines
         lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]
-        return choose(self.parsers, self.forced, names, lines)
+        return route(self.parsers, self.forced, names, lines)
 
     def _text(self, stream: Stream, text: str, lines: int | None) -> None:
         if stream.parser is None:
