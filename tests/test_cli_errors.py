@@ -78,6 +78,24 @@ def test_unknown_parser(vllm_log: Path, mode: str) -> None:
     assert "nosuchparser" in line, line
 
 
+@pytest.mark.parametrize(("spec", "says"), [
+    ("vllm", "expected BACKEND=PATTERN"),
+    ("=vllm", "expected BACKEND=PATTERN"),
+    ("vllm=", "expected BACKEND=PATTERN"),
+    ("vllm=serve(", "not a valid regular expression"),
+])
+def test_bad_process_rule(vllm_log: Path, spec: str, says: str) -> None:
+    """A --process without '=' or with a bad regular expression is a usage error: exit code 2, one line."""
+    line = one_error_line(run("watch", str(vllm_log), "--process", spec, *MODES["serve"]))
+    assert "'--process'" in line and says in line and repr(spec) in line, line
+
+
+def test_process_rule_with_oneshot(vllm_log: Path) -> None:
+    """--process with --oneshot is refused: a one-shot run reports no process metrics."""
+    line = one_error_line(run("watch", str(vllm_log), "--process", "vllm=serve", "--oneshot"))
+    assert "--process" in line and "--oneshot" in line, line
+
+
 def test_plugin_syntax_error(vllm_log: Path, tmp_path: Path) -> None:
     """A --plugin file with a syntax error is refused with exit code 2 and one line naming the file."""
     plugin = tmp_path / "broken_syntax.py"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -117,6 +118,19 @@ def test_process_watcher_finds_a_backend_by_command_line(tmp_path: Path) -> None
     after, mem = watcher.samples()
     assert after and after[0][2] >= cpu[0][2]  # an exited process's CPU time stays counted
     assert mem == []  # no process left: no memory to report
+
+
+def test_process_rules_first_in_order_then_the_parsers_names() -> None:
+    """A command line counts for the first match: the --process rules in the order given, then the parsers'
+    own names in parser-name order; logmetrics' own command line never counts."""
+    watcher = ProcessWatcher({"vllm": ("vllm",), "llamacpp": ("llama",)},
+                             rules=[("gw", re.compile(r"uvicorn .*gw:app")), ("vllm2", re.compile(r"vllm serve"))])
+    assert watcher.backend_of(["vllm", "serve", "m"]) == "vllm2"
+    assert watcher.backend_of(["python", "-m", "vllm.entrypoints.openai.api_server"]) == "vllm"
+    assert watcher.backend_of(["llama-server", "-m", "vllm-compare.gguf"]) == "llamacpp"
+    assert watcher.backend_of(["uvicorn", "--port", "80", "gw:app"]) == "gw"
+    assert watcher.backend_of(["python", "-m", "logmetrics", "watch", "--process", "gw=uvicorn gw:app"]) is None
+    assert watcher.backend_of(["bash"]) is None
 
 
 @pytest.mark.parametrize(("argv", "ours"), [

@@ -84,12 +84,12 @@ def test_check_does_not_count_zero_started_series_as_matches(tmp_path: Path) -> 
 def test_example_gateway_log_is_routed_by_sniff(tmp_path: Path) -> None:
     """The README's gateway.log, named unlike the plugin's claims, reaches it through sniff() as shown."""
     (tmp_path / "my_gateway.py").write_text(example_plugin())
-    shown = README.split("$ logmetrics check --plugin my_gateway.py gateway.log\n", 1)[1].split("\n", 1)[0]
+    shown = README.split("$ logmetrics check --plugin my_gateway.py gateway.log\n", 1)[1].split("\n```", 1)[0]
     lines = re.findall(r"^\s+'(ts=[^']*)'", README.split("> gateway.log", 1)[0][-400:], re.M)
     first = README.split("> gateway.log", 1)[0].rsplit("$ printf '%s\\n' '", 1)[1].split("'", 1)[0]
     (tmp_path / "gateway.log").write_text("\n".join([first, *lines]) + "\n")
     out = cli("check", "--plugin", "my_gateway.py", "gateway.log", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0] == shown
+    assert out.stdout.splitlines()[:2] == shown.splitlines()  # the summary, and how it was routed
     served = cli("watch", "--oneshot", "--plugin", "my_gateway.py", "gateway.log", cwd=tmp_path).stdout
     assert 'llm_prompt_tokens_total{backend="mygateway",model="llama3",source="gateway.log"} 12.0' in served

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import Server, access_line, append, total
+from tests.helpers import Samples, Server, access_line, append, total
 
 
 @pytest.fixture
@@ -161,3 +163,35 @@ def test_copytruncate_with_the_writer_going_on_at_once(tmp_path: Path) -> None:
         assert total(got, "logmetrics_truncations_total") == 20
     finally:
         assert srv.stop() == 0
+
+
+def series(got: Samples, name: str, backend: str) -> list[float]:
+    """The values of ``name``'s series for ``backend``."""
+    return [v for (n, labels), v in got.items() if n == name and ("backend", backend) in labels]
+
+
+def test_process_rule_serves_cpu_and_memory_until_the_process_exits(tmp_path: Path) -> None:
+    """--process BACKEND=PATTERN: a matching process's CPU and memory are served under the first rule that
+    matches (never logmetrics itself, whose own command line holds the pattern); once it exits its memory
+    series goes and its CPU counter stays."""
+    marker = f"logmetrics-test-sleeper-{uuid.uuid4().hex}"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        srv = Server(str(tmp_path), "--process", f"sleeper={marker}$", "--process", f"second=sleeper-{marker[-32:]}")
+        try:
+            mem = "backend_process_resident_memory_bytes"
+            cpu = "backend_process_cpu_seconds_total"
+            got = srv.wait_for(lambda s: series(s, mem, "sleeper") != [], timeout=20)
+            assert series(got, mem, "sleeper")[0] > 1_000_000
+            assert len(series(got, cpu, "sleeper")) == 1
+            assert series(got, mem, "second") == [] and series(got, cpu, "second") == []
+            sleeper.kill()
+            sleeper.wait(timeout=10)
+            got = srv.wait_for(lambda s: series(s, mem, "sleeper") == [], timeout=20)
+            assert len(series(got, cpu, "sleeper")) == 1  # a counter never goes away
+        finally:
+            assert srv.stop() == 0
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait(timeout=10)
