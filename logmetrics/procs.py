@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
@@ -44,6 +45,7 @@ class ProcessWatcher:
         self.rules: list[tuple[str, Callable[[str], object]]] = [(b, rx.search) for b, rx in rules]
         self.rules += [(b, _contains_any(p)) for b, p in sorted(patterns.items()) if p]
         self.min_interval = min_interval
+        self._lock = threading.Lock()  # scrapes may come on several threads at once
         self._at = -1e9
         self._cached: list[Sample] = []
         # (pid, start time) -> backend, CPU seconds last seen; the start time tells a reused pid apart
@@ -64,12 +66,14 @@ class ProcessWatcher:
         """(counter samples, gauge samples), refreshed at most every ``min_interval`` seconds."""
         if not self.rules:
             return [], []
-        now = time.monotonic()
-        if now - self._at >= self.min_interval:
-            self._at = now
-            self._cached = self._scan()
-        cpu = [s for s in self._cached if s[0] == "backend_process_cpu_seconds_total"]
-        mem = [s for s in self._cached if s[0] == "backend_process_resident_memory_bytes"]
+        with self._lock:
+            now = time.monotonic()
+            if now - self._at >= self.min_interval:
+                self._at = now
+                self._cached = self._scan()
+            cached = self._cached
+        cpu = [s for s in cached if s[0] == "backend_process_cpu_seconds_total"]
+        mem = [s for s in cached if s[0] == "backend_process_resident_memory_bytes"]
         return cpu, mem
 
     def _scan(self) -> list[Sample]:
