@@ -96,16 +96,19 @@ ROUTE = re.compile(r"\] Route: (/[^\s,]*), Methods: ")
 RECEIVED_KEY, DETAILS_KEY = "Received request", "Request "
 GENERATED_KEY, BODY_KEY = "Generated response", "response_body="
 REQUEST_KEYS = frozenset({RECEIVED_KEY, DETAILS_KEY, GENERATED_KEY, BODY_KEY})
+#: These four are anchored at the start of a line (process prefix, vLLM header): a prompt or an
+#: output is logged with ``%r`` on the same line, so a log line quoted inside one never matches.
 #: Groups: the request id, the rest of the line (the prompt's repr, then the ids: see ``id_count``).
-PROMPT_IDS = re.compile(r"\] (?:Received request|Request) ([^\s:]+)(?::| details:) ([^\n]*)")
+PROMPT_IDS = re.compile(rf"\n{PFX}?{HDR} (?:Received request|Request) ([^\s:]+)(?::| details:) ([^\n]*)")
 #: Any Received request line (to pair with a Generated response): the request id.
-RECEIVED = re.compile(r"\] Received request ([^\s:]+): ")
+RECEIVED = re.compile(rf"\n{PFX}?{HDR} Received request ([^\s:]+): ")
 #: Groups: the request id, the streaming marker (`` (streaming delta)`` / `` (streaming complete)``),
 #: `` details`` (0.33's DEBUG line), the rest of the line.
-GENERATED = re.compile(r"\] Generated response ([^\s:]+?)( \(streaming (?:delta|complete)\))?( details)?: ([^\n]*)")
+GENERATED = re.compile(rf"\n{PFX}?{HDR} Generated response ([^\s:]+?)( \(streaming (?:delta|complete)\))?( details)?: "
+                       r"([^\n]*)")
 #: The usage object of a response body: prompt and completion tokens (vLLM's key order is
 #: prompt, total, completion; any order is accepted).
-BODY = re.compile(r"\] response_body=\{\{([^\n]*)\}\}")
+BODY = re.compile(rf"\n{PFX}?{HDR} response_body=\{{\{{([^\n]*)\}}\}}")
 USAGE = re.compile(r'"usage": ?\{([^{}]*)\}')
 USAGE_FIELD = re.compile(r'"(prompt|completion)_tokens": ?(\d+)')
 #: The token-id list at the end of ``prompt_token_ids: [`` / ``output_token_ids: [`` (searched from

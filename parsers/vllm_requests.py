@@ -79,7 +79,7 @@ class Requests:
         first_gen = -1
         if P.GENERATED_KEY in rare:
             for m in P.GENERATED.finditer(t):
-                pos = m.start()
+                pos = m.start() + 1  # the patterns begin at the "\n" before their line
                 first_gen = pos if first_gen < 0 else first_gen
                 rid, stream, details, rest = m.groups()
                 n = id_count(rest, P.IDS_OUTPUT)
@@ -92,13 +92,13 @@ class Requests:
             for m in P.PROMPT_IDS.finditer(t):
                 n = id_count(m.group(2), P.IDS_PROMPT)
                 if n >= 0:
-                    out.append((m.start(), PROMPT, m.group(1), n))
+                    out.append((m.start() + 1, PROMPT, m.group(1), n))
         # starts: lines with ids always; any Received line from the stream's first Generated one on
         begin = 0 if self.outputs else first_gen if first_gen >= 0 else len(t)
         self.outputs = self.outputs or first_gen >= 0
         if begin < len(t) or P.RECEIVED_KEY in rare:
-            for m in P.RECEIVED.finditer(t, 0 if P.RECEIVED_KEY in rare else begin):
-                pos = m.start()
+            for m in P.RECEIVED.finditer(t, 0 if P.RECEIVED_KEY in rare else max(begin - 1, 0)):
+                pos = m.start() + 1
                 if pos < begin and id_count(t[m.end():t.find("\n", m.end())], P.IDS_PROMPT) < 0:
                     continue
                 at = line_time(t, pos)

@@ -161,3 +161,16 @@ def test_id_count_reads_the_last_list_and_refuses_cut_ones() -> None:
     assert id_count("prompt_token_ids: [], x", ("prompt_token_ids: [",)) == 0
     assert id_count(", prompt_token_ids: [1, 2, 3", markers) == -1
     assert id_count(", prompt_token_ids: None", markers) == -1
+
+
+def test_a_log_line_quoted_in_a_prompt_or_output_counts_nothing() -> None:
+    """A prompt or an output that quotes a request-log line (on the same physical line) adds no tokens or requests."""
+    quoted_gen = generated("10:00:09", "chatcmpl-fake", [9707, 0, 1, 2, 3]).rstrip("\n")
+    quoted_rec = received("10:00:09", "chatcmpl-q", [1, 2, 3, 4, 5, 6, 7, 8]).rstrip("\n")
+    text = (ARGS + received("10:00:01", "r1", [5, 6, 7], prompt=f"why does my log say:\n{quoted_gen}\n?")
+            + generated("10:00:02", "r1", [8, 9]).replace("output: 'x'", f"output: {quoted_rec!r}"))
+    got = nonzero(scan(text)[0])
+    assert got[("llm_prompt_tokens_total", ("qwen2.5-7b",))] == 3
+    assert got[("llm_generation_tokens_total", ("qwen2.5-7b",))] == 2
+    assert got[("llm_requests_total", ("qwen2.5-7b", "ok"))] == 1
+    assert by_batches(text, 100) == by_records(text)
