@@ -10,6 +10,13 @@ reports medians of wall time, lines per second, CPU seconds (user + system) and 
 
     python3 bench/run.py                    # 1,000,000 lines, 5 rounds
     python3 bench/run.py --lines 200000 --runs 3 --no-mtail
+
+``--mix`` measures the mixed corpus instead: one file per backend (vLLM, llama.cpp, whisper,
+embeddings) in a directory, read by ``logmetrics watch --oneshot DIR`` with no ``--parser`` (every
+file routed to its parser by the engine) and by mtail with ``bench/llm-mix.mtail``; both outputs are
+checked file by file against ``DIR.expected.json`` (``bench/mixcheck.py``).
+
+    python3 bench/run.py --mix              # 1,000,000 lines in 6 files, 5 rounds
 """
 
 from __future__ import annotations
@@ -31,9 +38,14 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
+from bench.mixcheck import check_mix
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 MTAIL_PROG = HERE / "llm.mtail"
+MTAIL_MIX_PROG = HERE / "llm-mix.mtail"
+MIX_FORMAT = 1  # of the mixed corpus' expected.json, as bench/gen_mix.py writes it
 GAUGE_TOLERANCE = 1e-9  # relative; the values are decimals with one digit, divided by 100 for ratios
 FORMAT = 3  # of expected.json, as bench/gen_corpus.py writes it
 
@@ -145,6 +157,20 @@ def ensure_corpus(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
     return expected
 
 
+def ensure_mix(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
+    """Generate the mixed corpus directory (and its expected.json) unless both are there."""
+    expected_path = corpus.with_name(corpus.name + ".expected.json")
+    if not (corpus.is_dir() and expected_path.is_file()):
+        print(f"generating {corpus}/ ({lines} lines, seed {seed})", file=sys.stderr)
+        subprocess.run([sys.executable, str(HERE / "gen_corpus.py"), "--mix", str(corpus), "-n", str(lines),
+                        "--seed", str(seed)], check=True)
+    expected: dict[str, Any] = json.loads(expected_path.read_text())
+    if expected.get("format") != MIX_FORMAT:  # cached by an older generator
+        expected_path.unlink()
+        return ensure_mix(corpus, lines, seed)
+    return expected
+
+
 def version(cmd: Sequence[str]) -> str:
     """First line a ``--version``-style command prints, or ``?``."""
     try:
@@ -155,17 +181,24 @@ def version(cmd: Sequence[str]) -> str:
     return text[0] if text else "?"
 
 
-def verify(run: Run, tool: Tool, expected: dict[str, Any]) -> None:
-    """Exit loudly when a run failed or its output differs from the expected totals."""
+def verify(run: Run, tool: Tool, expected: dict[str, Any], mix: bool = False) -> list[str]:
+    """Exit loudly when a run failed or its output differs from the expected totals; return the
+    notes (figures of the mixed corpus that the tool does not report, which is not a failure)."""
     if run.code != 0:
         err = tool.err.read_text(errors="replace")[-3000:]
         sys.exit(f"FAIL: {tool.name} exited with {run.code}: {' '.join(tool.cmd)}\n{err}")
-    problems = check(tool.out.read_text(errors="replace"), expected, self_metrics=tool.name == "logmetrics",
-                     per_record=tool.name != "logmetrics")
+    text = tool.out.read_text(errors="replace")
+    notes: list[str] = []
+    if mix:
+        problems, notes = check_mix(text, expected, self_metrics=tool.name == "logmetrics",
+                                    per_record=tool.name != "logmetrics")
+    else:
+        problems = check(text, expected, self_metrics=tool.name == "logmetrics", per_record=tool.name != "logmetrics")
     if problems:
         shown = "\n  ".join(problems[:40])
         sys.exit(f"FAIL: {tool.name} output {tool.out} differs from the expected totals "
                  f"({len(problems)} differences):\n  {shown}")
+    return notes
 
 
 def fmt_row(cells: Sequence[str]) -> str:
@@ -184,24 +217,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mtail", action="store_true", help="do not run mtail even when it is installed")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics")
     ap.add_argument("--json", type=Path, help="also write the raw runs and summary to this file")
+    ap.add_argument("--mix", action="store_true",
+                    help="the mixed corpus: a directory with one log per backend, routed by logmetrics itself")
     args = ap.parse_args(argv)
 
     OUT.mkdir(exist_ok=True)
-    corpus: Path = args.corpus or OUT / f"corpus-{args.lines}-{args.seed}.log"
-    expected = ensure_corpus(corpus, args.lines, args.seed)
+    corpus: Path
+    if args.mix:
+        corpus = args.corpus or OUT / f"mix-{args.lines}-{args.seed}"
+        expected = ensure_mix(corpus, args.lines, args.seed)
+        size_mb = sum(f.stat().st_size for f in corpus.iterdir()) / 1e6
+        # no --parser: the engine routes every file; mtail reads every file of the directory
+        lm_args, mtail_prog, mtail_logs, tag = [str(corpus)], MTAIL_MIX_PROG, str(corpus / "*"), "mix"
+    else:
+        corpus = args.corpus or OUT / f"corpus-{args.lines}-{args.seed}.log"
+        expected = ensure_corpus(corpus, args.lines, args.seed)
+        size_mb = corpus.stat().st_size / 1e6
+        lm_args, mtail_prog, mtail_logs, tag = ["--parser", "vllm", str(corpus)], MTAIL_PROG, str(corpus), "run"
     n_lines = int(expected["lines"])
-    size_mb = corpus.stat().st_size / 1e6
 
     tools = [Tool("logmetrics",
-                  [args.python, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm", "--from-beginning",
-                   str(corpus)],
-                  OUT / "run.logmetrics.prom", OUT / "run.logmetrics.err")]
+                  [args.python, "-m", "logmetrics", "watch", "--oneshot", "--from-beginning", *lm_args],
+                  OUT / f"{tag}.logmetrics.prom", OUT / f"{tag}.logmetrics.err")]
     mtail = None if args.no_mtail else shutil.which("mtail")
     if mtail:
         tools.append(Tool("mtail",
-                          [mtail, "--one_shot", "--one_shot_format", "prometheus", "--progs", str(MTAIL_PROG),
-                           "--logs", str(corpus), "--address", "127.0.0.1", "--port", "0", "--logtostderr"],
-                          OUT / "run.mtail.prom", OUT / "run.mtail.err"))
+                          [mtail, "--one_shot", "--one_shot_format", "prometheus", "--progs", str(mtail_prog),
+                           "--logs", mtail_logs, "--address", "127.0.0.1", "--port", "0", "--logtostderr"],
+                          OUT / f"{tag}.mtail.prom", OUT / f"{tag}.mtail.err"))
     elif not args.no_mtail:
         print("mtail is not on PATH: measuring logmetrics alone (Debian: apt-get install mtail)", file=sys.stderr)
 
@@ -213,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{t.name}: {' '.join(t.cmd)}")
 
     runs: dict[str, list[Run]] = {t.name: [] for t in tools}
+    notes: dict[str, list[str]] = {}
     ratios: list[tuple[float, float]] = []
     for rnd in range(args.warmup + args.runs):
         recorded = rnd >= args.warmup
@@ -220,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         this: dict[str, Run] = {}
         for tool in order:
             run = measure(tool)
-            verify(run, tool, expected)
+            notes[tool.name] = verify(run, tool, expected, args.mix)
             this[tool.name] = run
             label = f"round {rnd - args.warmup + 1}" if recorded else "warm-up"
             print(f"  {label:>8}  {tool.name:<10} wall {run.wall:7.3f} s  cpu {run.cpu:7.3f} s  "
@@ -231,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             lm, mt = this["logmetrics"], this["mtail"]
             ratios.append((lm.wall / mt.wall, lm.cpu / mt.cpu if mt.cpu else math.nan))
 
+    for name, ns in notes.items():
+        for note in ns:
+            print(f"note: {name}: {note}")
     print()
     print(fmt_row(["command", "wall s, median (min–max)", "lines/s", "CPU s", "peak RSS MiB"]))
     print(fmt_row(["---"] * 5))
