@@ -5,19 +5,24 @@
 Files (names a deployment would use, so that routing by name has something to go on) and their
 shares of the lines:
 
-    vllm.log                 40 %  vLLM: chatter and decoys, uvicorn access lines, V1 stats lines,
-                                   single-line errors, aborts (``gen_corpus.Corpus`` without llama.cpp)
-    llama-server.log         30 %  llama-server (2025 format): slot launch / new prompt / progress /
-                                   release lines, the per-request timing block (header line and three
-                                   timing lines), ``request:`` lines, context-size and decode errors
-    whisper.log              12 %  LeapfrogAI whisper: task start, language, ``Processing audio with
-                                   duration``, completion, errors (some followed by a traceback)
-    faster-whisper.log        3 %  faster-whisper under Python's default logging format, with the
-                                   ``VAD filter removed ... of audio`` decoy
-    embeddings.log            7 %  LeapfrogAI text-embeddings: request start, tqdm progress bar,
-                                   ``created K embeddings``, gRPC exceptions with a traceback
-    tei-embeddings.log        8 %  text-embeddings-inference: span ``Success`` lines with durations in
-                                   Rust's s / ms / µs notation, validation and overload errors
+    vllm.log                        40 %  vLLM: chatter and decoys, uvicorn access lines, V1 stats
+                                          lines, single-line errors, aborts (``gen_corpus.Corpus``
+                                          without its llama.cpp blocks)
+    llama-server.log                30 %  llama-server (2025 format): slot launch / new prompt /
+                                          progress / release lines, the per-request timing block
+                                          (a header line and three timing lines), ``request:``
+                                          lines, context-size and decode errors
+    whisper.log                     12 %  LeapfrogAI whisper: task start, language, ``Processing
+                                          audio with duration``, completion, errors (some followed
+                                          by a traceback)
+    faster-whisper.log               3 %  faster-whisper under Python's default logging format,
+                                          with the ``VAD filter removed ... of audio`` decoy
+    text-embeddings.log              7 %  LeapfrogAI text-embeddings: request start, tqdm progress
+                                          bar, ``created K embeddings``, gRPC exceptions with a
+                                          traceback
+    text-embeddings-inference.log    8 %  text-embeddings-inference: span ``Success`` lines with
+                                          durations in Rust's s / ms / µs notation, validation and
+                                          overload errors
 
 Every figure in ``expected.json`` is computed here from the values the generator draws (and prints
 with the same rounding), never by parsing the files back.
@@ -49,8 +54,8 @@ FILES: tuple[tuple[str, float], ...] = (
     ("llama-server.log", 0.30),
     ("whisper.log", 0.12),
     ("faster-whisper.log", 0.03),
-    ("embeddings.log", 0.07),
-    ("tei-embeddings.log", 0.08),
+    ("text-embeddings.log", 0.07),
+    ("text-embeddings-inference.log", 0.08),
 )
 
 
@@ -90,8 +95,8 @@ WRITERS: dict[str, Callable[[int], Writer]] = {
     "llama-server.log": LlamaWriter,
     "whisper.log": WhisperWriter,
     "faster-whisper.log": FasterWhisperWriter,
-    "embeddings.log": EmbeddingsWriter,
-    "tei-embeddings.log": TeiWriter,
+    "text-embeddings.log": EmbeddingsWriter,
+    "text-embeddings-inference.log": TeiWriter,
 }
 
 
