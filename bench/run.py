@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mtail", action="store_true", help="do not run mtail even when it is installed")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics")
     ap.add_argument("--json", type=Path, help="also write the raw runs and summary to this file")
+    ap.add_argument("--logmetrics-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for logmetrics watch (repeatable), e.g. --logmetrics-arg=--plugin=x.py")
     ap.add_argument("--mix", action="store_true",
                     help="the mixed corpus: a directory with one log per backend, routed by logmetrics itself")
     args = ap.parse_args(argv)
@@ -237,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     n_lines = int(expected["lines"])
 
     tools = [Tool("logmetrics",
-                  [args.python, "-m", "logmetrics", "watch", "--oneshot", "--from-beginning", *lm_args],
+                  [args.python, "-m", "logmetrics", "watch", "--oneshot", "--from-beginning", *args.logmetrics_arg,
+                   *lm_args],
                   OUT / f"{tag}.logmetrics.prom", OUT / f"{tag}.logmetrics.err")]
     mtail = None if args.no_mtail else shutil.which("mtail")
     if mtail:
