@@ -102,6 +102,9 @@ class Store:
     _seen: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     _unknown: set[str] = field(default_factory=set)
     _warned: set[Key] = field(default_factory=set)
+    #: Counter and histogram series whose labels the guard admitted unchanged, by (metric, backend,
+    #: source, the event's own labels): their next events skip the checks (one per series).
+    _admitted: dict[tuple[str, str, str, tuple[str, ...]], tuple[Family, Key]] = field(default_factory=dict)
 
     def register(self, families: Iterable[Family]) -> None:
         """Add a plugin's own families (validated at load)."""
@@ -159,6 +162,21 @@ class Store:
 
     def _one(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
         """Apply one event (lock held); raises TypeError and the like on a malformed one."""
+        if type(ev) is Event and type(ev.labels) is tuple:
+            hit = self._admitted.get((ev.metric, ev.backend or backend, source, ev.labels))
+            value = ev.value
+            if hit is not None and (type(value) is float or (type(value) is int and value < 1 << 53)) \
+                    and 0.0 <= value < INF:
+                known, key = hit  # a series met before, its labels admitted unchanged: no checks again
+                if known.kind == "counter":
+                    self.counters[key] = self.counters.get(key, 0.0) + value
+                    return
+                hist = self.histograms.get(key)
+                if hist is not None:
+                    hist.buckets[bisect_left(known.buckets, value)] += 1
+                    hist.sum += value
+                    hist.count += 1
+                    return
         fam = self.families.get(ev.metric)
         if fam is None and ev.metric == TIMED_OUT and not ev.labels:
             fam, ev = SELF_BY_NAME[TIMED_OUT], ev._replace(labels=(backend,))
@@ -181,8 +199,11 @@ class Store:
         if fam.name == TIMED_OUT:  # an engine counter: its own labels, no backend or source
             self.counters[(TIMED_OUT, ev.labels)] = self.counters.get((TIMED_OUT, ev.labels), 0.0) + value
             return
-        labels = self._guard(ev.metric, (ev.backend or backend, source, *ev.labels), fam)
+        full = (ev.backend or backend, source, *ev.labels)
+        labels = self._guard(ev.metric, full, fam)
         key = (ev.metric, labels)
+        if labels is full and kind != "gauge" and type(ev) is Event and type(ev.labels) is tuple:
+            self._admitted[(ev.metric, full[0], source, ev.labels)] = (fam, key)
         if kind == "counter":
             self.counters[key] = self.counters.get(key, 0.0) + value
         elif kind == "gauge":

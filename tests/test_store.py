@@ -173,3 +173,15 @@ def test_load_leaves_out_values_no_series_can_hold() -> None:
     }
     assert store.load(data) == 1
     assert store.counters == {("llm_generation_tokens_total", ("p", "s\\xe9", "m")): 3}
+
+
+def test_known_series_take_the_fast_path_with_the_same_checks() -> None:
+    """A series met before still refuses NaN, negative and huge values, and counts as the first event did."""
+    store = Store()
+    ok = Event("llm_prompt_tokens_total", ("m",), 2)
+    assert store.apply([ok, ok, Event("llm_request_duration_seconds", ("m",), 0.5)] * 2, "p", "s") == []
+    bad = [Event("llm_prompt_tokens_total", ("m",), v) for v in (float("nan"), -1, 10**400, float("inf"))]
+    assert len(store.apply(bad, "p", "s")) == 4
+    assert store.counters[("llm_prompt_tokens_total", ("p", "s", "m"))] == 8
+    assert store.histograms[("llm_request_duration_seconds", ("p", "s", "m"))].count == 2
+    assert store.counters[("logmetrics_values_rejected_total", ("p", "llm_prompt_tokens_total"))] == 4
