@@ -158,8 +158,9 @@ def cli(verbose: int) -> None:
 @click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
               help="Keep counters, read positions and parser state in PATH (saved every 10 s and at exit), "
                    "so that a restart goes on where it stopped: lines written meanwhile are counted, none twice.")
-@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 20, show_default=True, metavar="BYTES",
-              help="Longer lines are cut to this length and counted in logmetrics_lines_truncated_total.")
+@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True, metavar="BYTES",
+              help="Longer lines are cut to this length, counted in logmetrics_lines_truncated_total and "
+                   "reported once per source (8 MiB holds a vLLM request line with a 700k-token prompt).")
 @click.option("--process", "processes", multiple=True, metavar="BACKEND=PATTERN", callback=_processes,
               help=PROCESS_HELP)
 def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,

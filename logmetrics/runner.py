@@ -160,6 +160,7 @@ class Runner:
         self._polled_at = time.time()
         self._saved = time.monotonic()
         self._save_failed = False
+        self._cut_warned: set[str] = set()  # sources whose cut lines were reported
         if opts.state_file is not None:
             self._load_state(opts.state_file)
 
@@ -228,12 +229,27 @@ class Runner:
             self.engine.feed(chunk)
         for path in gone:
             self.engine.vanished(path)
+        if len(self.stats.lines_truncated) > len(self._cut_warned):
+            self._warn_cut()
         return len(chunks)
+
+    def _warn_cut(self) -> None:
+        """Say once per source that a line was cut at the cap: what it held past it is lost."""
+        for path, n in self.stats.lines_truncated.items():
+            if n and path not in self._cut_warned:
+                self._cut_warned.add(path)
+                log.warning("%s: a line longer than --max-line-bytes (%d) was cut; what it held past the cap "
+                            "is not counted (a vLLM prompt's token ids, say): raise --max-line-bytes if such lines "
+                            "are expected (counted in logmetrics_lines_truncated_total)",
+                            self.engine.source_label(path), self.opts.max_line_bytes)
 
     def drain(self, progress: Progress | None = None) -> None:
         """Read to the end of every input (``--oneshot``), reporting progress if asked."""
+        read = self.stats.bytes_read
         while True:
-            if self.poll():
+            before = sum(read.values())
+            # a poll may read part of a line longer than a poll's budget and give no chunk: go on
+            if self.poll() or sum(read.values()) != before:
                 if progress is not None:
                     progress.update(self.stats)
                 continue
@@ -247,6 +263,7 @@ class Runner:
                 for chunk in src.flush():
                     self.engine.feed(chunk)
         self.engine.finish()
+        self._warn_cut()
 
     def follow(self) -> None:
         """Poll until asked to stop; quiet periods complete held-back records."""

@@ -195,3 +195,28 @@ def test_stdin_oneshot() -> None:
     got = samples(proc.stdout, "http_requests_total")
     assert sum(v for _, v in got) == n, got
     assert {labels.get("source") for labels, v in got if v} == {"piped"}, got
+
+
+def test_a_cut_line_is_reported_once_per_source(tmp_path: Path) -> None:
+    """A line longer than --max-line-bytes is counted and reported once on stderr; the lines around it still count."""
+    log = tmp_path / "vllm.log"
+    access = 'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
+    log.write_text(access + "INFO x " + "y" * 5000 + "\n" + "INFO x " + "z" * 5000 + "\n" + access)
+    proc = run("watch", "--oneshot", "--max-line-bytes", "1024", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("was cut") == 1, proc.stderr
+    got = parse(proc.stdout)
+    assert sum(v for (name, _), v in got.items() if name == "logmetrics_lines_truncated_total") == 2
+    assert sum(v for (name, _), v in got.items() if name == "http_requests_total") == 2
+
+
+def test_oneshot_reads_past_a_line_longer_than_one_poll(tmp_path: Path) -> None:
+    """--oneshot reads on past a 3 MB line (more than one poll reads of a file) to the lines after it."""
+    log = tmp_path / "vllm.log"
+    access = 'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n'
+    log.write_text("INFO x " + "y" * (3 << 20) + "\n" + access)
+    proc = run("watch", "--oneshot", str(log))
+    assert proc.returncode == 0, proc.stderr
+    got = parse(proc.stdout)
+    assert sum(v for (name, _), v in got.items() if name == "http_requests_total") == 1
+    assert sum(v for (name, _), v in got.items() if name == "logmetrics_lines_truncated_total") == 0
