@@ -8,14 +8,10 @@ Token counters are exact where the log has per-request counts (``vllm_requests``
 of the request log, logged response bodies' ``usage``), from the first line that counts a series
 of a model on. Otherwise they are estimates: vLLM logs no per-request token counts by default, so
 ``llm_prompt_tokens_total`` / ``llm_generation_tokens_total`` integrate the logged average
-throughput over the time since the previous stats line of the same engine (``tokens/s x dt``,
-dt from the lines' own ``MM-DD HH:MM:SS`` stamps). The first line of an engine only sets the
-baseline. dt is capped at 60 s; V1 logs a line every fixed interval and drops idle intervals to
-DEBUG, so after a gap a V1 line covers one interval only: its dt is also capped at the shortest
-interval seen for that engine plus one second (the stamps have a resolution of one second).
+throughput over the time since the previous stats line of the same engine (``vllm_stats``).
 
-Gauges follow the last stats line of each engine; with several engines (data parallelism) counts
-and throughputs are summed over the engines and ratios averaged.
+Gauges follow the last stats line of each engine (``vllm_stats``); with several engines (data
+parallelism) counts and throughputs are summed over the engines and ratios averaged.
 
 Series that start at 0: only those the log seen so far can move. Always (once per stream):
 ``backend_restarts_total`` and ``backend_errors_total`` for every error type (any version can
@@ -44,8 +40,6 @@ scanner 404s fold into ``__not_found__``.
 
 from __future__ import annotations
 
-import calendar
-import time
 from bisect import bisect_left
 from collections import Counter
 from typing import ClassVar
@@ -71,10 +65,9 @@ from .vllm_startup import (
     model_from,
     startup_kind,
 )
+from .vllm_stats import Stats
 
-MAX_DT = 60
 MAX_PENDING = 10000
-MAX_ENGINES = 256
 # Kinds of the rare, model-labelled lines, kept with their position until their segment is done.
 FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE, CAN = range(8)
 #: What request lines show the log can produce (see the class docstring).
@@ -105,19 +98,6 @@ def aborted_ids(ids: str | None) -> int:
     return 1 if not ids else len([i for i in ids.split(",") if i.strip()])
 
 
-class _Engine:
-    """One engine index: its last stats line (parsed when the gauges are emitted), baseline."""
-
-    __slots__ = ("last", "line", "min_dt", "prefix", "prefix_tail")
-
-    def __init__(self) -> None:
-        self.line: tuple[str | None, ...] = ()
-        self.prefix_tail = ""
-        self.last: int | None = None
-        self.min_dt = 0
-        self.prefix: float | None = None
-
-
 class VllmParser(Parser):
     """vLLM OpenAI-compatible server logs, V0 (0.2 - 0.10) and V1 (0.7 - 0.33)."""
 
@@ -129,12 +109,10 @@ class VllmParser(Parser):
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
         self._zeroed: dict[str, set[str]] = {}
-        self._engines: dict[str, _Engine] = {}
+        self._stats = Stats()  # the engines' last stats lines, and the clock of the line stamps
         self._started: dict[str, int] = {}
         self._preempt_total = 0
         self._startup = Startup()
-        self._minutes: dict[str, int | None] = {}
-        self._year_month = (0, 0)
         self._records = Records()
         self._ready = False  # the server said it is ready and has not stopped since
         self._announce = False  # ``learn`` found it ready: say so with the next events
@@ -206,10 +184,7 @@ class VllmParser(Parser):
         t = "\n" + text if text.endswith("\n") else "\n" + text + "\n"
         if "\r" in t:
             t = t.replace("\r\n", "\n")
-        tm = time.gmtime(now)
-        if (tm.tm_year, tm.tm_mon) != self._year_month:
-            self._year_month = (tm.tm_year, tm.tm_mon)
-            self._minutes.clear()
+        self._stats.clock.at(now)
         rare = Counter(self._rare.findall(t))
         if any(key in P.STARTUP_KEYS or "\u2580" <= key[-1:] <= "\u259f" for key in rare):
             found = [*P.STARTUP.finditer(t), *P.LOGO_MODEL.finditer(t)]
@@ -266,7 +241,7 @@ class VllmParser(Parser):
                 self._crash = False
             if kind >= 0 and kind not in (MODEL_ONLY, STOPPED, DEAD):  # a start-up or ready: a crash is over
                 self._crash = False
-            if kind >= 0 and self._control(kind, value, self._line_time(t, pos), events):
+            if kind >= 0 and self._control(kind, value, self._stats.clock.line_time(t, pos), events):
                 if kind == LOGO:  # a line of a multi-line record
                     records.inside.append(end)
                 else:
@@ -373,7 +348,7 @@ class VllmParser(Parser):
         if P.ADDED_V1 in rare and not self._caps.issuperset(V1_REQUESTS):
             items.extend((m.start(), CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
         if P.REQUEST_KEYS.intersection(rare) or self._requests.outputs:
-            items.extend(self._requests.items(t, rare, self._line_time))
+            items.extend(self._requests.items(t, rare, self._stats.clock.line_time))
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
@@ -382,32 +357,10 @@ class VllmParser(Parser):
             items.extend((m.start(), V0_PREFIX, m.group(1), 0) for m in P.V0_PREFIX.finditer(t))
         if P.ADDED_V0 in rare or P.FINISHED_V0 in rare:
             for m in P.V0_REQUEST.finditer(t):
-                at = self._line_time(t, m.start())
+                at = self._stats.clock.line_time(t, m.start())
                 if at is not None:
                     items.append((m.start(), ADDED if m.group(1) == "Added" else DONE, m.group(2), at))
         return ended
-
-    def _line_time(self, t: str, pos: int) -> int | None:
-        """The time in the vLLM header of the line holding position ``pos``, if it has one."""
-        h = P.LINE_TIME.match(t, t.rfind("\n", 0, pos) + 1)
-        return self._secs(h.group(1), h.group(2)) if h else None
-
-    def _secs(self, minute: str, seconds: str) -> int | None:
-        """Seconds of a year-inferred, zone-less clock for ``MM-DD HH:MM`` and ``SS``."""
-        base = self._minutes.get(minute, -1)
-        if base == -1:
-            base = None
-            year, month = self._year_month
-            mon, dom, hh, mm = int(minute[:2]), int(minute[3:5]), int(minute[6:8]), int(minute[9:11])
-            if 1 <= mon <= 12 and 1 <= dom <= 31 and hh < 24 and mm < 60:
-                # no year in the line: the one that puts it within six months of the batch's time
-                # (December lines read in January are last year's, and the other way round)
-                year += (mon - month < -6) - (mon - month > 6)
-                base = calendar.timegm((year, mon, dom, hh, mm, 0))
-            if len(self._minutes) >= 4096:
-                self._minutes.clear()
-            self._minutes[minute] = base
-        return None if base is None else base + int(seconds)
 
     # -- model-labelled rules, one segment (between two start-up lines) at a time -------------
 
@@ -419,75 +372,16 @@ class VllmParser(Parser):
         model = (self.model,)
         out: list[Event] = []
         matched = finished
-        p1 = g1 = p0 = g0 = 0.0  # tokens integrated from V1 / V0 lines
-        seen1 = seen0 = False
         # from these positions on, the tokens are counted from per-request lines, not integrated
         p_from, g_from = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
             else (b, b)
-        preempted = lines = 0
-        v1 = preempt_field = any_v0 = False
-        engines = self._engines
-        minutes = self._minutes
-        head = P.STATS_HEAD.fullmatch
-        rfind = t.rfind
-        for m in P.STATS_TAIL.finditer(t, a, b):
-            start = m.start()
-            h = head(t, rfind("\n", 0, start) + 1, start)
-            if h is None:  # the text inside some other line (a prompt, a paste)
-                continue
-            lines += 1
-            if served is not None:
-                served.append(start)
-            line = h.groups() + m.groups()
-            minute, seconds, index, agg, prompt, gen, _running, _pending, waiting, rest = line
-            key = index or ("agg" if agg else "")
-            eng = engines.get(key)
-            if eng is None:
-                if len(engines) >= MAX_ENGINES:
-                    engines.clear()
-                eng = engines[key] = _Engine()
-            eng.line = line
-            v1 = waiting is not None
-            if not v1:
-                any_v0 = True
-            if "Prefix cache" in rest:  # 0.33 leaves it out when there were no queries: keep the last one
-                eng.prefix_tail = rest
-            if v1 and "Preemptions" in rest:
-                preempt_field = True
-                pm = P.PREEMPTIONS.search(rest)
-                preempted += int(pm.group(1)) if pm else 0
-            if minute is None:
-                continue
-            base = minutes.get(minute, -1)
-            secs = (None if base is None else base + int(seconds)) if base != -1 else self._secs(minute, seconds)
-            if secs is None:
-                continue
-            last = eng.last
-            eng.last = secs
-            if last is None or secs <= last:
-                continue
-            dt = secs - last
-            if dt < eng.min_dt or (not eng.min_dt and dt <= MAX_DT):  # the shortest: the logging interval
-                eng.min_dt = dt
-            if dt > MAX_DT:
-                dt = MAX_DT
-            if start >= p_from and start >= g_from:
-                continue
-            if v1:
-                if eng.min_dt and dt > eng.min_dt + 1:
-                    dt = eng.min_dt + 1
-                p1 += float(prompt) * dt if start < p_from else 0.0
-                g1 += float(gen) * dt if start < g_from else 0.0
-                seen1 = True
-            else:
-                p0 += float(prompt) * dt if start < p_from else 0.0
-                g0 += float(gen) * dt if start < g_from else 0.0
-                seen0 = True
+        stats = self._stats.scan(t, a, b, p_from, g_from, served)
+        lines = stats.lines
         matched += lines
-        gauge_rule = ("stats_v1" if v1 else "stats_v0") if lines else ""
+        gauge_rule = ("stats_v1" if stats.v1 else "stats_v0") if lines else ""
         if gauge_rule:
             self._startup.serving()
-            self._can("tokens", "preempt") if preempt_field or any_v0 else self._can("tokens")
+            self._can("tokens", "preempt") if stats.preempt_field or stats.any_v0 else self._can("tokens")
         self._seg_stats = lines
         ok = 0
         aborted, aborted_lines, failed = ended
@@ -517,7 +411,7 @@ class VllmParser(Parser):
                 self._records.dynamic.add(t.rfind("\n", 0, pos))
                 out.append(Event("llm_preemptions_total", model, increase, rule="preemption"))
             elif kind == V0_PREFIX:
-                engines.setdefault("", _Engine()).prefix = float(value) / 100.0
+                self._stats.v0_prefix(value)
                 gauge_rule = gauge_rule or "stats_v0"
             elif kind == CAN:
                 caps = V1_REQUESTS if value == "v1" else V0_REQUESTS
@@ -544,54 +438,20 @@ class VllmParser(Parser):
         for outcome, count in (("ok", ok + finished), ("aborted", aborted), ("error", failed)):
             if count:
                 out.append(Event("llm_requests_total", (*model, outcome), count, rule="lifecycle"))
-        for rule, prompt_tokens, gen_tokens, seen in (("stats_v0", p0, g0, seen0), ("stats_v1", p1, g1, seen1)):
+        for rule, prompt_tokens, gen_tokens, seen in stats.tokens:
             if seen:
                 if p_from:
                     out.append(Event("llm_prompt_tokens_total", model, prompt_tokens, rule=rule))
                 if g_from:
                     out.append(Event("llm_generation_tokens_total", model, gen_tokens, rule=rule))
-        if preempted:
-            out.append(Event("llm_preemptions_total", model, preempted, rule="stats_v1"))
+        if stats.preempted:
+            out.append(Event("llm_preemptions_total", model, stats.preempted, rule="stats_v1"))
         if gauge_rule:
-            self._gauges(model, gauge_rule, out)
+            self._stats.gauges(model, gauge_rule, out)
         if out or self._caps_new:
             self._zeros(self.model, events)
             events.extend(out)
         return matched
-
-    def _gauges(self, model: tuple[str], rule: str, out: list[Event]) -> None:
-        """One event per gauge: sums over the engines' last lines, ratios averaged."""
-        kv: list[float] = []
-        prefix: list[float] = []
-        running = waiting = 0
-        prompt = gen = 0.0
-        for e in self._engines.values():
-            if e.line:
-                p, g, run, pending, wait, rest = e.line[4:]
-                running += int(run or 0)
-                waiting += int(pending or wait or 0)
-                prompt += float(p or 0)
-                gen += float(g or 0)
-                rest = rest or ""
-                m = P.KV_USAGE.search(rest)
-                if m:
-                    kv.append(float(m.group(1)) / 100.0)
-            if e.prefix_tail:
-                m = P.PREFIX_HIT.search(e.prefix_tail)
-                if m:
-                    e.prefix = float(m.group(1)) / 100.0
-                e.prefix_tail = ""
-            if e.prefix is not None:
-                prefix.append(e.prefix)
-        if any(e.line for e in self._engines.values()):
-            out.append(Event("llm_requests_running", model, running, rule=rule))
-            out.append(Event("llm_requests_waiting", model, waiting, rule=rule))
-            out.append(Event("llm_prompt_throughput_tokens_per_second", model, prompt, rule=rule))
-            out.append(Event("llm_generation_throughput_tokens_per_second", model, gen, rule=rule))
-        if kv:
-            out.append(Event("llm_kv_cache_usage_ratio", model, sum(kv) / len(kv), rule=rule))
-        if prefix:
-            out.append(Event("llm_prefix_cache_hit_ratio", model, sum(prefix) / len(prefix), rule=rule))
 
     def _zeros(self, model: str, events: list[Event]) -> None:
         """Zero-valued counter events, once per model and series, for the series the log can move."""
@@ -638,7 +498,7 @@ class VllmParser(Parser):
             if kind != LOGO:  # the logo may show the path; the served name follows in the args
                 self._zeros(model, events)
         if starts:
-            self._engines.clear()
+            self._stats.engines.clear()
             self._started.clear()
             self._requests.restart()
             self._preempt_total = 0
@@ -656,7 +516,7 @@ class VllmParser(Parser):
         Said only of a server known to have been up, to have logged stats or to serve a model: an
         excerpt's first lines must not make a ``model="unknown"`` series out of nothing.
         """
-        if self._ready or self._engines or self.model != UNKNOWN_MODEL:
+        if self._ready or self._stats.engines or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
         self._ready = self._announce = False
 
@@ -670,7 +530,7 @@ class VllmParser(Parser):
         life.sort()
         matched = 0
         last_stop = -1
-        live = bool(self._engines) or self.model != UNKNOWN_MODEL
+        live = bool(self._stats.engines) or self.model != UNKNOWN_MODEL
         stats_at = t.find(P.STATS_MARK)
         for pos, kind, _ in life:
             if kind == READY:

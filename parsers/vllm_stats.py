@@ -1,0 +1,206 @@
+"""vLLM's periodic stats lines: per-engine gauges and token estimates from the logged throughputs.
+
+``Stats.scan`` reads the stats lines of one segment of a chunk (between two start-up lines) and
+integrates the logged average throughputs over the time since the previous line of the same
+engine (``tokens/s x dt``, dt from the lines' own ``MM-DD HH:MM:SS`` stamps, read by ``Clock``).
+The first line of an engine only sets the baseline. dt is capped at 60 s; V1 logs a line every
+fixed interval and drops idle intervals to DEBUG, so after a gap a V1 line covers one interval
+only: its dt is also capped at the shortest interval seen for that engine plus one second (the
+stamps have a resolution of one second).
+
+``Stats.gauges`` follows the last stats line of each engine; with several engines (data
+parallelism) counts and throughputs are summed over the engines and ratios averaged.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import NamedTuple
+
+from logmetrics.events import Event
+
+from . import vllm_patterns as P
+
+MAX_DT = 60
+MAX_ENGINES = 256
+
+
+class Engine:
+    """One engine index: its last stats line (parsed when the gauges are emitted), baseline."""
+
+    __slots__ = ("last", "line", "min_dt", "prefix", "prefix_tail")
+
+    def __init__(self) -> None:
+        self.line: tuple[str | None, ...] = ()
+        self.prefix_tail = ""
+        self.last: int | None = None
+        self.min_dt = 0
+        self.prefix: float | None = None
+
+
+class Clock:
+    """Seconds of vLLM's year-less ``MM-DD HH:MM:SS`` line stamps, the year inferred from the
+    batch's time; memoised per minute."""
+
+    __slots__ = ("minutes", "year_month")
+
+    def __init__(self) -> None:
+        self.minutes: dict[str, int | None] = {}
+        self.year_month = (0, 0)
+
+    def at(self, now: float) -> None:
+        """The batch's time (Unix seconds): the year and month the stamps are read against."""
+        tm = time.gmtime(now)
+        if (tm.tm_year, tm.tm_mon) != self.year_month:
+            self.year_month = (tm.tm_year, tm.tm_mon)
+            self.minutes.clear()
+
+    def line_time(self, t: str, pos: int) -> int | None:
+        """The time in the vLLM header of the line holding position ``pos``, if it has one."""
+        h = P.LINE_TIME.match(t, t.rfind("\n", 0, pos) + 1)
+        return self.secs(h.group(1), h.group(2)) if h else None
+
+    def secs(self, minute: str, seconds: str) -> int | None:
+        """Seconds of a year-inferred, zone-less clock for ``MM-DD HH:MM`` and ``SS``."""
+        base = self.minutes.get(minute, -1)
+        if base == -1:
+            base = None
+            year, month = self.year_month
+            mon, dom, hh, mm = int(minute[:2]), int(minute[3:5]), int(minute[6:8]), int(minute[9:11])
+            if 1 <= mon <= 12 and 1 <= dom <= 31 and hh < 24 and mm < 60:
+                # no year in the line: the one that puts it within six months of the batch's time
+                # (December lines read in January are last year's, and the other way round)
+                year += (mon - month < -6) - (mon - month > 6)
+                base = calendar.timegm((year, mon, dom, hh, mm, 0))
+            if len(self.minutes) >= 4096:
+                self.minutes.clear()
+            self.minutes[minute] = base
+        return None if base is None else base + int(seconds)
+
+
+class Scanned(NamedTuple):
+    """What the stats lines of one segment gave."""
+
+    lines: int  # stats lines read
+    v1: bool  # the last one is a V1 line
+    any_v0: bool
+    preempt_field: bool  # a V1 line with the ``Preemptions:`` field (0.13+)
+    preempted: int  # the sum of those fields
+    tokens: tuple[tuple[str, float, float, bool], ...]  # (rule, prompt, generation, seen) for V0 and V1
+
+
+class Stats:
+    """The engines' last stats lines and baselines, and the clock their stamps are read with."""
+
+    __slots__ = ("clock", "engines")
+
+    def __init__(self) -> None:
+        self.engines: dict[str, Engine] = {}
+        self.clock = Clock()
+
+    def scan(self, t: str, a: int, b: int, p_from: int, g_from: int, served: list[int] | None) -> Scanned:
+        """The stats lines in ``t[a:b]``; tokens integrated only for lines before ``p_from`` (prompt)
+        and ``g_from`` (generation). The positions of the lines go to ``served`` if given."""
+        p1 = g1 = p0 = g0 = 0.0  # tokens integrated from V1 / V0 lines
+        seen1 = seen0 = False
+        preempted = lines = 0
+        v1 = preempt_field = any_v0 = False
+        engines = self.engines
+        minutes = self.clock.minutes
+        secs_of = self.clock.secs
+        head = P.STATS_HEAD.fullmatch
+        rfind = t.rfind
+        for m in P.STATS_TAIL.finditer(t, a, b):
+            start = m.start()
+            h = head(t, rfind("\n", 0, start) + 1, start)
+            if h is None:  # the text inside some other line (a prompt, a paste)
+                continue
+            lines += 1
+            if served is not None:
+                served.append(start)
+            line = h.groups() + m.groups()
+            minute, seconds, index, agg, prompt, gen, _running, _pending, waiting, rest = line
+            key = index or ("agg" if agg else "")
+            eng = engines.get(key)
+            if eng is None:
+                if len(engines) >= MAX_ENGINES:
+                    engines.clear()
+                eng = engines[key] = Engine()
+            eng.line = line
+            v1 = waiting is not None
+            if not v1:
+                any_v0 = True
+            if "Prefix cache" in rest:  # 0.33 leaves it out when there were no queries: keep the last one
+                eng.prefix_tail = rest
+            if v1 and "Preemptions" in rest:
+                preempt_field = True
+                pm = P.PREEMPTIONS.search(rest)
+                preempted += int(pm.group(1)) if pm else 0
+            if minute is None:
+                continue
+            base = minutes.get(minute, -1)
+            secs = (None if base is None else base + int(seconds)) if base != -1 else secs_of(minute, seconds)
+            if secs is None:
+                continue
+            last = eng.last
+            eng.last = secs
+            if last is None or secs <= last:
+                continue
+            dt = secs - last
+            if dt < eng.min_dt or (not eng.min_dt and dt <= MAX_DT):  # the shortest: the logging interval
+                eng.min_dt = dt
+            if dt > MAX_DT:
+                dt = MAX_DT
+            if start >= p_from and start >= g_from:
+                continue
+            if v1:
+                if eng.min_dt and dt > eng.min_dt + 1:
+                    dt = eng.min_dt + 1
+                p1 += float(prompt) * dt if start < p_from else 0.0
+                g1 += float(gen) * dt if start < g_from else 0.0
+                seen1 = True
+            else:
+                p0 += float(prompt) * dt if start < p_from else 0.0
+                g0 += float(gen) * dt if start < g_from else 0.0
+                seen0 = True
+        return Scanned(lines, v1, any_v0, preempt_field, preempted,
+                       (("stats_v0", p0, g0, seen0), ("stats_v1", p1, g1, seen1)))
+
+    def v0_prefix(self, value: str) -> None:
+        """A V0 ``Prefix cache hit rate: GPU: x%`` line (engine without an index)."""
+        self.engines.setdefault("", Engine()).prefix = float(value) / 100.0
+
+    def gauges(self, model: tuple[str], rule: str, out: list[Event]) -> None:
+        """One event per gauge: sums over the engines' last lines, ratios averaged."""
+        kv: list[float] = []
+        prefix: list[float] = []
+        running = waiting = 0
+        prompt = gen = 0.0
+        for e in self.engines.values():
+            if e.line:
+                p, g, run, pending, wait, rest = e.line[4:]
+                running += int(run or 0)
+                waiting += int(pending or wait or 0)
+                prompt += float(p or 0)
+                gen += float(g or 0)
+                rest = rest or ""
+                m = P.KV_USAGE.search(rest)
+                if m:
+                    kv.append(float(m.group(1)) / 100.0)
+            if e.prefix_tail:
+                m = P.PREFIX_HIT.search(e.prefix_tail)
+                if m:
+                    e.prefix = float(m.group(1)) / 100.0
+                e.prefix_tail = ""
+            if e.prefix is not None:
+                prefix.append(e.prefix)
+        if any(e.line for e in self.engines.values()):
+            out.append(Event("llm_requests_running", model, running, rule=rule))
+            out.append(Event("llm_requests_waiting", model, waiting, rule=rule))
+            out.append(Event("llm_prompt_throughput_tokens_per_second", model, prompt, rule=rule))
+            out.append(Event("llm_generation_throughput_tokens_per_second", model, gen, rule=rule))
+        if kv:
+            out.append(Event("llm_kv_cache_usage_ratio", model, sum(kv) / len(kv), rule=rule))
+        if prefix:
+            out.append(Event("llm_prefix_cache_hit_ratio", model, sum(prefix) / len(prefix), rule=rule))
