@@ -275,8 +275,9 @@ class Engine:
             return
         batch = Batch(stream.source, text, stream.time, lines)
         errors = 0
+        models: list[str] = []  # the models of the records that gave events (record by record)
         if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
-            events, matched, matched_lines, errors = self._one_by_one(parser, batch)
+            events, matched, matched_lines, errors = self._one_by_one(parser, batch, models)
         else:
             try:
                 result = parser.parse_batch(batch)
@@ -289,8 +290,11 @@ class Engine:
                 events, matched, matched_lines = [], 0, 0
                 errors = len(split_records(batch.text, record_rule(type(parser))))
                 self._raised(parser, exc)
-        if events and parser.model not in stream.zeroed:
-            events = self._zeros(stream, parser, events)
+        if events:
+            models.append(parser.model)
+            new = [m for m in dict.fromkeys(models) if m not in stream.zeroed]
+            if new:
+                events = self._zeros(stream, parser, new, events)
         if stream.model is not None and events:
             events = self._relabel(events, stream.model)
         name = parser.name
@@ -308,18 +312,20 @@ class Engine:
                 if stream.unmatched >= NO_MATCH_LINES:
                     self._no_match(stream)
 
-    def _zeros(self, stream: Stream, parser: Parser, events: list[Event]) -> list[Event]:
-        """``events`` after the zero-valued events of ``parser.zero_series`` for its current model,
-        once per stream and model (a bounded set: a stream serves few models)."""
-        model = parser.model
-        if len(stream.zeroed) >= 64:
-            stream.zeroed.clear()
-        stream.zeroed.add(model)
-        try:
-            zeros = [Event(metric, tuple(labels), 0, rule="zero") for metric, labels in parser.zero_series(model)]
-        except PLUGIN_ERRORS as exc:
-            self._raised(parser, exc)
-            return events
+    def _zeros(self, stream: Stream, parser: Parser, models: list[str], events: list[Event]) -> list[Event]:
+        """``events`` after the zero-valued events of ``parser.zero_series`` for ``models`` (the
+        parser's models during the batch that are new to the stream), once per stream and model (a
+        bounded set: a stream serves few models)."""
+        zeros: list[Event] = []
+        for model in models:
+            if len(stream.zeroed) >= 64:
+                stream.zeroed.clear()
+            stream.zeroed.add(model)
+            try:
+                zeros += [Event(metric, tuple(labels), 0, rule="zero") for metric, labels in parser.zero_series(model)]
+            except PLUGIN_ERRORS as exc:
+                self._raised(parser, exc)
+                return events
         return zeros + events if zeros else events
 
     def _relabel(self, events: list[Event], model: str) -> list[Event]:
@@ -336,11 +342,14 @@ class Engine:
             out.append(ev)
         return out
 
-    def _one_by_one(self, parser: Parser, batch: Batch) -> tuple[list[Event], int, int, int]:
+    def _one_by_one(self, parser: Parser, batch: Batch, models: list[str]) -> tuple[list[Event], int, int, int]:
         """``parse`` on each record that passes the prefilter: (events, records matched, their
-        physical lines, records that raised)."""
+        physical lines, records that raised). The parser's model after each record that gave
+        events goes to ``models`` when it changed, so that a model the log leaves within the batch
+        has its zero series too."""
         events: list[Event] = []
         matched = lines = errors = 0
+        model = None
         pre = parser.prefilter
         for text in split_records(batch.text, record_rule(type(parser))):
             if pre and not any(p in text for p in pre):
@@ -355,6 +364,9 @@ class Engine:
                 events += got
                 matched += 1
                 lines += text.count("\n") + 1
+                if parser.model != model:
+                    model = parser.model
+                    models.append(model)
         return events, matched, lines, errors
 
     def _raised(self, parser: Parser, exc: BaseException) -> None:

@@ -27,7 +27,8 @@ sets it and not ``shapes`` has its records cut by it, line by line.
 
 Counters at zero: ``zero_series(model)`` names the series (metric, label values) to start at 0;
 the engine applies it once per stream and model, when a batch of the stream produced events, for
-the model in ``self.model``. ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
+the model in ``self.model`` (after each record that gave events, for a ``parse`` parser: a model
+the log leaves within a batch gets its zeros too). ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
 ``logmetrics.testing.check_events`` checks events against the catalog in a parser's tests.
 
 Built-in parsers and third-party ones are found the same way, through the ``logmetrics.parsers``

@@ -393,6 +393,22 @@ def test_a_stateful_parse_plugin_with_shapes_zeros_and_unmatched_lines(tmp_path:
     assert total(got, "logmetrics_lines_unmatched_total", parser="nodeapp") == 2  # 'listening', 'GET /'
 
 
+def test_zero_series_for_each_model_a_batch_passes_through(tmp_path: Path) -> None:
+    """A log that serves m1, then m2, in one batch gets the declared zero series of both models."""
+    (tmp_path / "node.py").write_text(NODE_PLUGIN)
+    # 'GET /' last: the engine holds a stream's last record back until the end of the input
+    (tmp_path / "app.log").write_text("serving m1\nTypeError: a is undefined\n    at f (/app/a.js:1:2)\n"
+                                      "serving m2\nGET /\n")
+    out = oneshot("--plugin", str(tmp_path / "node.py"), "--parser", "nodeapp", "--source", "stdin",
+                  str(tmp_path / "app.log"))
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    for model in ("m1", "m2"):
+        assert ("backend_errors_total", (("backend", "nodeapp"), ("error_type", "timeout"), ("model", model),
+                                         ("source", "stdin"))) in got, model
+    assert total(got, "backend_errors_total", model="m1") == 1
+
+
 def test_a_parse_batch_plugin_says_how_many_lines_matched(tmp_path: Path) -> None:
     """A parse_batch() plugin's third value, its matched lines, decides the unmatched lines."""
     (tmp_path / "node.py").write_text(NODE_PLUGIN)
