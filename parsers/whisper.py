@@ -37,6 +37,7 @@ from typing import ClassVar
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Record
+from logmetrics.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from .errors import is_traceback
@@ -68,13 +69,13 @@ class WhisperParser(Parser):
 
     name: ClassVar[str] = "whisper"
     claims: ClassVar[tuple[str, ...]] = ("*whisper*",)
-    continuation = P.CONTINUATION
+    #: Python tracebacks, indented lines, and whisper.cpp's timings block.
+    shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, P.TIMINGS_BLOCK)
     process_names: ClassVar[tuple[str, ...]] = ("whisper",)
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
-        self._zeroed: set[tuple[str, str]] = set()  # (model, what) series already started at 0
-        self._restarts_zeroed = False
+        self._zeroed: set[tuple[str, str]] = set()  # (model, outcome) request series already started at 0
         self._ready = False
         self._announce = False  # readiness learned before reading: say so with the next events
         self._starting = False  # a LeapfrogAI start-up was counted; its "Starting server" is the same one
@@ -156,12 +157,18 @@ class WhisperParser(Parser):
             self._audio(msg.text, out)
         if not any(e.metric == ERRORS for e in out):
             self._error(text, msg, out)
-        if out or self._announce or P.INFO.search(msg.text):
-            out[:0] = self._zeros()
-            if self._announce:
-                self._announce = False
-                out.append(Event(READY, (self.model,), 1.0))
+        if not out and P.INFO.search(msg.text):  # the stream is a working server's: its zero series
+            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+        if self._announce:
+            self._announce = False
+            out.append(Event(READY, (self.model,), 1.0))
         return out
+
+    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+        """Series any whisper server can move: restarts; errors by type and audio per model. (The
+        request outcomes start at 0 with a stream's first request: they depend on the kind of server.)"""
+        return [("backend_restarts_total", ()), *((ERRORS, (model, kind)) for kind in P.ERROR_TYPES),
+                (AUDIO, (model,))]
 
     # -- per kind of line -----------------------------------------------------------------
 
@@ -347,15 +354,3 @@ class WhisperParser(Parser):
             if (model, outcome) not in self._zeroed:
                 self._zeroed.add((model, outcome))
                 out.append(Event(REQUESTS, (model, outcome), 0.0))
-
-    def _zeros(self) -> list[Event]:
-        """Series this backend can move, at 0 once: restarts; errors by type and audio per model."""
-        zeros: list[Event] = []
-        if not self._restarts_zeroed:
-            self._restarts_zeroed = True
-            zeros.append(Event("backend_restarts_total", (), 0.0))
-        if (self.model, "") not in self._zeroed:
-            self._zeroed.add((self.model, ""))
-            zeros.extend(Event(ERRORS, (self.model, kind), 0.0) for kind in P.ERROR_TYPES)
-            zeros.append(Event(AUDIO, (self.model,), 0.0))
-        return zeros

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from logmetrics.shapes import Shape
+
 from .errors import COMMON_CAUSES, EXCEPTION_NAME, Phrases
 from .leapfrog import leapfrog_line
 
@@ -83,7 +85,7 @@ WCPP_ABORTED = "client disconnected, aborted processing"
 #: whisper.cpp's error lines: ``error: ...``, ``<func>: failed to ...``, ``WHISPER_ASSERT: ...``.
 WCPP_ERROR = re.compile(r"^(?:[\w./-]+: )?(?:error: |failed to |ERROR |WHISPER_ASSERT)")
 #: The timings block, one record: its first line (``load time``) starts the record, the others
-#: continue it (see ``CONTINUATION``).
+#: continue it (see ``TIMINGS_BLOCK``).
 TIMINGS = "whisper_print_timings:"
 TIMING = re.compile(r"^whisper_print_timings:\s+(load|total) time =\s+(\d+(?:[.,]\d+)?) (ms|s)\b", re.M)
 
@@ -124,15 +126,10 @@ ERROR_TYPES: tuple[str, ...] = (*PHRASES.types, UNSUPPORTED_TASK, UNSUPPORTED_LA
 #: An exception line on its own (the end of a traceback whose start was not read).
 EXCEPTION_LINE = re.compile(rf"^{EXCEPTION_NAME}(?::|$)", re.M)
 
-# --- continuation and sniffing --------------------------------------------------------------
+# --- record shapes and sniffing --------------------------------------------------------------
 
-#: Python tracebacks and indented lines (``records.CONTINUATION``), plus the timings block's lines
-#: after its first.
-CONTINUATION = re.compile(
-    r"[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
-    r"|The above exception was the direct cause|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)"
-    r"|whisper_print_timings:(?!\s+load time)"
-)
+#: whisper.cpp's timings block is one record: its lines after the first (``load time``) continue it.
+TIMINGS_BLOCK = Shape("whisper_timings", lines=r"whisper_print_timings:(?!\s+load time)")
 SNIFF_STRONG = re.compile(
     r"Processing audio with duration \d|^whisper_print_timings: |^whisper_(?:init_from_file\w*|model_load): "
     r"|^whisper server listening at |^\S+: processing '.*' \(\d+ samples, [\d.]+ sec\)"

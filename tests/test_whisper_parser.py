@@ -12,10 +12,11 @@ import pytest
 
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event
-from logmetrics.plugins import validate
+from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Record, split_records
+from logmetrics.testing import check_events
 from parsers.whisper import WhisperParser, model_name
-from parsers.whisper_patterns import CONTINUATION, clock_seconds
+from parsers.whisper_patterns import clock_seconds
 from tests.helpers import parse, total
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ def run(text: str, parser: WhisperParser | None = None, now: float = 1000.0) -> 
     """All events of ``text`` split into records the way the engine splits them."""
     parser = parser or WhisperParser()
     out: list[Event] = []
-    for rec in split_records(text, CONTINUATION):
+    for rec in split_records(text, record_rule(WhisperParser)):
         out.extend(parser.parse(Record(rec, now)))
     return out
 
@@ -49,13 +50,30 @@ def lf(mm: int, ss: int, msg: str, level: str = "INFO", logger: str = "__main__"
     return LFAI.format(logger=logger, mm=f"{mm:02d}", ss=f"{ss:02d}", ms=f"{ms:03d}", level=level, msg=msg)
 
 
-def test_parser_passes_plugin_validation_and_every_event_is_in_the_catalog() -> None:
-    """The class is a valid plugin and every sample's events name catalog families with their labels."""
+def test_parser_passes_plugin_validation_and_the_engine_takes_every_event() -> None:
+    """The class is a valid plugin and every sample's events are ones the engine takes (and it has some)."""
     validate(WhisperParser, "test")
-    for log in SAMPLES.glob("*.log"):
-        for e in run(log.read_text()):
-            fam = BY_NAME.get(e.metric)
-            assert fam is not None and len(e.labels) == len(fam.labels), (log.name, e)
+    for log in sorted(SAMPLES.glob("*.log")):
+        parser = WhisperParser()
+        events = check_events(WhisperParser, run(log.read_text(), parser))
+        events += check_events(WhisperParser, (Event(m, labels, 0) for m, labels in parser.zero_series(parser.model)))
+        assert any(e.value for e in events), log.name
+
+
+def test_zero_series_are_what_any_whisper_server_can_move() -> None:
+    """Restarts, every error type and audio seconds of the model start at 0; no request outcome."""
+    zeros = set(WhisperParser().zero_series("base.en"))
+    assert ("backend_restarts_total", ()) in zeros
+    assert ("backend_errors_total", ("base.en", "transcribe_failed")) in zeros
+    assert ("llm_audio_seconds_total", ("base.en",)) in zeros
+    assert not any(m == "llm_requests_total" for m, _ in zeros)
+
+
+def test_info_lines_alone_show_a_working_server() -> None:
+    """A faster-whisper excerpt with only its language lines matches (so its zero series start)."""
+    events = run("INFO:faster_whisper:Detected language 'en' with probability 0.97\n"
+                 "INFO:faster_whisper:Processing segment at 00:00.000\n")
+    assert events == [Event("llm_audio_seconds_total", ("unknown",), 0.0, rule="alive")] * 2
 
 
 @pytest.mark.parametrize("text,seconds", [
@@ -102,7 +120,7 @@ def test_timings_block_is_one_record_and_one_cli_run() -> None:
              "whisper_print_timings:     fallbacks =   0 p /   0 h\n"
              "whisper_print_timings:   encode time =  1343.19 ms /     1 runs ( 1343.19 ms per run)\n"
              "whisper_print_timings:    total time =  2500.00 ms\n")
-    assert len(split_records("main: done\n" + block + block, CONTINUATION)) == 3
+    assert len(split_records("main: done\n" + block + block, record_rule(WhisperParser))) == 3
     events = run(block + block)
     assert sums(events)[("llm_requests_total", ("unknown", "ok"))] == 2
     assert [e.value for e in events if e.metric == "llm_request_duration_seconds"] == [2.5, 2.5]
