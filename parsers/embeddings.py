@@ -30,6 +30,7 @@ from logmetrics.catalog import DURATION_BUCKETS, Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Record
+from logmetrics.shapes import DEFAULT_SHAPES, Shape
 
 from .common import RouteLabels, access_line, route_template
 from .embeddings_tei import MARK as TEI_MARK
@@ -43,13 +44,10 @@ PHASES = (("queue_time", "embeddings_queue_duration_seconds"),
           ("inference_time", "embeddings_inference_duration_seconds"),
           ("tokenization_time", "embeddings_tokenization_duration_seconds"))
 
-# The default continuation without a bare ``Error:`` (how a Rust program reports a fatal error: a
-# record of its own), plus the lines of such a report (``Caused by:``) and of a Rust panic.
-CONTINUATION = re.compile(
-    r"[ \t]|Traceback \(most recent call last\)|During handling of the above exception"
-    r"|The above exception was the direct cause|(?!Error:)[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)"
-    r"|Caused by:|Stack backtrace:|stack backtrace:|note: run with `RUST_BACKTRACE"
-)
+#: How a Rust program reports a fatal error (``Error: x`` then ``Caused by:`` and its indented
+#: causes, maybe a backtrace) and a panic's note: one record with the line above them. (A bare
+#: ``Error:`` is no Python exception line: it starts a record of its own.)
+RUST_ERROR = Shape("rust_error", lines=r"Caused by:|[Ss]tack backtrace:|note: run with `RUST_BACKTRACE")
 _PYDEFAULT = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):(.*)")
 _EXC_FIRST = re.compile(rf"(?:{EXCEPTION_NAME})(?::|$)")
 _START = re.compile(r"processing CreateEmbedding request: char-length: \d+")
@@ -75,7 +73,7 @@ class EmbeddingsParser(Parser):
 
     name: ClassVar[str] = "embeddings"
     claims: ClassVar[tuple[str, ...]] = ("*text-embeddings*", "*text_embeddings*", "*embeddings-inference*")
-    continuation: ClassVar[re.Pattern[str]] = CONTINUATION
+    shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, RUST_ERROR)
     process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings")
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("embeddings_queue_duration_seconds", "histogram", ("model",),
@@ -92,8 +90,7 @@ class EmbeddingsParser(Parser):
         self._pairs = Pairs()
         self._seq = 0
         self._offset = 0.0  # record time minus the LeapfrogAI line's own time (for ``tick``)
-        self._zeroed: set[tuple[str, str]] = set()
-        self._restarts_zeroed = False
+        self._is_tei = False  # the stream is TEI's (it logs no embeddings count)
         self._ready = False
         self._announce = False
         self._starting = False  # a start-up was counted and the server has not been ready since
@@ -156,6 +153,7 @@ class EmbeddingsParser(Parser):
         if TEI_MARK in text:
             tei = tei_line(text)
             if tei is not None:
+                self._is_tei = True
                 self._tei(tei, text, events)
                 return events
         self._other(record, events)
@@ -167,20 +165,28 @@ class EmbeddingsParser(Parser):
             return self._pairs.events()
         return ()
 
+    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+        """Restarts, every error type, ``ok`` and ``error`` requests; embeddings where LeapfrogAI's
+        backend logs them (not TEI)."""
+        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
+        zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
+        zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
+        if not self._is_tei:
+            zeros.append(("llm_embeddings_total", (model,)))
+        return zeros
+
     # -- TEI -----------------------------------------------------------------------------------
 
     def _tei(self, tei: TeiLine, text: str, events: list[Event]) -> None:
         msg = tei.msg
         if tei.level == "ERROR":
             kind = PHRASES.classify(text)
-            self._zeros("tei", events)
             events.append(Event("backend_errors_total", (self.model, kind), 1, rule="tei_error"))
             if tei.spans and (tei.spans[0] in REQUEST_SPANS or tei.spans[0].endswith("_inner")):
                 events.append(Event("llm_requests_total", (self.model, "error"), 1, rule="tei_error"))
             return
         total = tei.fields.get("total_time")
         if msg == "Success" and total is not None:
-            self._zeros("tei", events)
             model = (self.model,)
             events.append(Event("llm_requests_total", (self.model, "ok"), 1, rule="tei_success"))
             seconds = duration(total)
@@ -199,7 +205,6 @@ class EmbeddingsParser(Parser):
             self._start(events)
             if model_id:
                 self.model = _model_name(model_id) or self.model
-            self._zeros("tei", events)
         elif msg == "Ready":
             self._up(events)
         elif "starting graceful shutdown" in msg:
@@ -225,12 +230,11 @@ class EmbeddingsParser(Parser):
             if level not in ("ERROR", "CRITICAL"):
                 return
         m = _ST_MODEL.search(msg)
-        if m:
+        if m:  # the model InstructorEmbedding serves: its embeddings counter starts (and its zero series)
             self.model = _model_name(m.group(1)) or self.model
-            self._zeros("lfai", events)
+            events.append(Event("llm_embeddings_total", (self.model,), 0, rule="model"))
         if "load INSTRUCTOR_Transformer" in msg or "Initializing LeapfrogAI" in msg:
             self._start(events)
-            self._zeros("lfai", events)
         elif "Starting server. Listening on" in msg:
             self._up(events)
         elif "Shutdown signal received" in msg or "Server has been shut down" in msg:
@@ -247,7 +251,6 @@ class EmbeddingsParser(Parser):
 
     def _request(self, msg: str, t: float | None, timed: bool, events: list[Event]) -> None:
         if _START.search(msg):
-            self._zeros("lfai", events)
             self._seq += 1
             self._starting = False
             self._pairs.start(str(self._seq), self.model, t if timed and t is not None else 0.0)
@@ -258,7 +261,6 @@ class EmbeddingsParser(Parser):
         done = _DONE.search(msg)
         if done is None:
             return
-        self._zeros("lfai", events)
         began = self._pairs.finish()
         model = self.model if began is None else began[0]
         events.append(Event("llm_embeddings_total", (model,), int(done.group(1)), rule="lfai_done"))
@@ -268,7 +270,6 @@ class EmbeddingsParser(Parser):
         events.extend(self._pairs.events())
 
     def _error(self, text: str, traceback: bool, t: float | None, events: list[Event]) -> None:
-        self._zeros("lfai", events)
         kind = PHRASES.classify(text, request_handler=bool(self._pairs.open), traceback=traceback)
         events.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
         if _FATAL.match(text):
@@ -287,7 +288,6 @@ class EmbeddingsParser(Parser):
             return
         self._down(events)
         self._starting = True
-        self._restarts_zeroed = True
         events.append(Event("backend_restarts_total", (), 1, rule="startup"))
 
     def _up(self, events: list[Event]) -> None:
@@ -303,24 +303,6 @@ class EmbeddingsParser(Parser):
         if self._pairs.open:
             self._pairs.clear()
             events.extend(self._pairs.events())
-
-    def _zeros(self, kind: str, events: list[Event]) -> None:
-        """Zero-valued counters, once per model and kind of backend, for the series its log can move."""
-        key = (self.model, kind)
-        if key in self._zeroed:
-            return
-        if len(self._zeroed) >= 64:
-            self._zeroed.clear()
-        self._zeroed.add(key)
-        if not self._restarts_zeroed:
-            self._restarts_zeroed = True
-            events.append(Event("backend_restarts_total", (), 0, rule="model"))
-        model = self.model
-        events.extend(Event("backend_errors_total", (model, t), 0, rule="model") for t in PHRASES.types)
-        events.append(Event("llm_requests_total", (model, "ok"), 0, rule="model"))
-        events.append(Event("llm_requests_total", (model, "error"), 0, rule="model"))
-        if kind == "lfai":
-            events.append(Event("llm_embeddings_total", (model,), 0, rule="model"))
 
 
 def _template(access: tuple[str, str, str]) -> tuple[str, str, str]:

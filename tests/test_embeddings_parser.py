@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event
-from logmetrics.plugins import validate
+from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Record, split_records
+from logmetrics.testing import check_events
 from tests.helpers import parse, total
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
@@ -44,7 +44,7 @@ def lfai(sec: float, msg: str) -> str:
 def run(parser: EmbeddingsParser, text: str, time: float | None = None) -> list[Event]:
     """Events of ``text`` split into records the way the engine splits them."""
     events: list[Event] = []
-    for rec in split_records(text, parser.continuation):
+    for rec in split_records(text, record_rule(type(parser))):
         events.extend(parser.parse(Record(rec, time)))
     return events
 
@@ -54,17 +54,36 @@ def counted(events: list[Event], metric: str, *labels: str) -> float:
     return sum(e.value for e in events if e.metric == metric and e.labels[: len(labels)] == labels)
 
 
-def test_parser_passes_plugin_validation_and_speaks_catalog_or_own_families() -> None:
-    """The class is a valid plugin and every event names a family it may use, with its labels."""
+def test_parser_passes_plugin_validation_and_the_engine_takes_every_event() -> None:
+    """The class is a valid plugin and every sample's events (and zero series) are ones the engine takes."""
     validate(EmbeddingsParser, "test")
-    own = {f.name: f for f in EmbeddingsParser.metrics}
-    parser = EmbeddingsParser()
     for path in SAMPLES:
-        for ev in run(parser, path.read_text(encoding="utf-8")):
-            fam = BY_NAME.get(ev.metric) or own.get(ev.metric)
-            assert fam is not None or ev.metric.startswith("logmetrics_"), ev
-            if fam is not None:
-                assert len(ev.labels) == len(fam.labels), ev
+        parser = EmbeddingsParser()
+        events = check_events(EmbeddingsParser, run(parser, path.read_text(encoding="utf-8")))
+        zeros = [Event(m, labels, 0) for m, labels in parser.zero_series(parser.model)]
+        assert any(e.value for e in events) and check_events(EmbeddingsParser, zeros), path.name
+
+
+def test_zero_series_hold_embeddings_only_where_the_backend_logs_them() -> None:
+    """LeapfrogAI's backend starts llm_embeddings_total at 0; a TEI stream (no such count) does not."""
+    lfai_parser, tei_parser = EmbeddingsParser(), EmbeddingsParser()
+    run(lfai_parser, lfai(1.0, START))
+    run(tei_parser, TEI_OK)
+    assert ("llm_embeddings_total", ("unknown",)) in set(lfai_parser.zero_series("unknown"))
+    tei = set(tei_parser.zero_series("unknown"))
+    assert ("llm_requests_total", ("unknown", "error")) in tei
+    assert not any(m == "llm_embeddings_total" for m, _ in tei)
+
+
+def test_rust_error_and_its_causes_are_one_record() -> None:
+    """TEI's fatal 'Error:' with its 'Caused by:' block is one record: one startup error, not ready."""
+    text = ("Error: Could not create backend\n\nCaused by:\n    Could not start backend: no tensor\n"
+            "    0: inner cause\n")
+    assert split_records(text, record_rule(EmbeddingsParser)) == [
+        "Error: Could not create backend\nCaused by:\n    Could not start backend: no tensor\n    0: inner cause"]
+    events = run(EmbeddingsParser(), text)
+    assert [e for e in events if e.metric == "backend_errors_total"] == [
+        Event("backend_errors_total", ("unknown", "startup"), 1, rule="error")]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
