@@ -2,6 +2,7 @@
 
 - process prefixes that multi-process servers put in front of every line (``(APIServer pid=1) ``,
   ``(EngineCore_DP0 pid=8884) ``, ``(RayWorkerWrapper pid=1, ip=10.0.0.1) ``, ``[rank0]: ``);
+- Python's default log line ``LEVEL:logger:message`` (``PY_DEFAULT_LINE``);
 - the uvicorn access line, the route template that turns a raw path into a bounded label, and
   ``RouteLabels``, which keeps the routes a backend serves and folds scanner noise;
 - Python tracebacks: which lines continue one (built from ``logmetrics.shapes``). The
@@ -34,6 +35,13 @@ def strip_prefix(line: str) -> str:
     """``line`` without the process prefix a multi-process server put in front of it, if any."""
     m = _PREFIX.match(line)
     return line[m.end():] if m else line
+
+
+# --- Python's default log format -------------------------------------------------------------
+
+#: ``logging.basicConfig()``'s default format ``LEVEL:logger:message`` (``INFO:faster_whisper:...``),
+#: matched at a line's start: groups level, logger, message.
+PY_DEFAULT_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):([^\n]*)")
 
 
 # --- uvicorn access lines --------------------------------------------------------------------

@@ -30,12 +30,12 @@ from logmetrics.catalog import DURATION_BUCKETS, Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Record
-from logmetrics.shapes import DEFAULT_SHAPES, Shape
+from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 
-from .common import RouteLabels, access_line, route_template
+from .common import PY_DEFAULT_LINE, RouteLabels, access_line, route_template
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
-from .errors import EXCEPTION_NAME, is_traceback
+from .errors import is_traceback
 from .leapfrog import leapfrog_line
 from .pairs import Pairs
 
@@ -48,8 +48,7 @@ PHASES = (("queue_time", "embeddings_queue_duration_seconds"),
 #: causes, maybe a backtrace) and a panic's note: one record with the line above them. (A bare
 #: ``Error:`` is no Python exception line: it starts a record of its own.)
 RUST_ERROR = Shape("rust_error", lines=r"Caused by:|[Ss]tack backtrace:|note: run with `RUST_BACKTRACE")
-_PYDEFAULT = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):(.*)")
-_EXC_FIRST = re.compile(rf"(?:{EXCEPTION_NAME})(?::|$)")
+_EXC_FIRST = re.compile(EXCEPTION_LINE)
 _START = re.compile(r"processing CreateEmbedding request: char-length: \d+")
 _DONE = re.compile(r"finished processing CreateEmbedding request, created (\d+) embeddings")
 _ST_MODEL = re.compile(r"Load pretrained SentenceTransformer: (\S+)")
@@ -219,7 +218,7 @@ class EmbeddingsParser(Parser):
         if line is not None:
             level, msg, own_time = line.level, line.msg, line.time
         else:
-            m = _PYDEFAULT.match(text)
+            m = PY_DEFAULT_LINE.match(text)
             if m:
                 level, msg = m.group(1), m.group(3)
         t = own_time if own_time is not None else record.time

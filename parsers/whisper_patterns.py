@@ -13,14 +13,15 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from logmetrics.shapes import EXCEPTION_LINE as EXCEPTION_NAME_LINE
 from logmetrics.shapes import Shape
 
-from .errors import COMMON_CAUSES, EXCEPTION_NAME, Phrases
+from .common import PY_DEFAULT_LINE
+from .errors import COMMON_CAUSES, Phrases
 from .leapfrog import leapfrog_line
 
 # --- wrappers -------------------------------------------------------------------------------
 
-_PYDEFAULT = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):(.*)")
 _FLASK = re.compile(r"\[\d{4}-\d{2}-\d{2}[ T][\d:,.]+\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) in [\w.]+: (.*)")
 _LEVEL_PREFIX = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(.*)")
 #: A level word near the start of a line in a format of its own that begins with a time or a
@@ -42,7 +43,7 @@ def message(line: str) -> Message:
     lf = leapfrog_line(line)
     if lf is not None:
         return Message(lf.level, lf.msg, lf.time)
-    for rx in (_PYDEFAULT, _FLASK, _LEVEL_PREFIX):
+    for rx in (PY_DEFAULT_LINE, _FLASK, _LEVEL_PREFIX):
         m = rx.match(line)
         if m is not None:
             return Message(m.group(1), m.group(m.lastindex or 1))
@@ -124,7 +125,7 @@ PHRASES = Phrases(
 UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE = "unsupported_task", "unsupported_language"
 ERROR_TYPES: tuple[str, ...] = (*PHRASES.types, UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE)
 #: An exception line on its own (the end of a traceback whose start was not read).
-EXCEPTION_LINE = re.compile(rf"^{EXCEPTION_NAME}(?::|$)", re.M)
+EXCEPTION_LINE = re.compile(rf"^(?:{EXCEPTION_NAME_LINE})", re.M)
 
 # --- record shapes and sniffing --------------------------------------------------------------
 
