@@ -102,6 +102,10 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
             errors += 1
             events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
         events = _without_zero_starts(events, counters, zeroed)
+        # a counter increment of 0 only makes its series exist: listed with those, not as a count
+        zeroed.update((f"{ev.metric}{{{','.join(ev.labels)}}}", None)
+                      for ev in events if ev.value == 0 and ev.metric in counters)
+        events = [ev for ev in events if ev.value != 0 or ev.metric not in counters]
         if not events:
             first = rec.split("\n", 1)[0]
             key = shape(first)
@@ -126,9 +130,11 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     if refused:
         out += ["", "events the engine would refuse (fix these in the parser):"]
         out += [f"{n:>8}  {what}" for what, n in refused.most_common(top)]
-    if zeroed:
-        out += ["", f"series started at 0 (they exist from the start; no record counted in them): {len(zeroed)}"]
-        out += [f"{'':<10}{series}" for series in zeroed]
+    counted = {series for got in produced.values() for series in got}
+    zero_only = [series for series in zeroed if series not in counted]
+    if zero_only:
+        out += ["", f"series started at 0 (they exist from the start; no record counted in them): {len(zero_only)}"]
+        out += [f"{'':<10}{series}" for series in zero_only]
     out += ["", f"unmatched records by shape (top {top}):"]
     for key, n in unmatched.most_common(top):
         out.append(f"{n:>8}  {examples[key]}")

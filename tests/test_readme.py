@@ -81,6 +81,16 @@ def test_check_does_not_count_zero_started_series_as_matches(tmp_path: Path) -> 
     assert "\nmodel " not in out, out
 
 
+def test_check_counts_no_zero_increment_as_an_event(tmp_path: Path) -> None:
+    """A zero increment a rule emits next to real ones is listed as a series started at 0, not as an event."""
+    root = Path(__file__).resolve().parent.parent
+    out = cli("check", str(root / "samples" / "whisper" / "whisper-cpp-cli.log"), cwd=tmp_path).stdout
+    assert "3 x backend_restarts_total{}" in out, out
+    assert "1 x llm_requests_total{base.en,ok}" in out, out
+    assert "x llm_requests_total{base.en,error}" not in out, out
+    assert "          llm_requests_total{base.en,error}" in out.split("series started at 0", 1)[1], out
+
+
 def test_example_gateway_log_is_routed_by_sniff(tmp_path: Path) -> None:
     """The README's gateway.log, named unlike the plugin's claims, reaches it through sniff() as shown."""
     (tmp_path / "my_gateway.py").write_text(example_plugin())
