@@ -32,15 +32,13 @@ import orjson
 
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
-from logmetrics.records import Record
+from logmetrics.records import Batch, Record
 
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, RouteLabels, access_line, route_template
 from .errors import is_traceback
+from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, scan
 from .pairs import Pairs
-
-MAX_OPEN_TIMINGS = 1024
-LIB_KEY = "lib"  # timing blocks without an id: one at a time
 
 
 def number(text: str | None) -> float | None:
@@ -94,6 +92,7 @@ class LlamaCppParser(Parser):
         self._ready: str | None = None  # the model the server said it was ready with
         self._zeroed: set[str] = set()
         self._routes = RouteLabels()
+        self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -121,6 +120,11 @@ class LlamaCppParser(Parser):
         return self._pairs.events() if self._pairs.expire(now) else ()
 
     # -- records ----------------------------------------------------------------------------
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
+        """Events of a batch of whole records in one scan (``llamacpp_batch``): the same as ``parse``
+        on each record, with the frequent records counted per run and the silent ones skipped."""
+        return scan(self, batch.text, batch.time)
 
     def parse(self, record: Record) -> list[Event]:
         """Events of one record: a traceback as one error, else each of its lines."""
@@ -362,10 +366,16 @@ class LlamaCppParser(Parser):
 
     def _zeros(self, out: list[Event]) -> None:
         """Zero-valued counters, once per model, for the series the log can move."""
-        model = self.model
-        if model in self._zeroed or (model == UNKNOWN_MODEL and all(
+        if self.model in self._zeroed or (self.model == UNKNOWN_MODEL and all(
                 e.metric in ("backend_restarts_total", "backend_ready") for e in out)):
             return  # a start-up line: the model is named in the lines that follow
+        self._zero(out)
+
+    def _zero(self, out: list[Event]) -> None:
+        """The zero-valued counters of the current model, if not given yet, after events that count."""
+        model = self.model
+        if model in self._zeroed:
+            return
         if len(self._zeroed) >= 64:
             self._zeroed.clear()
         if not self._zeroed:

@@ -128,3 +128,42 @@ SNIFF_STRONG = re.compile(
 #: The error types this parser can count (``bad_request`` needs a request handler's ValueError,
 #: which llama.cpp does not log).
 ERROR_TYPES = tuple(kind for kind in PHRASES.types if kind != "bad_request")
+
+# --- the whole-chunk scan of the frequent llama-server lines (``llamacpp_batch``) ---------------
+# Each pattern matches one whole record of the 2024-2025 format without a prefix, and only in the
+# exact form whose record-by-record meaning is known (plain numbers, no ``nan``, clean paths);
+# anything else is left to ``parse``. A record ends where the next line does not continue it.
+
+_CONT = rf"(?:{CONTINUATION_LLAMA.pattern})"
+#: After a record: the next line (past empty lines, which the records stage skips) starts a record.
+_ENDS = rf"\n(?!\n*{_CONT})"
+_SLOT_ID = r"id +\d+ \| task \d+ \| "
+#: Slot lines that say nothing the parser counts: prompt progress, a new prompt, prompt done.
+_NOOP = (
+    rf"slot update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = \d+, n_tokens = \d+, progress = [\d.]+"
+    r"|new prompt, n_ctx_slot = \d+, n_keep = \d+, n_prompt_tokens = \d+|prompt done, n_past = \d+, n_tokens = \d+)"
+)
+_EVAL = r"time = +(\d+\.\d+) ms / +(\d+) tokens \( *(\d+\.\d+) ms per token, +\d+\.\d+ tokens per second\)\n"
+#: The whole timing block under its ``slot print_timing`` line: groups 1 task, 2-4 prompt ms, tokens,
+#: ms per token, 5-7 the same of the generation, 8 total ms.
+_BLOCK = (
+    rf"slot print_timing: id +\d+ \| task (\d+) \| ?\nprompt eval {_EVAL} +eval {_EVAL}"
+    r" +total time = +(\d+\.\d+) ms / +\d+ tokens"
+)
+#: Groups 9 the slot of ``processing task``, 10 that of ``stop processing``, 11 the tokens of
+#: ``kv cache rm [N, end)``, 12-14 method, path and status of a request line, 15 ``all slots are idle``.
+_LAUNCH = r"slot launch_slot_: id +(\d+) \| task \d+ \| processing task"
+_RELEASE = r"slot +release: id +(\d+) \| task \d+ \| stop processing: n_past = \d+, truncated = \d+"
+_KV = rf"slot update_slots: {_SLOT_ID}kv cache rm \[(\d+), end\)"
+#: A path with no quote (``model_path="``) and no ``GGML_ASSERT`` (an error phrase), an address.
+_REQUEST = r'srv  log_server_r: request: ([A-Z]+) ((?![^\s]*GGML_ASSERT)[^\s"]+) [0-9a-fA-F.:\[\]]+ (\d{3})'
+_IDLE = r"srv  update_slots: (all slots are idle)"
+#: Any other record: a line and the lines that continue it (group 16).
+_OTHER = rf"([^\n]*\n(?:\n*{_CONT}[^\n]*\n)*)"
+#: One match per record that counts (the records that say nothing are skipped inside the match).
+SCAN = re.compile(
+    rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_LAUNCH}|{_RELEASE}|{_KV}|{_REQUEST}|{_IDLE}){_ENDS}|{_OTHER}|\Z)",
+    re.M,
+)
+#: The first record of a text.
+FIRST_RECORD = re.compile(_OTHER)

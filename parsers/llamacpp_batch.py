@@ -1,0 +1,183 @@
+"""The llama.cpp parser's whole-chunk path: one scan of a batch with ``llamacpp_patterns.SCAN``.
+
+The frequent records of llama-server (timing blocks, slot start and release lines, request lines,
+``kv cache rm``, ``all slots are idle``) are read from the scan's match groups and counted per run
+of them; the records that say nothing (prompt progress, new prompt, prompt done) are skipped
+inside the regular expression and never reach Python code; every other record goes to ``parse``,
+in line order, so that the state it reads and changes (the model, open requests, the timing
+block, the last failed decode) is the one record-by-record parsing would have. Counters are summed
+per run (one event per label set), histograms keep one event per observation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from logmetrics.events import Event
+from logmetrics.records import Record
+
+from . import llamacpp_patterns as P
+from .common import HTTP_METHODS, route_template
+
+if TYPE_CHECKING:
+    from .llamacpp import LlamaCppParser
+
+#: Open timing blocks kept (by task) while their lines come one by one; the oldest is dropped.
+MAX_OPEN_TIMINGS = 1024
+LIB_KEY = "lib"  # timing blocks without an id: one at a time
+#: Match groups (``llamacpp_patterns.SCAN``) that close each kind of record.
+BLOCK, LAUNCH, RELEASE, KV, REQUEST, IDLE, OTHER = 8, 9, 10, 11, 14, 15, 16
+ROUTE_CACHE_MAX = 1024
+
+
+#: The counters of a batch, summed: (metric, labels) -> value.
+Sums = dict[tuple[str, tuple[str, ...]], int]
+
+
+class _Run:
+    """What a run of frequent records (between two other records) adds up to."""
+
+    __slots__ = ("cached", "gen", "http", "kv", "ok", "pairs", "prompt")
+
+    def __init__(self, prompt: int, gen: int, ok: int, cached: int, kv: int, http: dict[tuple[str, str, str], int],
+                 pairs: bool) -> None:
+        self.prompt, self.gen, self.ok, self.cached, self.kv, self.http, self.pairs = (
+            prompt, gen, ok, cached, kv, http, pairs)
+
+
+def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int, int]:
+    """Events of a batch of whole records, how many records gave one, and their lines."""
+    if not text.endswith("\n"):
+        text += "\n"
+    events: list[Event] = []  # in line order: other records' events, observations, the gauge
+    sums: Sums = {}  # the runs' counters, given once at the end (counters do not depend on order)
+    matched = lines = 0
+    pos = 0
+    pairs = parser._pairs
+    if pairs.open and pairs.expire(t):
+        # record by record, the first record carries the time-outs: parse it that way
+        first = P.FIRST_RECORD.match(text)
+        assert first is not None  # a text of whole lines: its first line is a record
+        pos = first.end()
+        record = _clean(first.group(1))
+        out = pairs.events() + (parser.parse(Record(record, t)) if record else [])
+        parser._zeros(out)
+        events += out
+        matched, lines = 1, record.count("\n") + 1
+    timings = parser._timings
+    routes = parser._routes
+    cache = parser._route_labels
+    add = events.extend
+    # the run in progress, in locals: records that gave events, token sums, blocks, cache lines
+    produced = prompt = gen = ok = cached = kv = 0
+    http: dict[tuple[str, str, str], int] = {}
+    touched = False  # the run started, released or cleared requests
+    for m in P.SCAN.finditer(text, pos):
+        kind = m.lastindex
+        if kind == REQUEST:
+            key = m.group(12, 13, 14)
+            labels = cache.get(key)
+            if labels is None:
+                method, path, code = key
+                labels = routes.fold(((method if method in HTTP_METHODS else "OTHER"), route_template(path), code))
+                if labels[1] in routes.known:  # a known route keeps its labels
+                    if len(cache) >= ROUTE_CACHE_MAX:
+                        cache.clear()
+                    cache[key] = labels
+            http[labels] = http.get(labels, 0) + 1
+            produced += 1
+        elif kind == LAUNCH:
+            parser._after_decode = False
+            pairs.start("slot " + m.group(9), parser.model, t)
+            touched = True
+            produced += 1
+        elif kind == RELEASE:
+            pairs.finish("slot " + m.group(10))
+            touched = True
+            if pairs.models:
+                produced += 1
+        elif kind == BLOCK:
+            task, pms, pn, en, eper, tms = m.group(1, 2, 3, 6, 7, 8)
+            if timings:
+                _forget(parser, task)
+            parser._after_decode = False
+            parser._block_key = LIB_KEY
+            prompt += int(pn)
+            gen += int(en)
+            ok += 1
+            model = (parser.model,)
+            add((Event("llm_request_duration_seconds", model, float(tms) / 1000.0, rule="timing"),
+                 Event("llm_time_to_first_token_seconds", model, float(pms) / 1000.0, rule="timing"),
+                 Event("llm_time_per_output_token_seconds", model, float(eper) / 1000.0, rule="timing")))
+            produced += 1
+            lines += 3  # and one below
+        elif kind == KV:
+            cached += int(m.group(11))
+            kv += 1
+            produced += 1
+        elif kind == IDLE:
+            pairs.clear()
+            touched = True
+            if pairs.models:
+                produced += 1
+        elif kind == OTHER:
+            if produced:
+                matched += produced
+                lines += produced
+                _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
+                produced = prompt = gen = ok = cached = kv = 0
+                http = {}
+                touched = False
+            record = _clean(m.group(16))
+            if record:
+                out = parser.parse(Record(record, t))
+                if out:
+                    add(out)
+                    matched += 1
+                    lines += record.count("\n") + 1
+    if produced:
+        matched += produced
+        lines += produced
+        _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
+    add(Event(metric, labels, value, rule=RULES[metric]) for (metric, labels), value in sums.items())
+    return events, matched, lines
+
+
+def _clean(record: str) -> str:
+    """A record's text as the records stage gives it: no empty lines, no final newline."""
+    if "\n\n" in record or record.startswith("\n"):
+        return "\n".join(line for line in record.split("\n") if line)
+    return record[:-1] if record.endswith("\n") else record
+
+
+def _forget(parser: LlamaCppParser, task: str) -> None:
+    """A whole timing block ends its task's open block, as its lines would one by one (a new
+    block beyond the bound pushes the oldest open one out first)."""
+    key = f"task {int(task)}"
+    timings = parser._timings
+    if key in timings:
+        del timings[key]
+    elif len(timings) >= MAX_OPEN_TIMINGS:
+        timings.popitem(last=False)
+
+
+RULES = {"llm_prompt_tokens_total": "timing", "llm_generation_tokens_total": "timing", "llm_requests_total": "timing",
+         "llm_cached_prompt_tokens_total": "cache", "http_requests_total": "http"}
+
+
+def _flush(parser: LlamaCppParser, run: _Run, events: list[Event], sums: Sums) -> None:
+    """A run's counters added to the batch's sums, its gauge and its zeros (the model is the run's)."""
+    model = (parser.model,)
+    if run.ok:
+        for metric, n in (("llm_prompt_tokens_total", run.prompt), ("llm_generation_tokens_total", run.gen)):
+            sums[metric, model] = sums.get((metric, model), 0) + n
+        ok = ("llm_requests_total", (parser.model, "ok"))
+        sums[ok] = sums.get(ok, 0) + run.ok
+    if run.kv:
+        cached = ("llm_cached_prompt_tokens_total", model)
+        sums[cached] = sums.get(cached, 0) + run.cached
+    for labels, n in run.http.items():
+        sums["http_requests_total", labels] = sums.get(("http_requests_total", labels), 0) + n
+    if run.pairs and parser._pairs.models:
+        events += parser._pairs.events()
+    parser._zero(events)  # the run gave events: those of its model count from zero
