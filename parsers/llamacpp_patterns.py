@@ -135,13 +135,17 @@ ERROR_TYPES = tuple(kind for kind in PHRASES.types if kind != "bad_request")
 # anything else is left to ``parse``. A record ends where the next line does not continue it.
 
 _CONT = rf"(?:{CONTINUATION_LLAMA.pattern})"
-#: After a record: the next line (past empty lines, which the records stage skips) starts a record.
-_ENDS = rf"\n(?!\n*{_CONT})"
+#: After a record: the next line (past empty lines, which the records stage skips) starts a record;
+#: a ``slot``/``srv`` line always does (tested first: it is the next line nearly every time).
+_ENDS = rf"\n(?:(?=s(?:lot|rv) )|(?!\n*{_CONT}))"
 _SLOT_ID = r"id +\d+ \| task \d+ \| "
 #: Slot lines that say nothing the parser counts: prompt progress, a new prompt, prompt done.
 _NOOP = (
-    rf"slot update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = \d+, n_tokens = \d+, progress = [\d.]+"
+    rf"(?:slot update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = \d+, n_tokens = \d+, progress = [\d.]+"
     r"|new prompt, n_ctx_slot = \d+, n_keep = \d+, n_prompt_tokens = \d+|prompt done, n_past = \d+, n_tokens = \d+)"
+    # the chat template's name, without a word that the model, life or error rules look for
+    r"|srv  params_from_: Chat format: (?:(?!model|released|idle|listening|startup|exit|Shutting|process|failed"
+    r"|error|GGML|fault|dumped|magic|allocate|xception|Traceback)[\w .()-]){1,60})"
 )
 _EVAL = r"time = +(\d+\.\d+) ms / +(\d+) tokens \( *(\d+\.\d+) ms per token, +\d+\.\d+ tokens per second\)\n"
 #: The whole timing block under its ``slot print_timing`` line: groups 1 task, 2-4 prompt ms, tokens,

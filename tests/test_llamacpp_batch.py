@@ -70,6 +70,9 @@ BLOCKS = [
     "\n\nslot      release: id  0 | task 30 | stop processing: n_past = 1, truncated = 0\n\n",
     "slot update_slots: id  0 | task 30 | kv cache rm [p0, end)\n"
     "slot launch_slot_: id  0 | task -1 | processing task\n",
+    "srv  params_from_: Chat format: Hermes 2 Pro\nsrv  params_from_: Chat format: Content-only\n"
+    "srv  params_from_: Chat format: model loaded\nsrv  params_from_: Chat format: x (Shutting down)\n"
+    "srv  params_from_: Chat format: CUDA error\nsrv  params_from_: Chat format: slot 3 released (x)\n",
     "0.10.000.000 I slot launch_slot_: id  0 | task 40 | processing task\n"
     "0.10.000.000 E srv  log_server_r: request: GET /health 127.0.0.1 500\n",
 ]
@@ -179,6 +182,13 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     text = "".join(items)
     for size in (len(text) + 1, rnd.randint(100, 3000)):
         assert by_batches(text, size) == by_records(text, size)
+
+
+def test_slot_and_srv_lines_start_records() -> None:
+    """The scan takes a slot or srv line below a record as the start of the next one: so does the parser."""
+    for line in ("slot launch_slot_: id  0 | task 1 | processing task", "srv  update_slots: all slots are idle",
+                 "slot      release: x", "srv  log_server_r: request: GET / 127.0.0.1 200"):
+        assert not LlamaCppParser.continuation.match(line)
 
 
 def test_time_outs_at_the_start_of_a_batch() -> None:
