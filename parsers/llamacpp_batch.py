@@ -1,12 +1,13 @@
 """The llama.cpp parser's whole-chunk path: one scan of a batch with ``llamacpp_patterns.SCAN``.
 
 The frequent records of llama-server (timing blocks, slot start and release lines, request lines,
-``kv cache rm``, ``all slots are idle``) are read from the scan's match groups and counted per run
-of them; the records that say nothing (prompt progress, new prompt, prompt done) are skipped
-inside the regular expression and never reach Python code; every other record goes to ``parse``,
-in line order, so that the state it reads and changes (the model, open requests, the timing
-block, the last failed decode) is the one record-by-record parsing would have. Counters are summed
-per run (one event per label set), histograms keep one event per observation.
+``kv cache rm``, ``all slots are idle``) are read from the scan's match groups; the records that
+say nothing (prompt progress, new prompt, prompt done, the chat format) are skipped inside the
+regular expression and never reach Python code; every other record goes to ``parse``, in line
+order, so that the state it reads and changes (the model, open requests, the timing block, the
+last failed decode) is the one record-by-record parsing would have. Counters are summed over the
+batch (one event per label set), histograms keep one event per observation in line order, and the
+running-requests gauge is given once per run of frequent records (its last value is what counts).
 """
 
 from __future__ import annotations
