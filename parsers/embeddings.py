@@ -28,11 +28,11 @@ from typing import ClassVar
 
 from logmetrics.catalog import DURATION_BUCKETS, Family
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
 from logmetrics.records import Record
 from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 
 from .common import PY_DEFAULT_LINE, RouteLabels, access_line, route_template
+from .embeddings_batch import BatchScan
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .errors import is_traceback
@@ -67,7 +67,7 @@ def _model_name(value: str) -> str | None:
     return value if value and value not in (".model", "model", ".") else None
 
 
-class EmbeddingsParser(Parser):
+class EmbeddingsParser(BatchScan):
     """LeapfrogAI's text-embeddings backend and Hugging Face text-embeddings-inference."""
 
     name: ClassVar[str] = "embeddings"

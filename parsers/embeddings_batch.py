@@ -1,0 +1,232 @@
+"""The text-embeddings parser's whole-batch scan: its frequent lines found in C, the rest record by record.
+
+A batch is scanned once with one ``\\n``-anchored pattern (``FAST``) for the lines that make up
+nearly all of a busy log, each a record of one line (no line that might continue a record follows it):
+
+- TEI's ``Success`` line of an HTTP request span with its four durations (``total_time``,
+  ``tokenization_time``, ``queue_time``, ``inference_time``);
+- LeapfrogAI's ``processing CreateEmbedding request`` and ``finished processing ... created K
+  embeddings`` lines, alone or as a pair with only tqdm ``Batches:`` bars between them (then the
+  request starts and ends with nothing running before it);
+- the tqdm ``Batches:`` bars themselves, which give nothing.
+
+Everything between two such lines (start-ups, errors, tracebacks, model lines, other formats) goes
+through ``parse`` record by record, in its place. Counters are added up per label set and given out
+as one event each (and the running gauge once) before the next record that goes through ``parse``,
+and at the end of the batch; histograms get one event per observation, in line order. The result
+is what ``parse`` gives on each record (the tests check it on every sample and on shuffled lines).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from typing import TYPE_CHECKING
+
+from logmetrics.events import Event
+from logmetrics.plugins import Parser, record_rule
+from logmetrics.records import Batch, Record, split_records
+from logmetrics.shapes import EXCEPTION_LINE, unconditional
+
+if TYPE_CHECKING:
+    from .pairs import Pairs
+
+DURATION = "llm_request_duration_seconds"
+QUEUE = "embeddings_queue_duration_seconds"
+INFERENCE = "embeddings_inference_duration_seconds"
+TOKENIZATION = "embeddings_tokenization_duration_seconds"
+TEI_RULE = "tei_success"
+_DUR = r'"(\d+(?:\.\d+)?)(ns|µs|μs|us|ms|s|m|h)"'
+_UNIT = {"ns": 1e-9, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: A LeapfrogAI line's head up to its message, for levels that do not make it an error record:
+#: its minute, second and millisecond in groups.
+_HEAD = (rf"(?!{EXCEPTION_LINE})[\w.]+: (\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}):(\d{{2}}),(\d{{3}}) "
+         r"\| (?:INFO|DEBUG|WARNING) \| [^:|\n]+:\d+ >>> ")
+_START = r"processing CreateEmbedding request: char-length: \d+[^\n]*"
+_DONE = r"finished processing CreateEmbedding request, created (\d+) embeddings(?![^\n])"
+#: A tqdm progress bar of sentence-transformers' ``encode`` (``Batches: 100%|███| 1/1 [00:00<00:00, 20.78it/s]``).
+_BAR = r"Batches: +\d+%\|[█▏▎▍▌▋▊▉# ]*\| *\d+/\d+ \[[\d:<?]+, *[\d.?]+(?:it/s|s/it)\](?![^\n])"
+_TEI = (r"\d{4}-\d{2}-\d{2}T[^\s\x1b]+ +INFO +\w+\{"
+        rf"total_time={_DUR} tokenization_time={_DUR} queue_time={_DUR} inference_time={_DUR}"
+        r"\}: text_embeddings_\w+(?:::\w+)*: (?:[^\s:\x1b]+:\d+: )?Success(?![^\n])")
+
+
+def fast_pattern(parser: type[Parser]) -> re.Pattern[str]:
+    """The frequent lines, each a whole record under ``parser``'s shapes: not followed (even after
+    blank lines) by a line that might continue it."""
+    alone = rf"(?![^\n])(?!\n+(?:{unconditional(parser.shapes)}))"
+    return re.compile(
+        rf"^(?:(?P<tei>{_TEI})|(?P<pair>{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE})"
+        rf"|(?P<start>{_HEAD}{_START})|(?P<done>{_HEAD}{_DONE})|(?P<bar>{_BAR})){alone}",
+        re.MULTILINE,
+    )
+
+
+class BatchScan(Parser):
+    """``parse_batch`` for the text-embeddings parser; the subclass keeps the state it reads."""
+
+    model: str
+    _pairs: Pairs
+    _seq: int
+    _offset: float
+    _is_tei: bool
+    _announce: bool
+    _starting: bool
+    _fast: re.Pattern[str] | None = None
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
+        """The batch's events, records matched and their lines; the same as ``parse`` on each record."""
+        cls = type(self)
+        fast = cls._fast
+        if fast is None:
+            fast = cls._fast = fast_pattern(cls)
+        text, now = batch.text, batch.time
+        events: list[Event] = []
+        models: list[str] = []  # the model after each record that gave events, when it changed
+        ok: dict[str, int] = {}  # requests ended well, per model, not given out yet
+        embedded: dict[str, int] = {}
+        paired = False  # the open requests changed: the running gauge is due
+        gave = False  # a frequent line gave events since the last record that went through ``parse``
+        matched = lines = pos = 0
+        minutes: dict[str, int] = {}
+        pairs = self._pairs
+        for m in fast.finditer(text):
+            at = m.start()
+            if at > pos and text.count("\n", pos, at) < at - pos:  # records that are not blank lines
+                self._flush(ok, embedded, paired, events)
+                paired = False
+                if gave and (not models or models[-1] != self.model):
+                    models.append(self.model)
+                gave = False
+                n, k = self._records(text[pos:at], now, events, models)
+                matched += n
+                lines += k
+            pos = m.end() + 1
+            kind = m.lastgroup
+            if self._announce:
+                self._announce = False
+                events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+                gave = True
+                if kind == "bar":
+                    matched += 1
+                    lines += 1
+            gave = gave or kind != "bar"
+            if kind == "tei":
+                self._is_tei = True
+                g = m.groups()
+                model = (self.model,)
+                ok[self.model] = ok.get(self.model, 0) + 1
+                events += (Event(DURATION, model, float(g[1]) * _UNIT[g[2]], None, TEI_RULE),
+                           Event(QUEUE, model, float(g[5]) * _UNIT[g[6]], None, TEI_RULE),
+                           Event(INFERENCE, model, float(g[7]) * _UNIT[g[8]], None, TEI_RULE),
+                           Event(TOKENIZATION, model, float(g[3]) * _UNIT[g[4]], None, TEI_RULE))
+            elif kind == "pair" and not pairs.open and not pairs.timed_out:
+                g = m.groups()
+                began = self._time(g[10], g[11], g[12], minutes)
+                ended = self._time(g[13], g[14], g[15], minutes)
+                self._seq += 1
+                self._starting = False
+                pairs.models.add(self.model)
+                paired = True
+                ok[self.model] = ok.get(self.model, 0) + 1
+                embedded[self.model] = embedded.get(self.model, 0) + int(g[16])
+                if ended >= began > 0:
+                    events.append(Event(DURATION, (self.model,), ended - began, None, "lfai_done"))
+                if now is not None:
+                    self._offset = now - ended
+                matched += 2
+                lines += 2
+                continue
+            elif kind == "pair":  # requests are open: each line on its own, in order
+                paired = True
+                g = m.groups()
+                self._started(self._time(g[10], g[11], g[12], minutes), now)
+                self._done(self._time(g[13], g[14], g[15], minutes), int(g[16]), now, ok, embedded, events)
+                matched += 2
+                lines += 2
+                continue
+            elif kind == "start":
+                g = m.groups()
+                paired = True
+                self._started(self._time(g[18], g[19], g[20], minutes), now)
+            elif kind == "done":
+                g = m.groups()
+                paired = True
+                self._done(self._time(g[22], g[23], g[24], minutes), int(g[25]), now, ok, embedded, events)
+            else:  # a progress bar: nothing
+                continue
+            matched += 1
+            lines += 1
+        if pos < len(text) and text.count("\n", pos) < len(text) - pos:
+            self._flush(ok, embedded, paired, events)
+            paired = False
+            if gave and (not models or models[-1] != self.model):
+                models.append(self.model)
+            n, k = self._records(text[pos:], now, events, models)
+            matched += n
+            lines += k
+        self._flush(ok, embedded, paired, events)
+        if events:  # the engine starts the counters of the model the batch ends with; these of the others
+            for left in dict.fromkeys(models):
+                if left != self.model:
+                    events.extend(Event(metric, labels, 0, None, "zero") for metric, labels in self.zero_series(left))
+        return events, matched, lines
+
+    # -- the frequent lines ------------------------------------------------------------------
+
+    @staticmethod
+    def _time(minute: str, second: str, ms: str, minutes: dict[str, int]) -> float:
+        """A LeapfrogAI line's time (as ``leapfrog_line`` reads it), the minute's start computed once."""
+        base = minutes.get(minute)
+        if base is None:
+            base = minutes[minute] = calendar.timegm((int(minute[:4]), int(minute[5:7]), int(minute[8:10]),
+                                                      int(minute[11:13]), int(minute[14:16]), 0, 0, 0, 0))
+        return (base + int(second)) + int(ms) / 1000
+
+    def _started(self, t: float, now: float | None) -> None:
+        """A request began at ``t`` (the running gauge is given out with the next flush)."""
+        self._seq += 1
+        self._starting = False
+        self._pairs.start(str(self._seq), self.model, t)
+        self._pairs.expire(t)
+        if now is not None:
+            self._offset = now - t
+
+    def _done(self, t: float, count: int, now: float | None, ok: dict[str, int], embedded: dict[str, int],
+              events: list[Event]) -> None:
+        """A request ended at ``t`` having made ``count`` embeddings: the oldest open one."""
+        began = self._pairs.finish()
+        model = self.model if began is None else began[0]
+        embedded[model] = embedded.get(model, 0) + count
+        ok[model] = ok.get(model, 0) + 1
+        if began is not None and t >= began[1] > 0:
+            events.append(Event("llm_request_duration_seconds", (model,), t - began[1], None, "lfai_done"))
+        if now is not None:
+            self._offset = now - t
+
+    def _flush(self, ok: dict[str, int], embedded: dict[str, int], paired: bool, events: list[Event]) -> None:
+        """The counters added up since the last flush, and the running gauge if requests started or ended."""
+        rule = "lfai_done" if embedded else "tei_success"
+        for model, n in ok.items():
+            events.append(Event("llm_requests_total", (model, "ok"), n, None, rule))
+        for model, n in embedded.items():
+            events.append(Event("llm_embeddings_total", (model,), n, None, "lfai_done"))
+        ok.clear()
+        embedded.clear()
+        if paired:
+            events.extend(self._pairs.events())
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def _records(self, text: str, now: float | None, events: list[Event], models: list[str]) -> tuple[int, int]:
+        """``parse`` on each record of ``text``: records that gave events and their lines."""
+        matched = lines = 0
+        for rec in split_records(text, record_rule(type(self))):
+            got = list(self.parse(Record(rec, now)))
+            if got:
+                events += got
+                matched += 1
+                lines += rec.count("\n") + 1
+                if not models or models[-1] != self.model:
+                    models.append(self.model)
+        return matched, lines
