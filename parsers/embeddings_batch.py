@@ -36,28 +36,34 @@ QUEUE = "embeddings_queue_duration_seconds"
 INFERENCE = "embeddings_inference_duration_seconds"
 TOKENIZATION = "embeddings_tokenization_duration_seconds"
 TEI_RULE = "tei_success"
-_DUR = r'"(\d+(?:\.\d+)?)(ns|µs|μs|us|ms|s|m|h)"'
 _UNIT = {"ns": 1e-9, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-#: A LeapfrogAI line's head up to its message, for levels that do not make it an error record:
-#: its minute, second and millisecond in groups.
-_HEAD = (rf"(?!{EXCEPTION_LINE})[\w.]+: (\d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}):(\d{{2}}),(\d{{3}}) "
-         r"\| (?:INFO|DEBUG|WARNING) \| [^:|\n]+:\d+ >>> ")
+_DUR = r'"\d+(?:\.\d+)?(?:ns|µs|μs|us|ms|s|m|h)"'  # as ``embeddings_tei.duration`` reads it (no exponent)
+#: A LeapfrogAI line's head up to its message, for levels that do not make it an error record.
+_HEAD = (rf"(?!{EXCEPTION_LINE})[\w.]+: \d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}},\d{{3}} "
+         r"\| (?:INFO|DEBUG|WARNING) \| [^:|\n>]+:\d+ >>> ")
 _START = r"processing CreateEmbedding request: char-length: \d+[^\n]*"
-_DONE = r"finished processing CreateEmbedding request, created (\d+) embeddings(?![^\n])"
+_DONE = r"finished processing CreateEmbedding request, created \d+ embeddings(?![^\n])"
 #: A tqdm progress bar of sentence-transformers' ``encode`` (``Batches: 100%|███| 1/1 [00:00<00:00, 20.78it/s]``).
 _BAR = r"Batches: +\d+%\|[█▏▎▍▌▋▊▉# ]*\| *\d+/\d+ \[[\d:<?]+, *[\d.?]+(?:it/s|s/it)\](?![^\n])"
-_TEI = (r"\d{4}-\d{2}-\d{2}T[^\s\x1b]+ +INFO +\w+\{"
+_TEI = (r'\d{4}-\d{2}-\d{2}T[^\s\x1b"{]+ +INFO +\w+\{'
         rf"total_time={_DUR} tokenization_time={_DUR} queue_time={_DUR} inference_time={_DUR}"
         r"\}: text_embeddings_\w+(?:::\w+)*: (?:[^\s:\x1b]+:\d+: )?Success(?![^\n])")
+_PAIR = rf"{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE}"
+#: In a run of lines the pattern found: each TEI line's durations (number and unit), each
+#: LeapfrogAI line's minute, second, millisecond and (finish lines) embeddings made.
+_TEI_ROW = re.compile(r'\{total_time="([\d.]+)([^"]+)" tokenization_time="([\d.]+)([^"]+)" '
+                      r'queue_time="([\d.]+)([^"]+)" inference_time="([\d.]+)([^"]+)"')
+_LFAI_ROW = re.compile(r"^[\w.]+: (\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d),(\d{3}) [^>]+>>> "
+                       r"(?:p|f[^\n]+created (\d+))", re.MULTILINE)
 
 
 def fast_pattern(parser: type[Parser]) -> re.Pattern[str]:
-    """The frequent lines, each a whole record under ``parser``'s shapes: not followed (even after
-    blank lines) by a line that might continue it."""
+    """Runs of the frequent lines, each line a whole record under ``parser``'s shapes: the run is not
+    followed (even after blank lines) by a line that might continue its last line."""
     alone = rf"(?![^\n])(?!\n+(?:{unconditional(parser.shapes)}))"
     return re.compile(
-        rf"^(?:(?P<tei>{_TEI})|(?P<pair>{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE})"
-        rf"|(?P<start>{_HEAD}{_START})|(?P<done>{_HEAD}{_DONE})|(?P<bar>{_BAR})){alone}",
+        rf"^(?:(?P<tei>{_TEI}(?:\n{_TEI})*)|(?P<pairs>{_PAIR}(?:\n(?:{_BAR}\n)*{_PAIR})*)"
+        rf"|(?P<lfai>{_HEAD}(?:{_START}|{_DONE}))|(?P<bar>{_BAR})){alone}",
         re.MULTILINE,
     )
 
@@ -89,9 +95,8 @@ class BatchScan(Parser):
         gave = False  # a frequent line gave events since the last record that went through ``parse``
         matched = lines = pos = 0
         minutes: dict[str, int] = {}
-        pairs = self._pairs
         for m in fast.finditer(text):
-            at = m.start()
+            at, end = m.span()
             if at > pos and text.count("\n", pos, at) < at - pos:  # records that are not blank lines
                 self._flush(ok, embedded, paired, events)
                 paired = False
@@ -101,7 +106,7 @@ class BatchScan(Parser):
                 n, k = self._records(text[pos:at], now, events, models)
                 matched += n
                 lines += k
-            pos = m.end() + 1
+            pos = end + 1
             kind = m.lastgroup
             if self._announce:
                 self._announce = False
@@ -110,53 +115,16 @@ class BatchScan(Parser):
                 if kind == "bar":
                     matched += 1
                     lines += 1
-            gave = gave or kind != "bar"
+            if kind == "bar":
+                continue
+            gave = True
             if kind == "tei":
-                self._is_tei = True
-                g = m.groups()
-                model = (self.model,)
-                ok[self.model] = ok.get(self.model, 0) + 1
-                events += (Event(DURATION, model, float(g[1]) * _UNIT[g[2]], None, TEI_RULE),
-                           Event(QUEUE, model, float(g[5]) * _UNIT[g[6]], None, TEI_RULE),
-                           Event(INFERENCE, model, float(g[7]) * _UNIT[g[8]], None, TEI_RULE),
-                           Event(TOKENIZATION, model, float(g[3]) * _UNIT[g[4]], None, TEI_RULE))
-            elif kind == "pair" and not pairs.open and not pairs.timed_out:
-                g = m.groups()
-                began = self._time(g[10], g[11], g[12], minutes)
-                ended = self._time(g[13], g[14], g[15], minutes)
-                self._seq += 1
-                self._starting = False
-                pairs.models.add(self.model)
+                n = self._tei_run(text, at, end, ok, events)
+            else:
                 paired = True
-                ok[self.model] = ok.get(self.model, 0) + 1
-                embedded[self.model] = embedded.get(self.model, 0) + int(g[16])
-                if ended >= began > 0:
-                    events.append(Event(DURATION, (self.model,), ended - began, None, "lfai_done"))
-                if now is not None:
-                    self._offset = now - ended
-                matched += 2
-                lines += 2
-                continue
-            elif kind == "pair":  # requests are open: each line on its own, in order
-                paired = True
-                g = m.groups()
-                self._started(self._time(g[10], g[11], g[12], minutes), now)
-                self._done(self._time(g[13], g[14], g[15], minutes), int(g[16]), now, ok, embedded, events)
-                matched += 2
-                lines += 2
-                continue
-            elif kind == "start":
-                g = m.groups()
-                paired = True
-                self._started(self._time(g[18], g[19], g[20], minutes), now)
-            elif kind == "done":
-                g = m.groups()
-                paired = True
-                self._done(self._time(g[22], g[23], g[24], minutes), int(g[25]), now, ok, embedded, events)
-            else:  # a progress bar: nothing
-                continue
-            matched += 1
-            lines += 1
+                n = self._lfai_run(text, at, end, now, minutes, ok, embedded, events)
+            matched += n
+            lines += n
         if pos < len(text) and text.count("\n", pos) < len(text) - pos:
             self._flush(ok, embedded, paired, events)
             paired = False
@@ -172,37 +140,79 @@ class BatchScan(Parser):
                     events.extend(Event(metric, labels, 0, None, "zero") for metric, labels in self.zero_series(left))
         return events, matched, lines
 
+    def _tei_run(self, text: str, at: int, end: int, ok: dict[str, int], events: list[Event]) -> int:
+        """TEI ``Success`` lines: a request each, its duration and phases; how many lines."""
+        self._is_tei = True
+        rows = _TEI_ROW.findall(text, at, end)
+        model = (self.model,)
+        ok[self.model] = ok.get(self.model, 0) + len(rows)
+        unit, new = _UNIT, tuple.__new__
+        events += [new(Event, (DURATION, model, float(r[0]) * unit[r[1]], None, TEI_RULE)) for r in rows]
+        events += [new(Event, (QUEUE, model, float(r[4]) * unit[r[5]], None, TEI_RULE)) for r in rows]
+        events += [new(Event, (INFERENCE, model, float(r[6]) * unit[r[7]], None, TEI_RULE)) for r in rows]
+        events += [new(Event, (TOKENIZATION, model, float(r[2]) * unit[r[3]], None, TEI_RULE)) for r in rows]
+        return len(rows)
+
+    def _lfai_run(self, text: str, at: int, end: int, now: float | None, minutes: dict[str, int],
+                  ok: dict[str, int], embedded: dict[str, int], events: list[Event]) -> int:
+        """LeapfrogAI request lines (starts and finishes, in order); how many lines."""
+        rows = _LFAI_ROW.findall(text, at, end)
+        pairs = self._pairs
+        if len(rows) > 1 and not pairs.open and not pairs.timed_out:
+            # Pairs with nothing running before them: each starts and ends at once, as the pairing would.
+            model = self.model
+            pairs.models.add(model)
+            self._seq += len(rows) // 2
+            self._starting = False
+            made = 0
+            for i in range(0, len(rows), 2):
+                began = self._time(rows[i], minutes)
+                ended = self._time(rows[i + 1], minutes)
+                made += int(rows[i + 1][3])
+                if ended >= began > 0:
+                    events.append(Event(DURATION, (model,), ended - began, None, "lfai_done"))
+            ok[model] = ok.get(model, 0) + len(rows) // 2
+            embedded[model] = embedded.get(model, 0) + made
+            if now is not None:
+                self._offset = now - ended
+            return len(rows)
+        for row in rows:
+            t = self._time(row, minutes)
+            if row[3]:
+                self._done(t, int(row[3]), ok, embedded, events)
+            else:
+                self._started(t)
+            if now is not None:
+                self._offset = now - t
+        return len(rows)
+
     # -- the frequent lines ------------------------------------------------------------------
 
     @staticmethod
-    def _time(minute: str, second: str, ms: str, minutes: dict[str, int]) -> float:
+    def _time(row: tuple[str, ...], minutes: dict[str, int]) -> float:
         """A LeapfrogAI line's time (as ``leapfrog_line`` reads it), the minute's start computed once."""
+        minute = row[0]
         base = minutes.get(minute)
         if base is None:
             base = minutes[minute] = calendar.timegm((int(minute[:4]), int(minute[5:7]), int(minute[8:10]),
                                                       int(minute[11:13]), int(minute[14:16]), 0, 0, 0, 0))
-        return (base + int(second)) + int(ms) / 1000
+        return (base + int(row[1])) + int(row[2]) / 1000
 
-    def _started(self, t: float, now: float | None) -> None:
+    def _started(self, t: float) -> None:
         """A request began at ``t`` (the running gauge is given out with the next flush)."""
         self._seq += 1
         self._starting = False
         self._pairs.start(str(self._seq), self.model, t)
         self._pairs.expire(t)
-        if now is not None:
-            self._offset = now - t
 
-    def _done(self, t: float, count: int, now: float | None, ok: dict[str, int], embedded: dict[str, int],
-              events: list[Event]) -> None:
+    def _done(self, t: float, count: int, ok: dict[str, int], embedded: dict[str, int], events: list[Event]) -> None:
         """A request ended at ``t`` having made ``count`` embeddings: the oldest open one."""
         began = self._pairs.finish()
         model = self.model if began is None else began[0]
         embedded[model] = embedded.get(model, 0) + count
         ok[model] = ok.get(model, 0) + 1
         if began is not None and t >= began[1] > 0:
-            events.append(Event("llm_request_duration_seconds", (model,), t - began[1], None, "lfai_done"))
-        if now is not None:
-            self._offset = now - t
+            events.append(Event(DURATION, (model,), t - began[1], None, "lfai_done"))
 
     def _flush(self, ok: dict[str, int], embedded: dict[str, int], paired: bool, events: list[Event]) -> None:
         """The counters added up since the last flush, and the running gauge if requests started or ended."""

@@ -67,6 +67,8 @@ def blocks() -> list[str]:
         TEI.format(12, "rerank", "1,5s", "1e3ms") + "\n",
         TEI.format(13, "embed", "80.5ms", "12us") + "\n" + "Caused by:\n    no backend\n",
         TEI.format(14, "embed", "2m", "1h") + "\n",
+        TEI.format(15, "embed", "1s", "1ms").replace(".000100Z", '{total_time="3s"') + "\n",
+        lfai(45, 9, 0, start).replace("main.py", "a>b.py") + "\n",
         '2025-03-04T08:00:00.101200Z  INFO text_embeddings_router: router/src/main.rs:185: Args { model_id: '
         '"BAAI/bge-small-en-v1.5", revision: None }\n',
         '2025-03-04T08:00:00.101200Z  INFO text_embeddings_router: router/src/main.rs:185: Args { model_id: '
@@ -101,7 +103,7 @@ def pieces(text: str, size: int) -> list[str]:
 
 def by_records(text: str, size: int, parser: EmbeddingsParser | None = None) -> State:
     """The engine's record-by-record path on each batch: ``parse`` per record, then the zero series of
-    every model the batch's records that gave events left the parser with."""
+    every model the batch's records that gave events left the parser with, and of its last model."""
     parser = parser or EmbeddingsParser()
     store = Store()
     store.register(EmbeddingsParser.metrics)
@@ -116,6 +118,8 @@ def by_records(text: str, size: int, parser: EmbeddingsParser | None = None) -> 
                 matched += 1
                 lines += rec.count("\n") + 1
                 models.append(parser.model)
+        if events:  # and the model the batch ends with
+            models.append(parser.model)
         zeros = [Event(m, labels, 0) for model in dict.fromkeys(models) for m, labels in parser.zero_series(model)]
         store.apply(zeros + events, "embeddings", "s")
     return state(store, matched, lines)
