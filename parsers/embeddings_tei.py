@@ -32,7 +32,8 @@ LINE = re.compile(
 _SPAN = re.compile(r"(\w+)(?:\{([^}\n]*)\})?")
 _FIELD = re.compile(r'(\w+)=(?:"([^"\n]*)"|([^\s"}]+))')
 _DURATION = re.compile(r"(\d+(?:[.,]\d+)?(?:[eE][+-]?\d+)?)(ns|µs|μs|us|ms|s|m|h)\Z")
-_UNIT = {"ns": 1e-9, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: Seconds per unit of a Rust ``Duration`` Debug text.
+UNITS = {"ns": 1e-9, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: Marks of a TEI text line or JSON record (their targets are the crates ``text_embeddings_*``).
 MARK = "text_embeddings_"
 
@@ -82,7 +83,7 @@ def duration(text: str) -> float | None:
     m = _DURATION.match(text.strip())
     if m is None:
         return None
-    value = float(m.group(1).replace(",", ".")) * _UNIT[m.group(2)]
+    value = float(m.group(1).replace(",", ".")) * UNITS[m.group(2)]
     return value if math.isfinite(value) and value >= 0 else None
 
 
