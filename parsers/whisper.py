@@ -230,16 +230,25 @@ class WhisperParser(Parser):
                 self._add_audio(added, out)
 
     def _timings(self, text: str, out: list[Event]) -> None:
-        """A whisper.cpp timings block: one CLI run, or a server's summary at shutdown."""
+        """A whisper.cpp timings block: one CLI run, or a server's summary at shutdown.
+
+        The block may come as two records (a read pause inside it flushes the first part): a CLI
+        run counts on the part that holds its last line, ``total time``; the other part only matches."""
         if self._server:
-            self._settle(out)
-            self._set_ready(False, out)
+            if self._ready or self._pending:
+                self._settle(out)
+                self._set_ready(False, out)
+            else:
+                out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
             return
         times = {name: float(val.replace(",", ".")) * (1.0 if unit == "s" else 0.001)
                  for name, val, unit in P.TIMING.findall(text)}
-        self._request("ok", out, CLI_OUTCOMES)
         total = times.get("total")
-        if total is not None and math.isfinite(total):
+        if total is None:
+            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+            return
+        self._request("ok", out, CLI_OUTCOMES)
+        if math.isfinite(total):
             out.append(Event(DURATION, (self.model,), total))
 
     def _leapfrog(self, text: str, msg: P.Message, now: float, out: list[Event]) -> None:

@@ -11,13 +11,17 @@ from pathlib import Path
 import pytest
 
 from logmetrics.catalog import BY_NAME
+from logmetrics.engine import Engine
 from logmetrics.events import Event
-from logmetrics.plugins import record_rule, validate
+from logmetrics.exposition import make_registry, text
+from logmetrics.plugins import discover, record_rule, validate
 from logmetrics.records import Record, split_records
+from logmetrics.sources import Chunk
+from logmetrics.store import Store
 from logmetrics.testing import check_events
 from parsers.whisper import WhisperParser, model_name
 from parsers.whisper_patterns import clock_seconds
-from tests.helpers import parse, total
+from tests.helpers import Samples, parse, total
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "whisper"
@@ -250,3 +254,37 @@ def test_sample_through_docker_json_envelope_gives_the_same_metrics(tmp_path: Pa
         want, got = oneshot(raw), oneshot(wrapped)
         assert got == want, name
         assert total(got, "llm_audio_seconds_total") > 0
+
+
+CLI_RUN = ("whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-base.en.bin'\n"
+           "main: processing 'a.wav' (176000 samples, 11.0 sec), 4 threads, 1 processors, lang = en ...\n"
+           "[00:00:00.000 --> 00:00:11.000]   Hello.\n"
+           "whisper_print_timings:     load time =   112.40 ms\n"
+           "whisper_print_timings:     fallbacks =   0 p /   0 h\n"
+           "whisper_print_timings:      mel time =     9.85 ms\n"
+           "whisper_print_timings:   encode time =   402.77 ms /     1 runs (   402.77 ms per run)\n"
+           "whisper_print_timings:    total time =   745.12 ms\n")
+
+
+def engine_metrics(parts: list[str]) -> Samples:
+    """What the engine exposes after reading ``parts`` of one file with a pause (idle) after each."""
+    store = Store()
+    engine = Engine(discover(), store, parser="whisper")
+    for part in parts:
+        engine.feed(Chunk("cli.log", part.encode(), 1000.0))
+        engine.idle()
+    engine.finish()
+    return parse(text(make_registry(store)).decode())
+
+
+@pytest.mark.parametrize("cut", range(1, CLI_RUN.count("\n")))
+def test_cli_run_split_by_a_read_pause_counts_once(cut: int) -> None:
+    """A pause anywhere in a CLI run (its timings block flushed in two records) counts one ok run."""
+    lines = CLI_RUN.splitlines(keepends=True)
+    got = engine_metrics(["".join(lines[:cut]), "".join(lines[cut:])])
+    whole = engine_metrics([CLI_RUN])
+    assert total(got, "llm_requests_total", outcome="ok") == 1
+    assert total(got, "llm_request_duration_seconds_count") == 1
+    assert total(got, "llm_request_duration_seconds_sum") == pytest.approx(0.74512)
+    assert total(got, "llm_audio_seconds_total") == 11.0
+    assert total(got, "logmetrics_lines_unmatched_total") == total(whole, "logmetrics_lines_unmatched_total")
