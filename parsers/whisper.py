@@ -1,6 +1,8 @@
 """Whisper speech-to-text servers: faster-whisper, whisper.cpp, openai-whisper, LeapfrogAI's backend.
 
-Record by record (``parse``). What each one logs, and what it gives:
+Record by record (``parse``), and a whole-chunk scan (``parse_batch``, ``whisper_scan``) that gives
+the same events: its frequent lines are counted in C, the others go through ``parse`` in order.
+What each server logs, and what it gives:
 
 - faster-whisper (logger ``faster_whisper``, INFO must be enabled), under any host app's format:
   ``Processing audio with duration [H:]MM:SS.mmm`` adds to ``llm_audio_seconds_total``. It logs
@@ -31,15 +33,17 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
-from logmetrics.records import Record
+from logmetrics.plugins import Parser, record_rule
+from logmetrics.records import Batch, Record, split_records
 from logmetrics.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
+from . import whisper_scan as S
 from .errors import is_traceback
 from .pairs import Pairs
 
@@ -88,6 +92,7 @@ class WhisperParser(Parser):
         self._starts: dict[str, float] = {}  # LeapfrogAI start line's own time, by pair key
         self._seq = 0
         self._failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
+        self._zeros_sent: set[str] = set()  # models whose zero series a batch gave (the engine: the last one)
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -163,6 +168,37 @@ class WhisperParser(Parser):
             self._announce = False
             out.append(Event(READY, (self.model,), 1.0))
         return out
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
+        """The events ``parse`` gives record by record, with the frequent lines counted in C."""
+        text = batch.text
+        lfai = self._lfai or S.LFAI_MARK in text
+        # readiness to announce, or CR LF line ends: every record through ``parse``
+        rare = [(0, len(text))] if self._announce or "\r" in text else S.rare_regions(text, lfai, self.shapes)
+        out: list[Event] = []
+        matched = lines = 0
+        models: dict[str, None] = {}
+        rule = record_rule(type(self))
+        pos = 0
+        for a, b in [*rare, (len(text), len(text))]:
+            if a > pos and S.has_lines(text, pos, a):
+                n = self._stretch(text, pos, a, lfai, batch.time, out)
+                if n:
+                    matched += n
+                    lines += n
+                    models[self.model] = None
+            for record in split_records(text[a:b], rule) if b > a else ():
+                got = self.parse(Record(record, batch.time))
+                if got:
+                    out += got
+                    matched += 1
+                    lines += record.count("\n") + 1
+                    models[self.model] = None
+            pos = b
+        models.pop(self.model, None)  # the engine starts the last model's zero series
+        for model in models:
+            self._zero(model, out)
+        return out, matched, lines
 
     def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
         """Series any whisper server can move: restarts; errors by type and audio per model. (The
@@ -298,6 +334,67 @@ class WhisperParser(Parser):
                 self._request("error", out, SERVER_OUTCOMES)
             elif kind == "transcribe_failed" and msg.leapfrog_time is None:
                 self._request("error", out, CLI_OUTCOMES)
+
+    def _stretch(self, text: str, a: int, b: int, lfai: bool, now: float, out: list[Event]) -> int:
+        """The events of ``text[a:b]``, frequent lines only (``whisper_scan``): how many gave events."""
+        if lfai:
+            self._lfai = True
+        n = 0
+        durations = S.DURATIONS.findall(text, a, b)
+        if durations:
+            self._explicit = True
+            n += len(durations)
+            out.append(Event(AUDIO, (self.model,), sum(map(P.clock_seconds, durations))))
+        if lfai and text.find("__main__: ", a, b) >= 0:
+            n += self._pair_lines(text, a, b, now, out)
+        alive = S.alive_lines(text, a, b)
+        if alive:
+            n += alive
+            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+        return n
+
+    def _pair_lines(self, text: str, a: int, b: int, now: float, out: list[Event]) -> int:
+        """LeapfrogAI's start and completion lines in ``text[a:b]``, in order (as ``_leapfrog``)."""
+        pairs, starts = self._pairs, self._starts
+        done: Counter[tuple[str, str]] = Counter()
+        n = 0
+        for date, hh, mm, ss, ms, end in S.PAIR_LINES.findall(text, a, b):
+            n += 1
+            t = S.line_time(date, hh, mm, ss, ms)
+            if not end:
+                pairs.expire(now)
+                self._prune()
+                self._seq += 1
+                key = str(self._seq)
+                pairs.start(key, self.model, now)
+                starts[key] = t
+                self._zero_requests(LFAI_OUTCOMES, out)
+                continue
+            outcome = "error" if self._failed else "ok"
+            self._failed = max(0, self._failed - 1)
+            oldest = next(iter(pairs.open), None)
+            model = self.model
+            if oldest is not None:
+                finished = pairs.finish(oldest)
+                if finished is not None:
+                    model = finished[0]
+                t0 = starts.pop(oldest, None)
+                if t0 is not None and t >= t0:
+                    out.append(Event(DURATION, (model,), t - t0))
+            self._zero_requests(LFAI_OUTCOMES, out, model)
+            done[(model, outcome)] += 1
+        out += [Event(REQUESTS, labels, float(count)) for labels, count in done.items()]
+        if n:
+            out += pairs.events()
+        return n
+
+    def _zero(self, model: str, out: list[Event]) -> None:
+        """The zero series of a model a batch left (the engine starts those of the batch's last model)."""
+        if model not in self._zeros_sent:
+            if len(self._zeros_sent) >= 64:
+                self._zeros_sent.clear()
+            self._zeros_sent.add(model)
+            out += [Event(metric, labels, 0.0, rule="zero") for metric, labels in self.zero_series(model)]
 
     # -- helpers --------------------------------------------------------------------------
 
