@@ -31,13 +31,13 @@ _DURATION = r"Processing audio with duration (?:\d+:)?\d{1,2}:\d{2}[.,]\d++"
 #: LeapfrogAI messages that give nothing.
 _QUIET = r"Updated metadata: \S++|Temperature \S++ is set|Language \S++ is supported|Completed \S++"
 _PAIR = r"Task (?:transcribe|translate) is starting|(?:Transcription|Translation) complete!"
-_LFAI_HEAD = (r"(?:__main__|faster_whisper): \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? "
-              r"\| (?:INFO|DEBUG|WARNING) \| [\w.-]++:\d++ >>> ")
+_LFAI_TAIL = r": \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \| (?:INFO|DEBUG|WARNING) \| [\w.-]++:\d++ >>> "
 _PY_HEAD = r"(?:INFO|DEBUG|WARNING):faster_whisper:"
 
 #: Rare lines (``\n`` then a line that is not frequent), for a LeapfrogAI stream and for others:
 #: searched in ``"\n" + text``.
-RARE_LFAI = re.compile(rf"\n(?!{_LFAI_HEAD}(?:{_QUIET}|{_ALIVE}|{_DURATION}|{_PAIR})\n)[^\n]+")
+RARE_LFAI = re.compile(rf"\n(?!(?:__main__{_LFAI_TAIL}(?:{_QUIET}|{_ALIVE}|{_DURATION}|{_PAIR})"
+                       rf"|faster_whisper{_LFAI_TAIL}(?:{_QUIET}|{_ALIVE}|{_DURATION}))\n)[^\n]+")
 RARE_PY = re.compile(rf"\n(?!{_PY_HEAD}(?:{_ALIVE}|{_DURATION})\n)[^\n]+")
 #: In a stretch: an audio duration; a request's start or completion line, with its time.
 DURATIONS = re.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)\n")

@@ -1,0 +1,184 @@
+"""The whisper parser's whole-chunk scan (``parse_batch``) gives what record-by-record parsing gives."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from logmetrics.catalog import BY_NAME
+from logmetrics.events import Event
+from logmetrics.plugins import record_rule
+from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from parsers.whisper import WhisperParser
+
+SAMPLES = sorted((Path(__file__).resolve().parent.parent / "samples" / "whisper").glob("*.log"))
+NOW = 1_731_500_000.0
+RULE = record_rule(WhisperParser)
+Totals = dict[tuple[str, tuple[str, ...]], float]
+
+
+def lf(sec: int, msg: str, logger: str = "__main__", level: str = "INFO", ms: str = ",250") -> str:
+    """A LeapfrogAI-format line at 10:mm:ss (``sec`` seconds after 10:00:00)."""
+    return f"{logger}: 2024-11-13 10:{sec // 60 % 60:02d}:{sec % 60:02d}{ms} | {level} | main.py:92 >>> {msg}\n"
+
+
+#: Lines of the frequent shapes (and near misses), to mix with the samples' lines.
+FREQUENT = [
+    lf(1, "Updated metadata: Temperature=0.0"), lf(2, "Temperature 0.2 is set"), lf(3, "Language uk is supported"),
+    lf(4, "Completed /tmp/tmp55c81dfcb0"), lf(5, "Task transcribe is starting"), lf(6, "Task translate is starting"),
+    lf(7, "Transcription complete!"), lf(8, "Translation complete!", ms=""), lf(9, "Transcription complete!"),
+    lf(10, "Processing audio with duration 01:48:35.298", logger="faster_whisper"),
+    lf(11, "Processing audio with duration 09:29,986", logger="faster_whisper"),
+    lf(12, "Detected language 'ja' with probability 0.53", logger="faster_whisper"),
+    lf(13, "Error transcribing audio: [Errno 2] Invalid data found when processing input", level="ERROR"),
+    lf(14, "Task summarize is not supported", level="ERROR"), lf(15, "Task transcribe is starting", level="ERROR"),
+    lf(16, "Completed /tmp/x Exception calling application"), lf(17, "Language xx is not supported"),
+    lf(18, "Transcription complete!", logger="faster_whisper"), lf(19, "Updated metadata: Prompt='a b'"),
+    "INFO:faster_whisper:Processing audio with duration 04:22.330\n",
+    "INFO:faster_whisper:VAD filter removed 00:11.671 of audio\n",
+    "DEBUG:faster_whisper:VAD filter kept the following audio segments: [00:00.000 -> 03:09.401]\n",
+    "DEBUG:faster_whisper:Processing segment at 00:30.000\n",
+    "INFO:faster_whisper:Detected language 'fr' with probability 0.63\n",
+    "ERROR:faster_whisper:Processing segment at 00:30.000\n",
+    "INFO:httpx:HTTP Request: GET https://huggingface.co/api/models/Systran/faster-whisper-small \"HTTP/1.1 200 OK\"\n",
+    "\n",
+]
+#: Multi-line records and start-ups, whole.
+BLOCKS = [
+    lf(20, "Task transcribe is starting") + "Traceback (most recent call last):\n  File \"m.py\", line 3, in f\n"
+    "ValueError: bad\n",
+    lf(21, "Completed /tmp/a") + "RuntimeError: CUDA failed with error out of memory\n",
+    lf(22, "Detected language 'en' with probability 0.9", logger="faster_whisper") + "    indented\n",
+    "whisper_print_timings:     load time =   112.40 ms\nwhisper_print_timings:    total time =   745.12 ms\n",
+    "whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-small.bin'\n",
+    "Initializing LeapfrogAI\nStarting server. Listening on 0.0.0.0:50051.\n",
+    "Shutdown signal received\n",
+    lf(23, "Processing audio with duration 00:05.000", logger="faster_whisper").replace("\n", "\r\n"),
+]
+
+
+def totals(events: list[Event]) -> Totals:
+    """Counter and histogram sums (and histogram counts) by series; gauges keep their last value.
+    Sums are rounded: a batch adds audio seconds before the store does."""
+    out: dict[tuple[str, tuple[str, ...]], float] = defaultdict(float)
+    for e in events:
+        if e.rule == "zero":  # the zero series of a model left within a batch: the engine's job record by record
+            continue
+        fam = BY_NAME.get(e.metric)
+        if fam is not None and fam.kind == "gauge":
+            out[(e.metric, e.labels)] = e.value
+        else:
+            out[(e.metric, e.labels)] += e.value
+            if fam is not None and fam.kind == "histogram":
+                out[(e.metric + "_count", e.labels)] += 1
+    return {k: round(v, 6) for k, v in out.items()}
+
+
+def by_records(text: str) -> tuple[Totals, int, int]:
+    """Totals, matched records and their lines of the per-record path."""
+    parser = WhisperParser()
+    events: list[Event] = []
+    matched = lines = 0
+    for record in split_records(text, RULE):
+        got = parser.parse(Record(record, NOW))
+        events += got
+        if got:
+            matched += 1
+            lines += record.count("\n") + 1
+    return totals(events), matched, lines
+
+
+def by_batches(text: str, size: int) -> tuple[Totals, int, int]:
+    """The same from ``parse_batch`` on batches of about ``size`` characters cut as the engine cuts them."""
+    parser = WhisperParser()
+    assembler = RecordAssembler(RULE)
+    pieces: list[str] = []
+    buf = ""
+    for line in text.splitlines(keepends=True):
+        buf += line
+        if len(buf) >= size:
+            pieces.append(assembler.feed(buf)[0])
+            buf = ""
+    pieces += [assembler.feed(buf)[0], assembler.flush()[0]]
+    events: list[Event] = []
+    matched = lines = 0
+    for piece in pieces:
+        if piece:
+            got, n, n_lines = parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))
+            events += got
+            matched += n
+            lines += n_lines
+    return totals(events), matched, lines
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
+def test_batch_scan_equals_per_record_path(path: Path) -> None:
+    """On every sample, whole-chunk scans in any batch size give what record-by-record parsing gives."""
+    text = path.read_text()
+    want = by_records(text)
+    assert want[1] > 0
+    for size in (len(text) + 1, 4096, 500):
+        assert by_batches(text, size) == want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
+    """The same holds on random mixtures of the samples' lines, frequent lines and whole blocks."""
+    lines = [line for path in SAMPLES for line in path.read_text().splitlines(keepends=True)]
+    rnd = random.Random(seed)
+    items = rnd.sample(lines, rnd.randint(5, 120)) + rnd.choices(FREQUENT, k=rnd.randint(0, 200))
+    items += rnd.sample(BLOCKS, rnd.randint(0, 5))
+    rnd.shuffle(items)
+    text = "".join(items)
+    want = by_records(text)
+    assert by_batches(text, len(text) + 1) == want
+    assert by_batches(text, rnd.randint(100, 3000)) == want
+
+
+def test_frequent_lines_never_reach_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of frequent LeapfrogAI lines is counted without one ``parse`` call, and gives its figures."""
+    calls: list[str] = []
+    real = WhisperParser.parse
+
+    def spy(self: WhisperParser, record: Record) -> list[Event]:
+        calls.append(record.text)
+        return real(self, record)
+
+    monkeypatch.setattr(WhisperParser, "parse", spy)
+    text = "".join(FREQUENT[:12]) * 50
+    events, matched, lines = WhisperParser().parse_batch(Batch("test", text, NOW, text.count("\n")))
+    assert calls == []
+    got = totals(events)
+    assert got[("llm_requests_total", ("unknown", "ok"))] == 150
+    assert got[("llm_request_duration_seconds_count", ("unknown",))] == 100
+    assert got[("llm_audio_seconds_total", ("unknown",))] == pytest.approx(50 * (6515.298 + 569.986))
+    assert matched == lines == 50 * 8
+    assert (events, matched, lines) != ([], 0, 0)
+
+
+def test_a_model_left_within_a_batch_gets_its_zero_series() -> None:
+    """whisper.cpp CLI runs of two models in one batch: the first model's zero series come with it."""
+    text = ("whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-base.en.bin'\n"
+            "whisper_print_timings:    total time =   745.12 ms\n"
+            "whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-small.bin'\n")
+    events, _, _ = WhisperParser().parse_batch(Batch("test", text, NOW, 3))
+    zeros = {(e.metric, e.labels) for e in events if e.rule == "zero"}
+    assert ("llm_audio_seconds_total", ("base.en",)) in zeros
+    assert not any(labels[:1] == ("small",) for _, labels in zeros)
+
+
+def test_garbage_does_not_raise() -> None:
+    """Random text made of log fragments never makes the whole-chunk scan raise."""
+    bits = ["__main__: ", "2024-11-13 10:00:00", ",250", " | INFO | ", "main.py:1", " >>> ",
+            "Task transcribe is starting", "Transcription complete!", "Processing audio with duration ", "01:02.5",
+            "\n", "  ", "Traceback",
+            "INFO:faster_whisper:", "whisper_print_timings:    total time = 1 ms", "\r", "'"]
+    rnd = random.Random(5)
+    parser = WhisperParser()
+    for _ in range(300):
+        text = "".join(rnd.choice(bits) for _ in range(rnd.randint(1, 60))) + "\n"
+        parser.parse_batch(Batch("test", text, NOW, text.count("\n")))
+    assert parser.parse_batch(Batch("test", FREQUENT[4], NOW, 1))[1] == 1
