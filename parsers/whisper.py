@@ -355,34 +355,37 @@ class WhisperParser(Parser):
 
     def _pair_lines(self, text: str, a: int, b: int, now: float, out: list[Event]) -> int:
         """LeapfrogAI's start and completion lines in ``text[a:b]``, in order (as ``_leapfrog``)."""
-        pairs, starts = self._pairs, self._starts
+        pairs, starts, zeroed = self._pairs, self._starts, self._zeroed
         done: Counter[tuple[str, str]] = Counter()
         n = 0
-        for date, hh, mm, ss, ms, end in S.PAIR_LINES.findall(text, a, b):
+        expired = False
+        for m in S.PAIR_LINES.finditer(text, a, b):
             n += 1
-            t = S.line_time(date, hh, mm, ss, ms)
-            if not end:
-                pairs.expire(now)
-                self._prune()
+            t = S.line_time(text, text.rfind("\n", a, m.start()) + 1)
+            model = self.model
+            if m.group(1) is None:  # a start
+                if not expired:  # the batch's time is the same for each: the first start expires them
+                    expired = True
+                    pairs.expire(now)
+                    self._prune()
                 self._seq += 1
                 key = str(self._seq)
-                pairs.start(key, self.model, now)
+                pairs.start(key, model, now)
                 starts[key] = t
-                self._zero_requests(LFAI_OUTCOMES, out)
-                continue
-            outcome = "error" if self._failed else "ok"
-            self._failed = max(0, self._failed - 1)
-            oldest = next(iter(pairs.open), None)
-            model = self.model
-            if oldest is not None:
-                finished = pairs.finish(oldest)
-                if finished is not None:
-                    model = finished[0]
-                t0 = starts.pop(oldest, None)
-                if t0 is not None and t >= t0:
-                    out.append(Event(DURATION, (model,), t - t0))
-            self._zero_requests(LFAI_OUTCOMES, out, model)
-            done[(model, outcome)] += 1
+            else:
+                outcome = "error" if self._failed else "ok"
+                self._failed = max(0, self._failed - 1)
+                oldest = next(iter(pairs.open), None)
+                if oldest is not None:
+                    finished = pairs.finish(oldest)
+                    if finished is not None:
+                        model = finished[0]
+                    t0 = starts.pop(oldest, None)
+                    if t0 is not None and t >= t0:
+                        out.append(Event(DURATION, (model,), t - t0))
+                done[(model, outcome)] += 1
+            if (model, "ok") not in zeroed:  # each kind of server starts "ok" and "error" together
+                self._zero_requests(LFAI_OUTCOMES, out, model)
         out += [Event(REQUESTS, labels, float(count)) for labels, count in done.items()]
         if n:
             out += pairs.events()

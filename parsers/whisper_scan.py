@@ -41,10 +41,8 @@ RARE_LFAI = re.compile(rf"\n(?!(?:__main__{_LFAI_TAIL}(?:{_QUIET}|{_ALIVE}|{_DUR
 RARE_PY = re.compile(rf"\n(?!{_PY_HEAD}(?:{_ALIVE}|{_DURATION})\n)[^\n]+")
 #: In a stretch: an audio duration; a request's start or completion line, with its time.
 DURATIONS = re.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)\n")
-PAIR_LINES = re.compile(
-    r"__main__: (\d{4}-\d\d-\d\d) (\d\d):(\d\d):(\d\d)(?:,(\d{3}))? \| \w+ \| [\w.-]+:\d+ >>> "
-    r"(?:Task \w+ is starting|(T)\w+ complete!)\n"
-)
+#: (Found by their message; the time is at a fixed place of the line, whose shape was checked.)
+PAIR_LINES = re.compile(r" >>> (?:Task \w+ is starting|(T)ra\w+ complete!)\n")
 #: The mark of a LeapfrogAI line (``parsers.leapfrog.MARK``).
 LFAI_MARK = " >>> "
 
@@ -78,17 +76,24 @@ def alive_lines(text: str, a: int, b: int) -> int:
     return sum(text.count(mark, a, b) for mark in ALIVE_MARKS)
 
 
-_days: dict[str, int] = {}
+_hours: dict[str, int] = {}
+#: ``MM:SS`` -> seconds, ``mmm`` -> its fraction of a second (as ``leapfrog_line`` computes them).
+_MIN_SEC = {f"{m:02d}:{s:02d}": m * 60 + s for m in range(100) for s in range(100)}
+_MILLIS = {f"{ms:03d}": ms / 1000 for ms in range(1000)}
 
 
-def line_time(date: str, hh: str, mm: str, ss: str, ms: str | None) -> float:
-    """A LeapfrogAI line's time, as ``parsers.leapfrog.leapfrog_line`` gives it."""
-    day = _days.get(date)
-    if day is None:
-        if len(_days) > 1000:
-            _days.clear()
-        day = _days[date] = calendar.timegm((int(date[:4]), int(date[5:7]), int(date[8:10]), 0, 0, 0, 0, 0, 0))
-    return day + int(hh) * 3600 + int(mm) * 60 + int(ss) + (int(ms) / 1000 if ms else 0.0)
+def line_time(text: str, at: int) -> float:
+    """The time of the frequent LeapfrogAI line at ``at`` (``__main__: 2024-11-13 10:45:38,004 | ...``),
+    as ``parsers.leapfrog.leapfrog_line`` gives it."""
+    hour = text[at + 10:at + 23]
+    base = _hours.get(hour)
+    if base is None:
+        if len(_hours) > 4096:
+            _hours.clear()
+        base = _hours[hour] = calendar.timegm((int(hour[:4]), int(hour[5:7]), int(hour[8:10]), int(hour[11:13]),
+                                               0, 0, 0, 0, 0))
+    secs = base + _MIN_SEC[text[at + 24:at + 29]]
+    return secs + _MILLIS[text[at + 30:at + 33]] if text[at + 29] == "," else secs + 0.0
 
 
 _conts: dict[tuple[Shape, ...], re.Pattern[str]] = {}
