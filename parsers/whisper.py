@@ -92,6 +92,7 @@ class WhisperParser(Parser):
         self._starts: dict[str, float] = {}  # LeapfrogAI start line's own time, by pair key
         self._seq = 0
         self._failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
+        self._error_end: str | None = None  # the last line of the record before, if it was an error's
         self._zeros_sent: set[str] = set()  # models whose zero series a batch gave (the engine: the last one)
 
     # -- the contract ---------------------------------------------------------------------
@@ -160,8 +161,16 @@ class WhisperParser(Parser):
             self._timings(text, out)
         elif not self._lines(text, msg.text, out) and not self._lfai:
             self._audio(msg.text, out)
-        if not any(e.metric == ERRORS for e in out):
+        last = self._error_end
+        if last is not None and P.continues(text, last):
+            # the rest of the error record before it, which a read pause cut in two: counted there
+            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+        elif not any(e.metric == ERRORS for e in out):
             self._error(text, msg, out)
+            last = None
+        else:
+            last = None
+        self._error_end = text.rpartition("\n")[2] if last is not None or any(e.metric == ERRORS for e in out) else None
         if not out and P.INFO.search(msg.text):  # the stream is a working server's: its zero series
             out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
         if self._announce:
@@ -339,6 +348,7 @@ class WhisperParser(Parser):
         """The events of ``text[a:b]``, frequent lines only (``whisper_scan``): how many gave events."""
         if lfai:
             self._lfai = True
+        self._error_end = None
         n = 0
         durations = S.DURATIONS.findall(text, a, b)
         if durations:

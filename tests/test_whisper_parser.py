@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -271,7 +272,7 @@ def engine_metrics(parts: list[str]) -> Samples:
     store = Store()
     engine = Engine(discover(), store, parser="whisper")
     for part in parts:
-        engine.feed(Chunk("cli.log", part.encode(), 1000.0))
+        engine.feed(Chunk("cli.log", part.encode(), time.time()))  # idle() times requests out by the clock
         engine.idle()
     engine.finish()
     return parse(text(make_registry(store)).decode())
@@ -288,3 +289,40 @@ def test_cli_run_split_by_a_read_pause_counts_once(cut: int) -> None:
     assert total(got, "llm_request_duration_seconds_sum") == pytest.approx(0.74512)
     assert total(got, "llm_audio_seconds_total") == 11.0
     assert total(got, "logmetrics_lines_unmatched_total") == total(whole, "logmetrics_lines_unmatched_total")
+
+
+TRACEBACKS = [
+    ("INFO:faster_whisper:Processing audio with duration 00:10.000\n"
+     "ERROR:app:transcription failed for upload 7f3a\n"
+     "Traceback (most recent call last):\n"
+     '  File "/srv/app/worker.py", line 41, in run\n'
+     "    for segment in segments:\n"
+     "RuntimeError: CUDA failed with error out of memory\n"
+     "INFO:app:done\n"),
+    (lf(0, 1, "Task transcribe is starting")
+     + "\n" + lf(0, 4, "Unexpected [RuntimeError] raised by servicer method [/audio.Audio/Transcribe]",
+                 level="ERROR", logger="grpc._cython.cygrpc") + "\n"
+     "Traceback (most recent call last):\n"
+     '  File "/home/leapfrogai/main.py", line 53, in make_whisper_request\n'
+     "RuntimeError: Unable to open file\n"
+     + lf(0, 9, "Task transcribe is starting") + "\n"),
+]
+
+
+@pytest.mark.parametrize("case,cut", [(c, n) for c, tb in enumerate(TRACEBACKS) for n in range(1, tb.count("\n"))])
+def test_traceback_split_by_a_read_pause_counts_one_error(case: int, cut: int) -> None:
+    """A pause anywhere in an error record with its traceback: one error (and request outcome), as whole."""
+    lines = TRACEBACKS[case].splitlines(keepends=True)
+    got = engine_metrics(["".join(lines[:cut]), "".join(lines[cut:])])
+    whole = engine_metrics([TRACEBACKS[case]])
+    assert total(got, "backend_errors_total") == total(whole, "backend_errors_total") == 1
+    for name in ("llm_requests_total", "logmetrics_lines_unmatched_total"):
+        assert total(got, name) == total(whole, name), name
+
+
+def test_exception_line_after_a_whole_error_record_is_an_error_of_its_own() -> None:
+    """Only a record the shapes would have joined is a split's rest: an exception line after an
+    error line that ends without a frame is a second error, paused or not."""
+    text = "ERROR:app:upload failed\nValueError: bad header\n"
+    assert total(engine_metrics([text]), "backend_errors_total") == 2
+    assert total(engine_metrics(text.splitlines(keepends=True)), "backend_errors_total") == 2
