@@ -25,7 +25,9 @@ What each server logs, and what it gives:
   explicit duration (faster-whisper and whisper.cpp print segments too).
 
 Errors: ERROR/CRITICAL lines, tracebacks (once per record), whisper.cpp's ``error:`` and ``failed
-to`` lines, typed with the phrase table of ``whisper_patterns``. The text the backends log (prompts,
+to`` lines, typed with the phrase table of ``whisper_patterns``. A record a read pause cut in two (the engine
+flushes a held-back record when its input goes idle) counts once: a timings block on its ``total
+time`` line, an error on its first part (the rest begins with a line the record shapes join). The text the backends log (prompts,
 transcripts, file names) never reaches a label: only the model name and fixed words do.
 """
 
