@@ -25,17 +25,18 @@ What each server logs, and what it gives:
   explicit duration (faster-whisper and whisper.cpp print segments too).
 
 Errors: ERROR/CRITICAL lines, tracebacks (once per record), whisper.cpp's ``error:`` and ``failed
-to`` lines, typed with the phrase table of ``whisper_patterns``. A record a read pause cut in two (the engine
-flushes a held-back record when its input goes idle) counts once: a timings block on its ``total
-time`` line, an error on its first part (the rest begins with a line the record shapes join). The text the backends log (prompts,
+to`` lines, typed with the phrase table of ``whisper_patterns``. The text the backends log (prompts,
 transcripts, file names) never reaches a label: only the model name and fixed words do.
+
+A record a read pause cut in two (the engine flushes a held-back record when its input goes idle)
+counts once: a timings block on its ``total time`` line, an error on its first part (the rest
+begins with a line the record shapes would have joined to it).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections import Counter
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -367,14 +368,14 @@ class WhisperParser(Parser):
 
     def _pair_lines(self, text: str, a: int, b: int, now: float, out: list[Event]) -> int:
         """LeapfrogAI's start and completion lines in ``text[a:b]``, in order (as ``_leapfrog``)."""
-        pairs, starts, zeroed = self._pairs, self._starts, self._zeroed
-        done: Counter[tuple[str, str]] = Counter()
+        pairs, starts, zeroed, line_time = self._pairs, self._starts, self._zeroed, S.line_time
+        done: dict[tuple[str, str], int] = {}
         n = 0
         expired = False
+        model = self.model
         for m in S.PAIR_LINES.finditer(text, a, b):
             n += 1
-            t = S.line_time(text, text.rfind("\n", a, m.start()) + 1)
-            model = self.model
+            t = line_time(text, text.rfind("\n", a, m.start()) + 1)
             if m.group(1) is None:  # a start
                 if not expired:  # the batch's time is the same for each: the first start expires them
                     expired = True
@@ -384,20 +385,24 @@ class WhisperParser(Parser):
                 key = str(self._seq)
                 pairs.start(key, model, now)
                 starts[key] = t
+                ended = model
             else:
                 outcome = "error" if self._failed else "ok"
-                self._failed = max(0, self._failed - 1)
+                if self._failed:
+                    self._failed -= 1
+                ended = model
                 oldest = next(iter(pairs.open), None)
                 if oldest is not None:
                     finished = pairs.finish(oldest)
                     if finished is not None:
-                        model = finished[0]
+                        ended = finished[0]
                     t0 = starts.pop(oldest, None)
                     if t0 is not None and t >= t0:
-                        out.append(Event(DURATION, (model,), t - t0))
-                done[(model, outcome)] += 1
-            if (model, "ok") not in zeroed:  # each kind of server starts "ok" and "error" together
-                self._zero_requests(LFAI_OUTCOMES, out, model)
+                        out.append(Event(DURATION, (ended,), t - t0))
+                labels = (ended, outcome)
+                done[labels] = done.get(labels, 0) + 1
+            if (ended, "ok") not in zeroed:  # each kind of server starts "ok" and "error" together
+                self._zero_requests(LFAI_OUTCOMES, out, ended)
         out += [Event(REQUESTS, labels, float(count)) for labels, count in done.items()]
         if n:
             out += pairs.events()
