@@ -34,6 +34,11 @@ StaticLabel = tuple[str | None, str, str]  # (GLOB or None for every input, labe
 UNROUTED = "none"
 SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text while it is sniffed
 NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unmatched gets a warning
+#: A stream's last record, held back in case more of it comes, counts once the stream has been
+#: quiet this long (seconds; at least one poll interval): a backend that writes a traceback or a
+#: timing block line by line is not cut in two by a read that falls between its lines (as Vector's
+#: and Fluent Bit's multi-line time-outs), while the delay to visible stays well under a second.
+HOLD_SECONDS = 0.25
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Stream:
     unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
     model: str | None = None  # a static model label (--label)
     zeroed: set[str] = field(default_factory=set)  # the models whose zero_series were applied
+    fed_at: float = 0.0  # monotonic time of the stream's last text
 
 
 class Engine:
@@ -59,8 +65,9 @@ class Engine:
     def __init__(self, parsers: dict[str, ParserEntry], store: Store, *, parser: str | None = None,
                  source: str | None = None, envelope: str = "auto", sniff_lines: int = 200,
                  max_line_bytes: int = 1 << 20, lines_truncated: dict[str, int] | None = None,
-                 labels: Sequence[StaticLabel] = ()) -> None:
+                 labels: Sequence[StaticLabel] = (), hold: float = HOLD_SECONDS) -> None:
         self.parsers = parsers
+        self.hold = hold
         self.store = store
         self.forced = parser
         self.source = source
@@ -91,11 +98,13 @@ class Engine:
         if unwrapper.truncated:
             self._truncated(chunk.stream, unwrapper)
 
-    def idle(self) -> None:
-        """The input went quiet: held-back records are complete now, and time-outs may be due."""
+    def idle(self, force: bool = False) -> None:
+        """The input went quiet: the held-back records of streams quiet for ``hold`` seconds (of
+        all streams, with ``force``) are complete now, and time-outs may be due."""
         now = time.time()
+        quiet = time.monotonic() - self.hold
         for stream in self.streams.values():
-            if stream.assembler.pending:
+            if stream.assembler.pending and (force or stream.fed_at <= quiet):
                 self._records(stream, *stream.assembler.flush())
             parser = stream.parser
             if parser is not None and type(parser).tick is not Parser.tick:
@@ -267,6 +276,7 @@ class Engine:
             n = text.count("\n") if lines is None else lines
             self.store.add_self("logmetrics_lines_unmatched_total", (UNROUTED,), n)
             return
+        stream.fed_at = time.monotonic()
         self._records(stream, *stream.assembler.feed(text, lines))
 
     def _records(self, stream: Stream, text: str, lines: int) -> None:

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from logmetrics import state
 from logmetrics.descriptors import raise_open_file_limit
-from logmetrics.engine import Engine
+from logmetrics.engine import HOLD_SECONDS, Engine
 from logmetrics.errors import UserError
 from logmetrics.exposition import MetricsServer, host_port, make_registry, text
 from logmetrics.plugins import ParserEntry
@@ -144,7 +144,7 @@ class Runner:
         self.stats = SourceStats()
         self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                              max_line_bytes=opts.max_line_bytes, lines_truncated=self.stats.lines_truncated,
-                             labels=opts.labels)
+                             labels=opts.labels, hold=max(HOLD_SECONDS, opts.poll_interval))
         files = [p for p in opts.paths if p != "-"]
         try:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
@@ -187,7 +187,7 @@ class Runner:
         path = self.opts.state_file
         if path is None:
             return
-        self.engine.idle()  # every line read is counted now: positions and counters agree
+        self.engine.idle(force=True)  # every line read is counted now: positions and counters agree
         snapshot = state.State(self._polled_at, self.store.dump(),
                                self.tailer.positions() if self.tailer is not None else [],
                                self.engine.stream_states())

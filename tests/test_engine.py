@@ -428,3 +428,36 @@ def test_every_line_of_a_matched_vllm_traceback_is_recognised() -> None:
     got = parse(oneshot("--parser", "vllm", "-", stdin=STATS + trace + "a stray line\n").stdout)
     assert total(got, "backend_errors_total") == 1
     assert total(got, "logmetrics_lines_unmatched_total", parser="vllm") == 1
+
+
+TB_HEAD = 'ERROR 01-02 03:04:05 [serving_chat.py:200] Error in chat completion\nTraceback (most recent call last):\n'
+TB_TAIL = '  File "/app/x.py", line 3, in f\n    g()\ntorch.OutOfMemoryError: CUDA out of memory.\n'
+
+
+def _vllm_errors(hold: float, force: bool) -> tuple[float, float]:
+    """(errors counted, oom errors) after a traceback arrives in two reads with a quiet poll between."""
+    from logmetrics.engine import Engine
+    from logmetrics.plugins import discover
+    from logmetrics.sources import Chunk
+    from logmetrics.store import Store
+
+    store = Store()
+    engine = Engine(discover(), store, parser="vllm", hold=hold)
+    engine.feed(Chunk("v.log", TB_HEAD.encode(), time.time()))
+    engine.idle(force=force)
+    engine.feed(Chunk("v.log", (TB_TAIL + 'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK\n').encode(),
+                      time.time()))
+    engine.finish()
+    errors = {k[1][-1]: v for k, v in store.counters.items() if k[0] == "backend_errors_total" and v}
+    return sum(errors.values()), errors.get("oom", 0.0)
+
+
+def test_a_quiet_poll_inside_a_record_does_not_cut_it() -> None:
+    """A traceback written in two pieces with a quiet poll between is one record: one error, of its type."""
+    assert _vllm_errors(hold=1000.0, force=False) == (1.0, 1.0)
+
+
+def test_a_held_back_record_counts_once_the_stream_is_quiet() -> None:
+    """After the hold time (or when forced, as before a state save) the held-back record counts by itself."""
+    assert _vllm_errors(hold=0.0, force=False)[0] >= 1.0
+    assert _vllm_errors(hold=1000.0, force=True)[0] >= 1.0

@@ -30,7 +30,7 @@ def test_a_file_read_from_its_end_still_gets_its_model_and_readiness(tmp_path: P
     srv = Server(str(log), "--poll-interval", "0.1")
     try:
         append(log, STATS)
-        got = srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") == 1)
+        got = srv.wait_for(lambda s: total(s, "logmetrics_lines_matched_total") == 1)  # parsed, not only read
         assert total(got, "llm_requests_running", model="qwen2.5-7b") == 4
         assert total(got, "llm_requests_running", model="unknown") == 0
         assert total(got, "backend_ready", model="qwen2.5-7b") == 1
@@ -48,7 +48,7 @@ def test_a_docker_json_file_is_unwrapped_before_it_is_learned(tmp_path: Path) ->
     try:
         line = json.dumps({"log": STATS, "stream": "stdout", "time": "2025-04-06T08:00:00.000000000Z"})
         append(log, line + "\n")
-        srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") == 1)
+        srv.wait_for(lambda s: total(s, "logmetrics_lines_matched_total") == 1)
         assert running(srv, model="gemma-3-12b") == 4
     finally:
         assert srv.stop() == 0
@@ -64,7 +64,7 @@ def test_static_model_labels_per_input(tmp_path: Path) -> None:
     try:
         append(a, STATS)
         append(b, STATS.replace("Running: 4", "Running: 2"))
-        srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") == 2)
+        srv.wait_for(lambda s: total(s, "logmetrics_lines_matched_total") == 2)
         assert running(srv, model="llama-3-8b", source=str(a)) == 4
         assert running(srv, model="fallback", source=str(b)) == 2
         assert running(srv, model="qwen2.5-7b") == 0
