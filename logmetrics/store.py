@@ -32,6 +32,7 @@ RESERVED = frozenset({OTHER, NOT_FOUND})
 LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
 DEFAULT_LIMIT = 100
 INF = float("inf")
+NAN = float("nan")
 MALFORMED = "__malformed__"  # the metric label of refused events that name no known family
 REJECTED = "logmetrics_values_rejected_total"
 #: A route first seen with an error code (not 1xx-3xx) may take only this share of the places, so
@@ -160,21 +161,51 @@ class Store:
                     refused.append((ev, f"malformed: {exc}"))
         return refused
 
+    def _observations(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
+        """A histogram event with a tuple of observations: each observed, the checks done once."""
+        values = ev.value
+        assert isinstance(values, tuple)
+        fam = self.families[ev.metric]
+        if not values:
+            return
+        if not all(
+                (type(v) is float or (type(v) is int and -(1 << 53) < v < 1 << 53)) and 0.0 <= v < INF
+                for v in values):
+            for v in values:  # something is wrong: each value through the checks, refused one by one
+                self._one(ev._replace(value=v), backend, source, refused)
+            return
+        self._one(ev._replace(value=values[0]), backend, source, refused)  # admits the series
+        hit = self._admitted.get((ev.metric, ev.backend or backend, source, ev.labels))
+        hist = self.histograms.get(hit[1]) if hit is not None else None
+        if hist is None:  # labels folded by the guard: the checks again for each
+            for v in values[1:]:
+                self._one(ev._replace(value=v), backend, source, refused)
+            return
+        bounds, counts = fam.buckets, hist.buckets
+        for v in values[1:]:
+            counts[bisect_left(bounds, v)] += 1
+        hist.sum += sum(values[1:])
+        hist.count += len(values) - 1
+
     def _one(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
         """Apply one event (lock held); raises TypeError and the like on a malformed one."""
+        if type(ev) is Event and type(ev.value) is tuple and ev.metric in self.families \
+                and self.families[ev.metric].kind == "histogram":  # (other families refuse a tuple below)
+            self._observations(ev, backend, source, refused)
+            return
         if type(ev) is Event and type(ev.labels) is tuple:
             hit = self._admitted.get((ev.metric, ev.backend or backend, source, ev.labels))
-            value = ev.value
-            if hit is not None and (type(value) is float or (type(value) is int and value < 1 << 53)) \
-                    and 0.0 <= value < INF:
+            one = ev.value
+            if hit is not None and not isinstance(one, tuple) and \
+                    (type(one) is float or (type(one) is int and one < 1 << 53)) and 0.0 <= one < INF:
                 known, key = hit  # a series met before, its labels admitted unchanged: no checks again
                 if known.kind == "counter":
-                    self.counters[key] = self.counters.get(key, 0.0) + value
+                    self.counters[key] = self.counters.get(key, 0.0) + one
                     return
                 hist = self.histograms.get(key)
                 if hist is not None:
-                    hist.buckets[bisect_left(known.buckets, value)] += 1
-                    hist.sum += value
+                    hist.buckets[bisect_left(known.buckets, one)] += 1
+                    hist.sum += one
                     hist.count += 1
                     return
         fam = self.families.get(ev.metric)
@@ -185,7 +216,8 @@ class Store:
             refused.append((ev, "no such metric" if fam is None else
                             f"{len(fam.labels)} label values wanted ({', '.join(fam.labels)}), got {len(ev.labels)}"))
             return
-        kind, value = fam.kind, ev.value
+        kind, raw = fam.kind, ev.value
+        value: float = NAN if isinstance(raw, tuple) else raw  # observations of a non-histogram: refused
         try:
             if type(value) is int:
                 value = float(value)  # OverflowError past a float's range

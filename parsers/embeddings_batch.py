@@ -14,9 +14,10 @@ record follows it), taken in runs:
 A second ``findall`` over a run takes its fields. Everything between two runs (start-ups, errors,
 tracebacks, model lines, other formats) goes through ``parse`` record by record, in its place.
 Counters are added up per label set and given out as one event each (and the running gauge once)
-before the next record that goes through ``parse``, and at the end of the batch; histograms get
-one event per observation, in line order. The result is what ``parse`` gives on each record (the
-tests check it on every sample and on shuffled lines and records, in several batch sizes).
+before the next record that goes through ``parse``, and at the end of the batch; a run's histogram
+observations go out as one event per series (a tuple of observations). The result is what
+``parse`` gives on each record (the tests check it on every sample and on shuffled lines and
+records, in several batch sizes).
 """
 
 from __future__ import annotations
@@ -149,11 +150,12 @@ class BatchScan(Parser):
         rows = _TEI_ROW.findall(text, at, end)
         model = (self.model,)
         ok[self.model] = ok.get(self.model, 0) + len(rows)
-        unit, new = UNITS, tuple.__new__  # an Event without NamedTuple's own __new__ in Python: a third faster
-        events += [new(Event, (DURATION, model, float(r[0]) * unit[r[1]], None, TEI_RULE)) for r in rows]
-        events += [new(Event, (QUEUE, model, float(r[4]) * unit[r[5]], None, TEI_RULE)) for r in rows]
-        events += [new(Event, (INFERENCE, model, float(r[6]) * unit[r[7]], None, TEI_RULE)) for r in rows]
-        events += [new(Event, (TOKENIZATION, model, float(r[2]) * unit[r[3]], None, TEI_RULE)) for r in rows]
+        if rows:  # one event per histogram series, with all its observations
+            unit = UNITS
+            events += (Event(DURATION, model, tuple([float(r[0]) * unit[r[1]] for r in rows]), None, TEI_RULE),
+                       Event(QUEUE, model, tuple([float(r[4]) * unit[r[5]] for r in rows]), None, TEI_RULE),
+                       Event(INFERENCE, model, tuple([float(r[6]) * unit[r[7]] for r in rows]), None, TEI_RULE),
+                       Event(TOKENIZATION, model, tuple([float(r[2]) * unit[r[3]] for r in rows]), None, TEI_RULE))
         return len(rows)
 
     def _lfai_run(self, text: str, at: int, end: int, now: float | None, minutes: dict[str, int],
@@ -168,12 +170,15 @@ class BatchScan(Parser):
             self._seq += len(rows) // 2
             self._starting = False
             made = 0
+            took: list[float] = []
             for i in range(0, len(rows), 2):
                 began = self._time(rows[i], minutes)
                 ended = self._time(rows[i + 1], minutes)
                 made += int(rows[i + 1][3])
                 if ended >= began > 0:
-                    events.append(Event(DURATION, (model,), ended - began, None, "lfai_done"))
+                    took.append(ended - began)
+            if took:
+                events.append(Event(DURATION, (model,), tuple(took), None, "lfai_done"))
             ok[model] = ok.get(model, 0) + len(rows) // 2
             embedded[model] = embedded.get(model, 0) + made
             if now is not None:

@@ -6,8 +6,8 @@ say nothing (prompt progress, new prompt, prompt done, the chat format) are skip
 regular expression and never reach Python code; every other record goes to ``parse``, in line
 order, so that the state it reads and changes (the model, open requests, the timing block, the
 last failed decode) is the one record-by-record parsing would have. Counters are summed over the
-batch (one event per label set), histograms keep one event per observation in line order, and the
-running-requests gauge is given once per run of frequent records (its last value is what counts).
+batch (one event per label set), histograms one event per series with its observations (a
+tuple), and the running-requests gauge is given once per run of frequent records (its last value is what counts).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     routes = parser._routes
     cache = parser._route_labels
     add = events.extend
+    # the blocks' observations per model (duration, TTFT, TPOT): one event per histogram series
+    obs: dict[str, tuple[list[float], list[float], list[float]]] = {}
     # the run in progress, in locals: records that gave events, token sums, blocks, cache lines
     produced = prompt = gen = ok = cached = kv = 0
     http: dict[tuple[str, str, str], int] = {}
@@ -106,10 +108,12 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             prompt += int(pn)
             gen += int(en)
             ok += 1
-            model = (parser.model,)
-            add((Event("llm_request_duration_seconds", model, float(tms) / 1000.0, rule="timing"),
-                 Event("llm_time_to_first_token_seconds", model, float(pms) / 1000.0, rule="timing"),
-                 Event("llm_time_per_output_token_seconds", model, float(eper) / 1000.0, rule="timing")))
+            got = obs.get(parser.model)
+            if got is None:
+                got = obs[parser.model] = ([], [], [])
+            got[0].append(float(tms) / 1000.0)
+            got[1].append(float(pms) / 1000.0)
+            got[2].append(float(eper) / 1000.0)
             produced += 1
             lines += 3  # and one below
         elif kind == KV:
@@ -141,6 +145,9 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
         lines += produced
         _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
     add(Event(metric, labels, value, rule=RULES[metric]) for (metric, labels), value in sums.items())
+    for name, got in obs.items():
+        add(Event(metric, (name,), tuple(values), rule="timing")
+            for metric, values in zip(HISTOGRAMS, got, strict=True))
     return events, matched, lines
 
 
@@ -162,6 +169,7 @@ def _forget(parser: LlamaCppParser, task: str) -> None:
         timings.popitem(last=False)
 
 
+HISTOGRAMS = ("llm_request_duration_seconds", "llm_time_to_first_token_seconds", "llm_time_per_output_token_seconds")
 RULES = {"llm_prompt_tokens_total": "timing", "llm_generation_tokens_total": "timing", "llm_requests_total": "timing",
          "llm_cached_prompt_tokens_total": "cache", "http_requests_total": "http"}
 

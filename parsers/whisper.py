@@ -370,6 +370,7 @@ class WhisperParser(Parser):
         """LeapfrogAI's start and completion lines in ``text[a:b]``, in order (as ``_leapfrog``)."""
         pairs, starts, zeroed, line_time = self._pairs, self._starts, self._zeroed, S.line_time
         done: dict[tuple[str, str], int] = {}
+        took: dict[str, list[float]] = {}  # durations by model: one event per series
         n = 0
         expired = False
         model = self.model
@@ -398,12 +399,13 @@ class WhisperParser(Parser):
                         ended = finished[0]
                     t0 = starts.pop(oldest, None)
                     if t0 is not None and t >= t0:
-                        out.append(Event(DURATION, (ended,), t - t0))
+                        took.setdefault(ended, []).append(t - t0)
                 labels = (ended, outcome)
                 done[labels] = done.get(labels, 0) + 1
             if (ended, "ok") not in zeroed:  # each kind of server starts "ok" and "error" together
                 self._zero_requests(LFAI_OUTCOMES, out, ended)
         out += [Event(REQUESTS, labels, float(count)) for labels, count in done.items()]
+        out += [Event(DURATION, (name,), tuple(values)) for name, values in took.items()]
         if n:
             out += pairs.events()
         return n

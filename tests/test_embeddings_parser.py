@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from logmetrics.events import Event
+from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Record, split_records
 from logmetrics.testing import check_events
@@ -51,7 +51,7 @@ def run(parser: EmbeddingsParser, text: str, time: float | None = None) -> list[
 
 def counted(events: list[Event], metric: str, *labels: str) -> float:
     """Sum of the values of ``metric`` events whose labels start with ``labels``."""
-    return sum(e.value for e in events if e.metric == metric and e.labels[: len(labels)] == labels)
+    return sum(sum(values_of(e)) for e in events if e.metric == metric and e.labels[: len(labels)] == labels)
 
 
 def test_parser_passes_plugin_validation_and_the_engine_takes_every_event() -> None:

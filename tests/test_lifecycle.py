@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logmetrics.events import Event
+from logmetrics.events import Event, number
 from logmetrics.store import Store
 from tests.helpers import access_line, total
 from tests.test_engine import oneshot_metrics
@@ -43,7 +43,7 @@ GAUGES = ("llm_requests_running", "llm_requests_waiting", "llm_kv_cache_usage_ra
 
 def ready_events(events: list[Event]) -> list[tuple[str, float]]:
     """The backend_ready events in order, as (model, value)."""
-    return [(e.labels[0], e.value) for e in events if e.metric == "backend_ready"]
+    return [(e.labels[0], number(e)) for e in events if e.metric == "backend_ready"]
 
 
 def store_after(*texts: str) -> Store:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logmetrics.engine import choose
-from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.plugins import discover
 from logmetrics.records import Record, split_records
 from tests.helpers import parse, total
@@ -36,12 +36,12 @@ def run(text: str, parser: LlamaCppParser | None = None) -> list[Event]:
 
 def summed(events: list[Event], metric: str) -> float:
     """Sum of the values of one metric's events."""
-    return sum(e.value for e in events if e.metric == metric)
+    return sum(sum(values_of(e)) for e in events if e.metric == metric)
 
 
 def observations(events: list[Event], metric: str) -> list[float]:
     """The values of one histogram's events, in order."""
-    return [e.value for e in events if e.metric == metric]
+    return [v for e in events if e.metric == metric for v in values_of(e)]
 
 
 PE = "prompt eval time = {:10.2f} ms / {:5d} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)"

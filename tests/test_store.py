@@ -185,3 +185,16 @@ def test_known_series_take_the_fast_path_with_the_same_checks() -> None:
     assert store.counters[("llm_prompt_tokens_total", ("p", "s", "m"))] == 8
     assert store.histograms[("llm_request_duration_seconds", ("p", "s", "m"))].count == 2
     assert store.counters[("logmetrics_values_rejected_total", ("p", "llm_prompt_tokens_total"))] == 4
+
+
+def test_a_histogram_event_may_carry_many_observations() -> None:
+    """A tuple value observes each number; bad numbers in it are refused one by one; a counter refuses a tuple."""
+    store = Store()
+    assert store.apply([Event("llm_request_duration_seconds", ("m",), (0.5, 2.0, 0.01))], "p", "s") == []
+    hist = store.histograms[("llm_request_duration_seconds", ("p", "s", "m"))]
+    assert (hist.count, hist.sum) == (3, 2.51)
+    assert store.apply([Event("llm_request_duration_seconds", ("m",), (1.0, float("nan"), -1))], "p", "s") != []
+    assert hist.count == 4
+    assert store.counters[("logmetrics_values_rejected_total", ("p", "llm_request_duration_seconds"))] == 2
+    assert len(store.apply([Event("llm_prompt_tokens_total", ("m",), (1.0, 2.0))], "p", "s")) == 1  # refused whole
+    assert store.apply([Event("llm_request_duration_seconds", ("m",), ())], "p", "s") == []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from logmetrics.catalog import BY_NAME
-from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.testing import check_events
@@ -70,9 +70,9 @@ def totals(events: list[Event]) -> Totals:
         if kind == "counter":
             old = out.get(key, 0.0)
             assert isinstance(old, float)
-            out[key] = round(old + e.value, 9)
+            out[key] = round(old + number(e), 9)
         elif kind == "gauge":  # rounded: engines' ratios may be averaged in another order
-            out[key] = round(e.value, 9)
+            out[key] = round(number(e), 9)
         else:
             seen = out.setdefault(key, [])
             assert isinstance(seen, list)
@@ -579,7 +579,7 @@ def routes_of(events: list[Event]) -> dict[tuple[str, str, str], float]:
     for e in events:
         if e.metric == "http_requests_total":
             method, route, code = e.labels
-            got[method, route, code] = got.get((method, route, code), 0.0) + e.value
+            got[method, route, code] = got.get((method, route, code), 0.0) + number(e)
     return got
 
 

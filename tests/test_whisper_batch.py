@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from logmetrics.catalog import BY_NAME
-from logmetrics.events import Event
+from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from parsers.whisper import WhisperParser
@@ -69,11 +69,11 @@ def totals(events: list[Event]) -> Totals:
             continue
         fam = BY_NAME.get(e.metric)
         if fam is not None and fam.kind == "gauge":
-            out[(e.metric, e.labels)] = e.value
+            out[(e.metric, e.labels)] = sum(values_of(e))
         else:
-            out[(e.metric, e.labels)] += e.value
+            out[(e.metric, e.labels)] += sum(values_of(e))
             if fam is not None and fam.kind == "histogram":
-                out[(e.metric + "_count", e.labels)] += 1
+                out[(e.metric + "_count", e.labels)] += len(values_of(e))
     return {k: round(v, 6) for k, v in out.items()}
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from logmetrics.catalog import BY_NAME
 from logmetrics.engine import Engine
-from logmetrics.events import Event
+from logmetrics.events import Event, values_of
 from logmetrics.exposition import make_registry, text
 from logmetrics.plugins import discover, record_rule, validate
 from logmetrics.records import Record, split_records
@@ -44,9 +44,9 @@ def sums(events: list[Event]) -> dict[tuple[str, tuple[str, ...]], float]:
     for e in events:
         fam = BY_NAME.get(e.metric)
         if fam is not None and fam.kind == "gauge":
-            out[(e.metric, e.labels)] = e.value
+            out[(e.metric, e.labels)] = sum(values_of(e))
         elif fam is not None and fam.kind == "counter":
-            out[(e.metric, e.labels)] += e.value
+            out[(e.metric, e.labels)] += sum(values_of(e))
     return out
 
 
