@@ -50,7 +50,7 @@ from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
 from .common import RouteLabels
-from .vllm_errors import ERROR_TYPES
+from .vllm_errors import ERROR_TYPES, classify_error
 from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
 from .vllm_requests import PROMPT, Requests
 from .vllm_startup import (
@@ -202,6 +202,8 @@ class VllmParser(Parser):
         fatal: list[Fatal] = []
         errors: Counter[str] = Counter()
         matched = access_and_errors(t, events, records, self._routes, fatal, errors)
+        if P.HEADLESS.match(t):
+            matched += self._headless(t, errors)
         fatal.sort()
         f = 0
         controls: list[tuple[int, int, str]] = []
@@ -254,6 +256,18 @@ class VllmParser(Parser):
         events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in errors.items())
         self._more_lines += records.more_lines
         return events, matched + records.resolve(t)
+
+    def _headless(self, t: str, errors: Counter[str]) -> int:
+        """The rest of a raw traceback at the start of ``t``: one error of its type (its lines continue
+        the record, so the scan finds no head for it)."""
+        end = t.find("\n", 1)
+        cont = P.CONTINUATION.match
+        while 0 <= end < len(t) - 1 and cont(t, end + 1):
+            end = t.find("\n", end + 1)
+        record = t[1:end if end >= 0 else len(t)]
+        errors[classify_error(record, traceback=True)] += 1
+        self._more_lines += record.count("\n")
+        return 1
 
     def _pieces(self, t: str, cuts: list[int], now: float) -> tuple[list[Event], int]:
         """Scan ``t`` piece by piece, cut before each start-up line (at the ``\n`` ending the line

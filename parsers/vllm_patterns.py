@@ -199,3 +199,7 @@ SNIFF_STRONG = re.compile(
     r"|\((?:APIServer|EngineCore\w*) pid=\d+\)|Starting vLLM"
 )
 SNIFF_HEADER = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+\.py:\d+\]")
+#: A record that is the rest of a raw traceback whose header was never read (tailing began inside
+#: it, or a rotation cut it): it starts with a frame or with the final exception line. It can only
+#: be a batch's first record: further on, such lines continue the record above them.
+HEADLESS = re.compile(rf"\n{PFX}?(?:  File \"|{EXCEPTION_NAME}(?::|(?=\n)))", re.ASCII)
