@@ -10,8 +10,9 @@ import pytest
 
 from logmetrics.events import Event
 from logmetrics.plugins import record_rule
-from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.records import Batch, Record, split_records
 from logmetrics.store import Histogram, Key, Store
+from tests.helpers import batch_pieces
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.embeddings import EmbeddingsParser
@@ -89,16 +90,7 @@ def state(store: Store, matched: int, lines: int) -> State:
 
 def pieces(text: str, size: int) -> list[str]:
     """``text`` cut into batches of whole records about ``size`` characters long, as the engine cuts them."""
-    assembler = RecordAssembler(record_rule(EmbeddingsParser))
-    out: list[str] = []
-    buf = ""
-    for line in text.splitlines(keepends=True):
-        buf += line
-        if len(buf) >= size:
-            out.append(assembler.feed(buf)[0])
-            buf = ""
-    out += [assembler.feed(buf)[0], assembler.flush()[0]]
-    return [piece for piece in out if piece]
+    return batch_pieces(text, size, record_rule(EmbeddingsParser))
 
 
 def by_records(text: str, size: int, parser: EmbeddingsParser | None = None) -> State:

@@ -11,8 +11,9 @@ import pytest
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event, number, values_of
 from logmetrics.plugins import Parser
-from logmetrics.records import Batch, RecordAssembler
+from logmetrics.records import Batch
 from logmetrics.testing import check_events
+from tests.helpers import batch_pieces
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.llamacpp import LlamaCppParser
@@ -115,16 +116,7 @@ def state(parser: LlamaCppParser) -> tuple[object, ...]:
 
 def pieces(text: str, size: int) -> list[str]:
     """``text`` cut into batches of whole records the way the engine cuts them (reads of ``size``)."""
-    assembler = RecordAssembler(LlamaCppParser.continuation)
-    out: list[str] = []
-    buf = ""
-    for line in text.splitlines(keepends=True):
-        buf += line
-        if len(buf) >= size:
-            out.append(assembler.feed(buf)[0])
-            buf = ""
-    out += [assembler.feed(buf)[0], assembler.flush()[0]]
-    return [piece for piece in out if piece]
+    return batch_pieces(text, size, LlamaCppParser.continuation)
 
 
 def base(parser: LlamaCppParser, batch: Batch) -> tuple[list[Event], int, int]:

@@ -16,6 +16,7 @@ from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.testing import check_events
+from tests.helpers import batch_pieces
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.common import (
@@ -807,15 +808,7 @@ def by_batches_events(text: str, size: int) -> list[Event]:
 def by_batches(text: str, size: int) -> tuple[Totals, int]:
     """Totals and matched records of ``parse_batch`` on batches cut the way the engine cuts them."""
     parser = VllmParser()
-    assembler = RecordAssembler(VllmParser.continuation)
-    pieces: list[str] = []
-    buf = ""
-    for line in text.splitlines(keepends=True):
-        buf += line
-        if len(buf) >= size:
-            pieces.append(assembler.feed(buf)[0])
-            buf = ""
-    pieces += [assembler.feed(buf)[0], assembler.flush()[0]]
+    pieces = batch_pieces(text, size, VllmParser.continuation)
     events: list[Event] = []
     matched = 0
     for piece in pieces:

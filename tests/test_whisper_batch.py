@@ -11,8 +11,9 @@ import pytest
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule
-from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.records import Batch, Record, split_records
 from parsers.whisper import WhisperParser
+from tests.helpers import batch_pieces
 
 SAMPLES = sorted((Path(__file__).resolve().parent.parent / "samples" / "whisper").glob("*.log"))
 NOW = 1_731_500_000.0
@@ -94,15 +95,7 @@ def by_records(text: str) -> tuple[Totals, int, int]:
 def by_batches(text: str, size: int) -> tuple[Totals, int, int]:
     """The same from ``parse_batch`` on batches of about ``size`` characters cut as the engine cuts them."""
     parser = WhisperParser()
-    assembler = RecordAssembler(RULE)
-    pieces: list[str] = []
-    buf = ""
-    for line in text.splitlines(keepends=True):
-        buf += line
-        if len(buf) >= size:
-            pieces.append(assembler.feed(buf)[0])
-            buf = ""
-    pieces += [assembler.feed(buf)[0], assembler.flush()[0]]
+    pieces = batch_pieces(text, size, RULE)
     events: list[Event] = []
     matched = lines = 0
     for piece in pieces:
