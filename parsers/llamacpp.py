@@ -90,6 +90,7 @@ class LlamaCppParser(Parser):
         self._load_failed = False
         self._after_decode = False
         self._ready: str | None = None  # the model the server said it was ready with
+        self._announce = False  # readiness learned or restored: said with the next events
         self._zeroed: set[str] = set()
         self._routes = RouteLabels()
         self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
@@ -100,20 +101,37 @@ class LlamaCppParser(Parser):
         return 0.9 if P.SNIFF_STRONG.search("\n".join(lines)) else 0.0
 
     def state(self) -> dict[str, object]:
-        """The model name, kept across a restart of logmetrics."""
-        return {"model": self.model, "from_path": self._from_path}
+        """The model name and readiness, kept across a restart of logmetrics (``backend_ready`` is a
+        gauge: it is not in the saved counters)."""
+        return {"model": self.model, "from_path": self._from_path, "ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back the model name."""
+        """Take back the model name and readiness; readiness goes out again with the next events."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
             self._from_path = bool(state.get("from_path"))
+        ready = state.get("ready")
+        if isinstance(ready, str) and ready:
+            self._ready, self._announce = ready, True
 
     def learn(self, text: str) -> None:
-        """The model name from start-up lines logged before reading began."""
+        """The model name and readiness from the lines logged before reading began."""
+        ready: str | None = None
         for line in text.split("\n"):
             self._learn_model(line)
+            if P.STARTUP.search(line) or P.SHUTDOWN.search(line):
+                ready = None
+            elif P.READY.search(line):
+                ready = self.model
+        self._ready, self._announce = ready, ready is not None
+
+    def _announced(self) -> list[Event]:
+        """``backend_ready`` 1 once after ``learn`` or ``restore`` found the server ready."""
+        if not self._announce or self._ready is None:
+            return []
+        self._announce = False
+        return [Event("backend_ready", (self._ready,), 1, rule="ready")]
 
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose release line never came are dropped after the time-out."""
@@ -124,6 +142,10 @@ class LlamaCppParser(Parser):
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
         """Events of a batch of whole records in one scan (``llamacpp_batch``): the same as ``parse``
         on each record, with the frequent records counted per run and the silent ones skipped."""
+        if self._announce:
+            head = self._announced()
+            events, matched, lines = scan(self, batch.text, batch.time)
+            return head + events, matched, lines
         return scan(self, batch.text, batch.time)
 
     def parse(self, record: Record) -> list[Event]:
@@ -133,6 +155,8 @@ class LlamaCppParser(Parser):
             out = self._pairs.events()
         else:
             out = []
+        if self._announce:
+            out[:0] = self._announced()
         text = record.text
         if is_traceback(text) or P.EXCEPTION_START.match(text):
             self._error(text, out, traceback=True)

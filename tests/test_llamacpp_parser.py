@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from logmetrics.engine import choose
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.plugins import discover
-from logmetrics.records import Record, split_records
+from logmetrics.records import Batch, Record, split_records
 from tests.helpers import parse, total
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
@@ -202,3 +202,24 @@ def test_sample_through_docker_json_file(tmp_path: Path) -> None:
     assert total(s, "llm_time_to_first_token_seconds_count") == 3
     assert total(s, "llm_time_per_output_token_seconds_count") == 3
     assert total(s, "llm_request_duration_seconds_count") == 3
+
+
+READY_HEAD = ("llama_model_loader: loaded meta data with 30 key-value pairs and 291 tensors from "
+              "/models/qwen2.5-7b-instruct-q4_k_m.gguf (version GGUF V3 (latest))\nmain: model loaded\n"
+              "main: server is listening on http://127.0.0.1:8080 - starting the main loop\n")
+HEALTH = "srv  log_server_r: request: GET /health 127.0.0.1 200"
+
+
+def test_readiness_survives_reading_from_the_end_and_a_restart() -> None:
+    """A server ready before reading began (learn) or before logmetrics restarted (state) is ready again."""
+    learned = LlamaCppParser()
+    learned.learn(READY_HEAD)
+    got = [e for e in learned.parse(Record(HEALTH, 0.0)) if e.metric == "backend_ready"]
+    assert got == [Event("backend_ready", ("qwen2.5-7b-instruct-q4_k_m",), 1, rule="ready")]
+    restored = LlamaCppParser()
+    restored.restore(learned.state())
+    events, _, _ = restored.parse_batch(Batch("s", HEALTH + "\n", 0.0, 1))
+    assert [e.value for e in events if e.metric == "backend_ready"] == [1]
+    stopped = LlamaCppParser()
+    stopped.learn(READY_HEAD + "srv    operator(): operator(): cleaning up before exit...\n")
+    assert not [e for e in stopped.parse(Record(HEALTH, 0.0)) if e.metric == "backend_ready" and e.value]
