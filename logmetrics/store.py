@@ -15,8 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from logmetrics.catalog import BY_NAME, SELF_BY_NAME, Family
 from logmetrics.events import Event
@@ -162,15 +164,18 @@ class Store:
         return refused
 
     def _observations(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
-        """A histogram event with a tuple of observations: each observed, the checks done once."""
+        """A histogram event with a tuple of observations: each observed, the checks done once (in C:
+        the smallest value, and the sum, which is NaN or infinite if any value is)."""
         values = ev.value
         assert isinstance(values, tuple)
-        fam = self.families[ev.metric]
         if not values:
             return
-        if not all(
-                (type(v) is float or (type(v) is int and -(1 << 53) < v < 1 << 53)) and 0.0 <= v < INF
-                for v in values):
+        try:
+            total = float(sum(values))
+            ok = min(values) >= 0.0 and total < INF  # a string or None in it: TypeError above
+        except (TypeError, OverflowError, ValueError):
+            ok = False
+        if not ok:
             for v in values:  # something is wrong: each value through the checks, refused one by one
                 self._one(ev._replace(value=v), backend, source, refused)
             return
@@ -181,11 +186,12 @@ class Store:
             for v in values[1:]:
                 self._one(ev._replace(value=v), backend, source, refused)
             return
-        bounds, counts = fam.buckets, hist.buckets
-        for v in values[1:]:
-            counts[bisect_left(bounds, v)] += 1
-        hist.sum += sum(values[1:])
-        hist.count += len(values) - 1
+        counts = hist.buckets
+        rest = values[1:]
+        for i, n in Counter(map(partial(bisect_left, self.families[ev.metric].buckets), rest)).items():
+            counts[i] += n
+        hist.sum += sum(rest)
+        hist.count += len(rest)
 
     def _one(self, ev: Event, backend: str, source: str, refused: list[tuple[object, str]]) -> None:
         """Apply one event (lock held); raises TypeError and the like on a malformed one."""
