@@ -1,0 +1,142 @@
+"""leapfrogai-ui and other SvelteKit apps on Node (adapter-node), one record at a time.
+
+The UI logs no access lines; what it prints:
+
+- ``Listening on http://0.0.0.0:3000`` (or ``Listening on 0.0.0.0:3000``, ``Listening on file
+  descriptor 3``) when the server starts: ``backend_restarts_total`` and ``backend_ready`` 1.
+- ``SvelteKitError: Not found: /path`` (kit 2) or ``Error: Not found: /path`` with a stack (kit 1)
+  for every 404, scanners included: ``backend_errors_total{error_type="not_found"}``, apart from
+  real errors. The log never names the method, so no ``http_requests_total``; the path is never a label.
+- A Node error with its ``    at ...`` frames (one record however many frames) and the UI's own
+  ``console.error`` lines (``Caught Error: ...``, ``Error fetching ...``, ``Unable to ...``):
+  ``backend_errors_total`` with the error class in snake case (``TypeError`` gives ``type_error``)
+  when the record starts with it or names a standard class, a connection or time-out cause when
+  the text names one, else ``error``.
+- Node warnings, ``(node:1) Warning: ...`` and ``(node:1) [DEP0040] DeprecationWarning: ...``:
+  this plugin's ``ui_warnings_total{kind}``, not errors (a deprecation is no failure).
+
+Labels hold only class names and fixed words: never the message, the path or the user's text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import ClassVar
+
+from logmetrics.catalog import Family
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Record
+from logmetrics.shapes import INDENTED, NODE_STACK, Shape
+
+from .common import strip_prefix
+from .errors import COMMON_CAUSES, Phrases, node_error
+
+_LISTENING = re.compile(r"Listening on (?:https?://)?\S")
+_NOT_FOUND = re.compile(r"(?:SvelteKitError|Error): Not found: /")
+_WARNING = re.compile(r"\(node:\d+\) (?:\[\w+\] )?(\w*Warning): ")
+#: A thrown error printed by Node: the record starts with its class (from code, never from a user).
+_CLASS_FIRST = re.compile(r"(?:Uncaught )?([A-Z][A-Za-z0-9]{0,39}Error)(?::|\s*$|\s*\{)", re.M)
+#: The UI's own ``console.error`` lines and other error lines without a stack.
+_ERROR_LINE = re.compile(r"(?i:(?:caught |uncaught )?[\w.]*error\b|(?:failed|unable) to )|[^\n]*\berror\b")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+#: Error classes of JavaScript, Node and the libraries the UI uses, taken wherever the record names them.
+STANDARD = frozenset({
+    "Error", "TypeError", "RangeError", "ReferenceError", "SyntaxError", "URIError", "EvalError",
+    "AggregateError", "AbortError", "SvelteKitError", "FetchError", "AuthApiError", "AuthRetryableFetchError",
+    "PostgrestError", "StorageApiError", "StorageUnknownError",
+})
+PHRASES = Phrases((
+    ("connection", ("ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EAI_AGAIN", "fetch failed", "socket hang up")),
+    *COMMON_CAUSES,
+))
+WARNING_KINDS = ("Warning", "DeprecationWarning", "ExperimentalWarning", "MaxListenersExceededWarning",
+                 "UnhandledPromiseRejectionWarning")
+#: The error types counted from 0: the standard classes, the causes, ``not_found`` and ``error``.
+ERROR_TYPES = ("not_found", "type_error", "reference_error", "syntax_error", "range_error",
+               *(t for t in PHRASES.types if t not in ("bad_request", "exception")))
+
+
+def snake(name: str) -> str:
+    """``TypeError`` -> ``type_error``; a bare ``Error`` is ``error``."""
+    return _CAMEL.sub("_", name).lower()
+
+
+class UiParser(Parser):
+    """leapfrogai-ui (SvelteKit on Node): start-ups, errors with their class, 404s and warnings."""
+
+    name: ClassVar[str] = "ui"
+    claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-ui*", "*leapfrogai_ui*", "*sveltekit*")
+    shapes: ClassVar[tuple[Shape, ...]] = (NODE_STACK, INDENTED)
+    process_names: ClassVar[tuple[str, ...]] = ("leapfrogai-ui", "node build")
+    metrics: ClassVar[tuple[Family, ...]] = (
+        Family("ui_warnings_total", "counter", ("kind",),
+               "Node process warnings, (node:N) Warning lines, by warning class (DeprecationWarning, ...)."),
+    )
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._ready = False
+
+    def state(self) -> dict[str, object]:
+        """Whether the server was listening."""
+        return {"ready": self._ready}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` gave."""
+        self._ready = state.get("ready") is True
+
+    def learn(self, text: str) -> None:
+        """Whether the server was listening before reading began (no events)."""
+        self._ready = self._ready or any(_LISTENING.match(strip_prefix(line)) for line in text.split("\n"))
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for SvelteKit's 404 lines; some for Node's warnings, ``Listening on`` and ``file://`` frames."""
+        text = "\n".join(lines)
+        if "SvelteKitError" in text or re.search(r"^Error: Not found: /", text, re.M):
+            return 0.9
+        if re.search(r"^\(node:\d+\) (?:\[\w+\] )?\w*Warning: ", text, re.M):
+            return 0.6
+        if re.search(r"^Listening on (?:https?://)?\S+$", text, re.M):
+            return 0.5
+        return 0.4 if re.search(r"^\s+at \S.*\((?:file://|node:)", text, re.M) else 0.0
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """Events of one record: a start-up, a 404, a warning or an error."""
+        text = strip_prefix(record.text)
+        if _LISTENING.match(text):
+            self._ready = True
+            return [Event("backend_restarts_total", (), 1, rule="listening"),
+                    Event("backend_ready", (self.model,), 1, rule="listening")]
+        if _NOT_FOUND.match(text):
+            return [Event("backend_errors_total", (self.model, "not_found"), 1, rule="not_found")]
+        w = _WARNING.match(text)
+        if w:
+            kind = w.group(1) if w.group(1) in WARNING_KINDS else "other"
+            return [Event("ui_warnings_total", (kind,), 1, rule="warning")]
+        kind = self.error_type(text)
+        if kind is None:
+            return []
+        return [Event("backend_errors_total", (self.model, kind), 1, rule="error")]
+
+    @staticmethod
+    def error_type(text: str) -> str | None:
+        """The ``error_type`` of an error record, ``None`` for a record that is no error."""
+        first = _CLASS_FIRST.match(text)
+        stack = node_error(text)
+        if first is None and stack is None and not _ERROR_LINE.match(text):
+            return None
+        cause = PHRASES.classify(text)
+        if cause not in ("exception", "error"):
+            return cause
+        name = first.group(1) if first else stack[0] if stack and stack[0] in STANDARD else "Error"
+        return snake(name)
+
+    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+        """Restarts, the usual error types and the usual warning kinds, from 0."""
+        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
+        zeros += [("backend_errors_total", (model, kind)) for kind in dict.fromkeys(ERROR_TYPES)]
+        zeros += [("ui_warnings_total", (kind,)) for kind in WARNING_KINDS[:3]]
+        return zeros
