@@ -1,0 +1,141 @@
+"""The ui parser: leapfrogai-ui and SvelteKit on Node (start-ups, errors, 404s, warnings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from logmetrics.events import Event, values_of
+from logmetrics.plugins import record_rule, validate
+from logmetrics.records import Record, split_records
+from logmetrics.testing import check_events
+
+if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
+    from parsers.ui import UiParser
+else:
+    from logmetrics_parsers.ui import UiParser
+
+ROOT = Path(__file__).resolve().parent.parent
+OTHER_SAMPLES = sorted(p for p in (ROOT / "samples").glob("*/*.log") if p.parent.name != "ui")
+
+
+def run(text: str) -> list[Event]:
+    """The checked events of ``text`` cut into records by the parser's own shapes."""
+    parser = UiParser()
+    events: list[Event] = []
+    for rec in split_records(text + "\n", record_rule(UiParser)):
+        events += check_events(UiParser, parser.parse(Record(rec)))
+    return events
+
+
+def count(events: list[Event], family: str, *labels: str) -> float:
+    """The sum of the values of ``events`` of ``family`` with these labels."""
+    return sum(sum(values_of(e)) for e in events if e.metric == family and e.labels == labels)
+
+
+def test_the_parser_is_valid() -> None:
+    """The class passes the plugin checks and is registered as ``ui``."""
+    assert validate(UiParser, "test").name == "ui"
+
+
+def test_listening_is_a_restart_and_ready() -> None:
+    """Each ``Listening on`` line (new and old adapter, socket form) counts one start-up."""
+    events = run("Listening on http://0.0.0.0:3000\nListening on 0.0.0.0:3000\nListening on file descriptor 3")
+    assert count(events, "backend_restarts_total") == 3
+    assert count(events, "backend_ready", "unknown") == 3
+
+
+def test_a_stack_of_twelve_frames_is_one_error() -> None:
+    """A Node error with 12 ``at`` lines counts exactly one error, with its class."""
+    frames = "\n".join(f"    at load (file:///app/build/server/chunks/1.js:{i}:20)" for i in range(12))
+    events = run(f"TypeError: Cannot read properties of undefined (reading 'id')\n{frames}")
+    assert [(e.metric, e.labels, e.value) for e in events] == [("backend_errors_total", ("unknown", "type_error"), 1)]
+
+
+def test_not_found_is_apart_from_errors_and_keeps_no_path() -> None:
+    """404s (kit 2 line, kit 1 line with stack) are ``not_found``, and no label holds the path."""
+    events = run("SvelteKitError: Not found: /admin/secret-token-123\n"
+                 "Error: Not found: /favicon.ico\n    at resolve (file:///srv/index.js:1:2)")
+    assert count(events, "backend_errors_total", "unknown", "not_found") == 2
+    assert count(events, "backend_errors_total", "unknown", "error") == 0
+    assert not any("/" in label for e in events for label in e.labels)
+
+
+def test_warnings_are_their_own_metric() -> None:
+    """Node warnings go to ``ui_warnings_total`` by class, an unknown class to ``other``; none is an error."""
+    events = run("(node:1) [DEP0040] DeprecationWarning: The `punycode` module is deprecated.\n"
+                 "(node:1) Warning: Setting NODE_TLS_REJECT_UNAUTHORIZED to '0' is insecure\n"
+                 "(node:12) MyOwnWarning: something")
+    assert count(events, "ui_warnings_total", "DeprecationWarning") == 1
+    assert count(events, "ui_warnings_total", "Warning") == 1
+    assert count(events, "ui_warnings_total", "other") == 1
+    assert not any(e.metric == "backend_errors_total" for e in events)
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("Caught Error: TypeError: fetch failed\n    at node:internal/deps/undici:1:1", "connection"),
+    ("Error: connect ECONNREFUSED 127.0.0.1:54321\n    at TCPConnectWrap.afterConnect (node:net:1:1) {", "connection"),
+    ("Error fetching assistants {\"message\":\"JWT expired\"}", "error"),
+    ("Failed to logout from Keycloak 500 Internal Server Error", "error"),
+    ("ReferenceError: x is not defined\n    at f (file:///a.js:1:1)", "reference_error"),
+    ("AuthApiError: Invalid login credentials", "auth_api_error"),
+])
+def test_error_types(text: str, kind: str) -> None:
+    """Console errors and stacks get their cause or their class in snake case."""
+    assert count(run(text), "backend_errors_total", "unknown", kind) == 1
+
+
+def test_no_user_text_in_labels() -> None:
+    """Prompts, e-mails, SQL and request bodies in error messages never reach a label."""
+    secret = ("user alice@example.com typed: tell me a secret; SELECT * FROM users WHERE pw='x'; "
+              "{\"prompt\":\"MySecretPromptError\"}")
+    events = run(f"Caught Error: {secret}\n"
+                 f"Error creating thread in supabase: {secret}\n"
+                 f"Validation error: {secret}\n"
+                 f"Error: {secret}\n    at f (file:///a.js:1:1)\n"
+                 f"SvelteKitError: Not found: /{secret.replace(' ', '')}")
+    assert len(events) == 5
+    labels = {label for e in events for label in e.labels}
+    assert labels <= {"unknown", "error", "not_found"}, labels
+
+
+def test_other_lines_give_nothing() -> None:
+    """Plain output, object dumps and a closing brace are no events."""
+    assert run("Using adapter-node\n  code: 'MODULE_NOT_FOUND',\n}\nconnected to supabase") == []
+
+
+def test_sniff_knows_sveltekit_and_leaves_other_backends() -> None:
+    """SvelteKit's 404s score high; every other backend's sample scores 0."""
+    assert UiParser.sniff(["SvelteKitError: Not found: /x"]) >= 0.9
+    assert UiParser.sniff(["Listening on http://0.0.0.0:3000"]) > 0.3
+    assert OTHER_SAMPLES
+    for path in OTHER_SAMPLES:
+        lines = path.read_text(encoding="utf-8").splitlines()[:50]
+        assert UiParser.sniff(lines) == 0.0, path
+
+
+def test_claims_and_process_names() -> None:
+    """The UI's container names are claimed; its Node process is named."""
+    assert "*leapfrogai-ui*" in UiParser.claims
+    assert any("leapfrogai-ui" in n for n in UiParser.process_names)
+
+
+def test_state_keeps_readiness() -> None:
+    """``state``/``restore`` and ``learn`` keep whether the server was listening."""
+    parser = UiParser()
+    parser.learn("Listening on http://0.0.0.0:3000\n")
+    other = UiParser()
+    other.restore(parser.state())
+    assert other.state() == {"ready": True}
+    assert UiParser().state() == {"ready": False}
+
+
+def test_zero_series_cover_the_types() -> None:
+    """Restarts, not_found, the causes and the warning kinds start from 0."""
+    zeros = set(UiParser().zero_series("unknown"))
+    assert ("backend_restarts_total", ()) in zeros
+    assert ("backend_errors_total", ("unknown", "not_found")) in zeros
+    assert ("backend_errors_total", ("unknown", "connection")) in zeros
+    assert ("ui_warnings_total", ("DeprecationWarning",)) in zeros
