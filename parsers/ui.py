@@ -5,8 +5,9 @@ The UI logs no access lines; what it prints:
 - ``Listening on http://0.0.0.0:3000`` (or ``Listening on 0.0.0.0:3000``, ``Listening on file
   descriptor 3``) when the server starts: ``backend_restarts_total`` and ``backend_ready`` 1.
 - ``SvelteKitError: Not found: /path`` (kit 2) or ``Error: Not found: /path`` with a stack (kit 1)
-  for every 404, scanners included: ``backend_errors_total{error_type="not_found"}``, apart from
-  real errors. The log never names the method, so no ``http_requests_total``; the path is never a label.
+  for every 404, scanners included: this plugin's ``ui_not_found_total``, apart from the errors (a
+  scanner's probes must not raise an error rate). The log never names the method, so no
+  ``http_requests_total``; the path is never a label.
 - A Node error with its ``    at ...`` frames (one record however many frames) and the UI's own
   ``console.error`` lines (``Caught Error: ...``, ``Error fetching ...``, ``Unable to ...``):
   ``backend_errors_total`` with the error class in snake case (``TypeError`` gives ``type_error``)
@@ -53,8 +54,8 @@ PHRASES = Phrases((
 ))
 WARNING_KINDS = ("Warning", "DeprecationWarning", "ExperimentalWarning", "MaxListenersExceededWarning",
                  "UnhandledPromiseRejectionWarning")
-#: The error types counted from 0: the standard classes, the causes, ``not_found`` and ``error``.
-ERROR_TYPES = ("not_found", "type_error", "reference_error", "syntax_error", "range_error",
+#: The error types counted from 0: the standard classes, the causes and ``error``.
+ERROR_TYPES = ("type_error", "reference_error", "syntax_error", "range_error",
                *(t for t in PHRASES.types if t not in ("bad_request", "exception")))
 
 
@@ -71,6 +72,8 @@ class UiParser(Parser):
     shapes: ClassVar[tuple[Shape, ...]] = (NODE_STACK, INDENTED)
     process_names: ClassVar[tuple[str, ...]] = ("leapfrogai-ui", "node build")
     metrics: ClassVar[tuple[Family, ...]] = (
+        Family("ui_not_found_total", "counter", (),
+               "Requests answered 404 (Not found lines, scanners included), counted apart from the errors."),
         Family("ui_warnings_total", "counter", ("kind",),
                "Node process warnings, (node:N) Warning lines, by warning class (DeprecationWarning, ...)."),
     )
@@ -111,7 +114,7 @@ class UiParser(Parser):
             return [Event("backend_restarts_total", (), 1, rule="listening"),
                     Event("backend_ready", (self.model,), 1, rule="listening")]
         if _NOT_FOUND.match(text):
-            return [Event("backend_errors_total", (self.model, "not_found"), 1, rule="not_found")]
+            return [Event("ui_not_found_total", (), 1, rule="not_found")]
         w = _WARNING.match(text)
         if w:
             kind = w.group(1) if w.group(1) in WARNING_KINDS else "other"
@@ -136,7 +139,7 @@ class UiParser(Parser):
 
     def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
         """Restarts, the usual error types and the usual warning kinds, from 0."""
-        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
+        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ()), ("ui_not_found_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in dict.fromkeys(ERROR_TYPES)]
         zeros += [("ui_warnings_total", (kind,)) for kind in WARNING_KINDS[:3]]
         return zeros

@@ -55,11 +55,11 @@ def test_a_stack_of_twelve_frames_is_one_error() -> None:
 
 
 def test_not_found_is_apart_from_errors_and_keeps_no_path() -> None:
-    """404s (kit 2 line, kit 1 line with stack) are ``not_found``, and no label holds the path."""
+    """404s (kit 2 line, kit 1 line with stack) count in ui_not_found_total, not as errors, and keep no path."""
     events = run("SvelteKitError: Not found: /admin/secret-token-123\n"
                  "Error: Not found: /favicon.ico\n    at resolve (file:///srv/index.js:1:2)")
-    assert count(events, "backend_errors_total", "unknown", "not_found") == 2
-    assert count(events, "backend_errors_total", "unknown", "error") == 0
+    assert count(events, "ui_not_found_total") == 2
+    assert not [e for e in events if e.metric == "backend_errors_total"]
     assert not any("/" in label for e in events for label in e.labels)
 
 
@@ -98,7 +98,7 @@ def test_no_user_text_in_labels() -> None:
                  f"SvelteKitError: Not found: /{secret.replace(' ', '')}")
     assert len(events) == 5
     labels = {label for e in events for label in e.labels}
-    assert labels <= {"unknown", "error", "not_found"}, labels
+    assert labels <= {"unknown", "error"}, labels
 
 
 def test_other_lines_give_nothing() -> None:
@@ -133,9 +133,9 @@ def test_state_keeps_readiness() -> None:
 
 
 def test_zero_series_cover_the_types() -> None:
-    """Restarts, not_found, the causes and the warning kinds start from 0."""
+    """Restarts, 404s, the causes and the warning kinds start from 0."""
     zeros = set(UiParser().zero_series("unknown"))
     assert ("backend_restarts_total", ()) in zeros
-    assert ("backend_errors_total", ("unknown", "not_found")) in zeros
+    assert ("ui_not_found_total", ()) in zeros
     assert ("backend_errors_total", ("unknown", "connection")) in zeros
     assert ("ui_warnings_total", ("DeprecationWarning",)) in zeros
