@@ -1,0 +1,217 @@
+"""FastAPI gateways of an LLM stack: LeapfrogAI's API (``leapfrogai-api``) and the like, served by
+uvicorn, alone or as gunicorn workers.
+
+- uvicorn access lines (also the old ``('ip', port)`` form and gunicorn's bare and Apache-style
+  access lines) give ``http_requests_total`` by route template: ids in ``/openai/v1/...`` and
+  ``/leapfrogai/v1/...`` paths become ``{id}`` (``common.route_template``), scanner noise is folded
+  (``common.RouteLabels``).
+- Application lines in the LeapfrogAI format (``parsers.leapfrog``), uvicorn's ``LEVEL:`` lines,
+  gunicorn's error log (``[ts] [pid] [LEVEL] msg``) and Python's default format are read for errors
+  and the server's life.
+- An error record counts once in ``backend_errors_total``: Supabase connection failures
+  (``supabase_connect``) and failures of an upstream model backend (``upstream``) have their own
+  types; ``Exception in ASGI application`` tracebacks count with the exception's class name (a
+  bounded set); gunicorn's ``WORKER TIMEOUT`` and killed workers too. The API serves many models and
+  logs none per request: the model label is ``unknown``.
+- ``Starting gunicorn`` or uvicorn's own ``Started server process`` is a start-up; ``Application
+  startup complete.``, ``Uvicorn running on`` or gunicorn's ``Listening at:`` mean ready; uvicorn's
+  ``Shutting down``/``Finished server process`` and gunicorn's ``Shutting down: Master`` not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import ClassVar
+
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Record
+from logmetrics.shapes import EXCEPTION_LINE
+
+from .common import HTTP_METHODS, PY_DEFAULT_LINE, RouteLabels, access_line, route_template
+from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception
+from .leapfrog import leapfrog_line
+
+PHRASES = Phrases(
+    causes=(
+        ("supabase_connect", ("httpx.ConnectError", "supabase", "Supabase", "gotrue", "AuthApiError",
+                              "postgrest.exceptions", "All connection attempts failed")),
+        ("upstream", ("AioRpcError", "StatusCode.UNAVAILABLE", "StatusCode.INTERNAL",
+                      "StatusCode.DEADLINE_EXCEEDED", "failed to connect to all addresses",
+                      "Connection refused", "grpc._channel")),
+        *COMMON_CAUSES,
+    ),
+    contexts=(
+        ("worker_timeout", ("WORKER TIMEOUT",)),
+        ("worker_killed", ("was terminated due to signal", "was sent SIGKILL")),
+        ("validation", ("The client sent invalid data",)),
+        ("config", ("Failed to load config file", "Unsupported file type", "The config directory")),
+        ("not_found", ("model {name} not found", "not found.", "doesn't exist")),
+        ("indexing", ("Error indexing file",)),
+    ),
+)
+#: At most this many exception class names become an ``error_type``; later ones are ``exception``.
+MAX_EXCEPTION_TYPES = 32
+
+# the old tuple client, gunicorn's bare worker line (``ip:port - "..." 200``), Apache combined
+_ACCESS_OTHER = re.compile(
+    r'(?:[A-Z]+:\s+)?(?:\S+:\d+|\(\'[^\']*\', \d+\)) - "(\S+) (\S+) HTTP/[\d.]+" (\d{3})'
+    r'|\S+ \S+ \S+ \[[^\]\n]+\] "(\S+) (\S+) HTTP/[\d.]+" (\d{3}) '
+)
+_GUNICORN = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{4}\] \[\d+\] \[([A-Z]+)\] ([^\n]*)")
+_UVICORN = re.compile(r"(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+([^\n]*)")
+_EXC_FIRST = re.compile(EXCEPTION_LINE)
+_SNIFF_STRONG = re.compile(r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}-')
+_SNIFF_SOME = re.compile(r"Exception in ASGI application|Using worker: uvicorn|\] \[[A-Z]+\] Booting worker")
+_SNIFF_WEAK = re.compile(r"httpx\.ConnectError|httpcore\.|starlette\.|fastapi\.")
+_ERROR_LEVELS = ("ERROR", "CRITICAL")
+_READY = ("Application startup complete.", "Uvicorn running on", "Listening at: ")
+
+
+class ApiParser(Parser):
+    """LeapfrogAI's API and other FastAPI gateways under uvicorn or gunicorn."""
+
+    name: ClassVar[str] = "api"
+    claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-api*", "*leapfrogai_api*", "api", "api.log", "api-*",
+                                         "api_*")
+    process_names: ClassVar[tuple[str, ...]] = ("leapfrogai_api.main", "leapfrogai-api")
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._routes = RouteLabels(fixed=("/healthz", "/docs", "/metrics"),
+                                   prefixes=("/openai/v1/", "/leapfrogai/v1/"))
+        self._classes: set[str] = set()
+        self._ready = False
+        self._announce = False
+
+    # -- state -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, object]:
+        """Whether the server was ready."""
+        return {"ready": self._ready}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back readiness; it goes out with the next events."""
+        if state.get("ready") is True:
+            self._ready = self._announce = True
+
+    def learn(self, text: str) -> None:
+        """Readiness from the lines logged before reading began (no events)."""
+        for line in text.split("\n"):
+            if any(r in line for r in _READY):
+                self._ready = True
+            elif "Shutting down" in line or "Finished server process" in line:
+                self._ready = False
+        self._announce = self._ready
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for LeapfrogAI API routes or loggers; some for ASGI tracebacks and gunicorn with
+        uvicorn workers; a little for bare uvicorn access lines (other backends score higher)."""
+        text = "\n".join(lines)
+        if _SNIFF_STRONG.search(text):
+            return 0.9
+        if _SNIFF_SOME.search(text):
+            return 0.6
+        if _SNIFF_WEAK.search(text):
+            return 0.4
+        return 0.35 if any(access_line(line) for line in lines) else 0.0
+
+    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+        """Start-ups and the error types of the phrase table."""
+        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
+        zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
+        return zeros
+
+    # -- records -----------------------------------------------------------------------------
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """Events of one record: an access line, a log line of the server's life, or an error."""
+        text = record.text
+        events: list[Event] = []
+        if self._announce:
+            self._announce = False
+            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+        labels = _access(text)
+        if labels is not None:
+            events.append(Event("http_requests_total", self._routes.fold(labels), 1, rule="access"))
+            return events
+        level, msg, gunicorn = _header(text)
+        self._life(msg, gunicorn, level, events)
+        traceback = is_traceback(text)
+        if level in _ERROR_LEVELS or (level == "WARNING" and "was terminated due to signal" in msg) \
+                or (not level and _headless_error(text)) \
+                or (level and traceback):
+            events.append(Event("backend_errors_total", (self.model, self._kind(text, traceback)), 1,
+                                rule="error"))
+        return events
+
+    def _kind(self, text: str, traceback: bool) -> str:
+        kind = PHRASES.classify(text, traceback=traceback)
+        if kind not in ("exception", "error") or "Exception in ASGI application" not in text:
+            return kind
+        exc = python_exception(text)
+        if exc is None:
+            return kind
+        name = exc[0].rsplit(".", 1)[-1]
+        if name in self._classes:
+            return name
+        if len(self._classes) < MAX_EXCEPTION_TYPES:
+            self._classes.add(name)
+            return name
+        return "exception"
+
+    def _life(self, msg: str, gunicorn: bool, level: str, events: list[Event]) -> None:
+        if msg.startswith("Starting gunicorn") or (not gunicorn and level and msg.startswith("Started server process")):
+            if self._ready:
+                events.append(Event("backend_ready", (self.model,), 0, rule="down"))
+            self._ready = False
+            events.append(Event("backend_restarts_total", (), 1, rule="startup"))
+        elif msg.startswith(_READY):
+            if not self._ready:
+                self._ready = True
+                events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+        elif (msg.startswith("Shutting down: Master") if gunicorn else
+              (level and (msg == "Shutting down" or msg.startswith("Finished server process")))):
+            if self._ready:
+                events.append(Event("backend_ready", (self.model,), 0, rule="down"))
+            self._ready = False
+
+
+def _access(text: str) -> tuple[str, str, str] | None:
+    """``(method, route template, code)`` of an access line in any of the forms read, else ``None``."""
+    got = access_line(text)
+    if got is None:
+        m = _ACCESS_OTHER.match(text)
+        if m is None:
+            return None
+        g = m.groups()
+        got = (g[0], g[1], g[2]) if g[0] is not None else (g[3] or "", g[4] or "", g[5] or "")
+    method, path, code = got
+    return (method if method in HTTP_METHODS else "OTHER"), route_template(path), code
+
+
+def _header(text: str) -> tuple[str, str, bool]:
+    """``(level, message, gunicorn format)`` of a record's first line ("" level: no known format)."""
+    line = leapfrog_line(text)
+    if line is not None:
+        return line.level, line.msg, False
+    m = _GUNICORN.match(text)
+    if m is not None:
+        return m.group(1), m.group(2), True
+    m = _UVICORN.match(text) or PY_DEFAULT_LINE.match(text)
+    if m is not None:
+        return m.group(1), m.group(m.lastindex or 1), False
+    return "", text.split("\n", 1)[0], False
+
+
+_QUOTED = re.compile(r"(?:^|[\s)])[A-Za-z_][\w.]*(?:Error|Exception): ")
+
+
+def _headless_error(text: str) -> bool:
+    """A record of no known format that is an error: a traceback's header or chain line, or a line
+    naming an exception with its message (``│ httpx.ConnectError: ...``). Frames alone are not: the
+    exception line that ends them belongs to the same record, unless the text was cut off."""
+    return TRACEBACK_HEAD in text or any(c in text for c in CHAINS) or _EXC_FIRST.match(text) is not None \
+        or _QUOTED.search(text) is not None
