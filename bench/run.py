@@ -143,32 +143,30 @@ def check(text: str, expected: dict[str, Any], self_metrics: bool, per_record: b
     return problems
 
 
+def _ensure(corpus: Path, made: bool, gen_args: list[str], fmt: object, what: str) -> dict[str, Any]:
+    """Generate a corpus (``gen_corpus.py`` with ``gen_args``) and its expected.json unless both are
+    there (``made``) and the expected figures are of format ``fmt``; return the expected figures."""
+    expected_path = corpus.with_name(corpus.name + ".expected.json")
+    if not (made and expected_path.is_file()):
+        print(f"generating {what}", file=sys.stderr)
+        subprocess.run([sys.executable, str(HERE / "gen_corpus.py"), *gen_args], check=True)
+    expected: dict[str, Any] = json.loads(expected_path.read_text())
+    if expected.get("format") != fmt:  # cached by an older generator
+        expected_path.unlink()
+        return _ensure(corpus, False, gen_args, fmt, what)
+    return expected
+
+
 def ensure_corpus(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
     """Generate the corpus (and its expected.json) unless both are there; return the expected totals."""
-    expected_path = corpus.with_name(corpus.name + ".expected.json")
-    if not (corpus.is_file() and expected_path.is_file()):
-        print(f"generating {corpus} ({lines} lines, seed {seed})", file=sys.stderr)
-        subprocess.run([sys.executable, str(HERE / "gen_corpus.py"), "-n", str(lines), "--seed", str(seed),
-                        "-o", str(corpus)], check=True)
-    expected: dict[str, Any] = json.loads(expected_path.read_text())
-    if expected.get("format") != FORMAT:  # cached by an older generator
-        expected_path.unlink()
-        return ensure_corpus(corpus, lines, seed)
-    return expected
+    return _ensure(corpus, corpus.is_file(), ["-n", str(lines), "--seed", str(seed), "-o", str(corpus)], FORMAT,
+                   f"{corpus} ({lines} lines, seed {seed})")
 
 
 def ensure_mix(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
     """Generate the mixed corpus directory (and its expected.json) unless both are there."""
-    expected_path = corpus.with_name(corpus.name + ".expected.json")
-    if not (corpus.is_dir() and expected_path.is_file()):
-        print(f"generating {corpus}/ ({lines} lines, seed {seed})", file=sys.stderr)
-        subprocess.run([sys.executable, str(HERE / "gen_corpus.py"), "--mix", str(corpus), "-n", str(lines),
-                        "--seed", str(seed)], check=True)
-    expected: dict[str, Any] = json.loads(expected_path.read_text())
-    if expected.get("format") != MIX_FORMAT:  # cached by an older generator
-        expected_path.unlink()
-        return ensure_mix(corpus, lines, seed)
-    return expected
+    return _ensure(corpus, corpus.is_dir(), ["--mix", str(corpus), "-n", str(lines), "--seed", str(seed)],
+                   MIX_FORMAT, f"{corpus}/ ({lines} lines, seed {seed})")
 
 
 def version(cmd: Sequence[str]) -> str:
