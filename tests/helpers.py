@@ -13,6 +13,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from logmetrics.catalog import BY_NAME
+from logmetrics.events import Event, values_of
 from logmetrics.records import RecordAssembler, Rule
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -120,3 +122,29 @@ def batch_pieces(text: str, size: int, rule: Rule) -> list[str]:
             buf = ""
     out += [assembler.feed(buf)[0], assembler.flush()[0]]
     return [piece for piece in out if piece]
+
+
+Totals = dict[tuple[str, tuple[str, ...]], object]
+
+
+def store_view(events: list[Event], digits: int | None = None) -> Totals:
+    """What the store makes of ``events``: counters summed, gauges' last values, histogram
+    observations sorted (a histogram keeps no order); counters and gauges rounded to ``digits``
+    if given (ratios of several engines may be averaged in another order)."""
+    out: Totals = {}
+    for e in events:
+        key = (e.metric, e.labels)
+        kind = BY_NAME[e.metric].kind
+        if kind == "counter":
+            old = out.get(key, 0.0)
+            assert isinstance(old, float)
+            total = old + sum(values_of(e))
+            out[key] = total if digits is None else round(total, digits)
+        elif kind == "gauge":
+            value = sum(values_of(e))
+            out[key] = value if digits is None else round(value, digits)
+        else:
+            seen = out.setdefault(key, [])
+            assert isinstance(seen, list)
+            seen.extend(values_of(e))
+    return {k: sorted(v) if isinstance(v, list) else v for k, v in out.items()}

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from logmetrics.catalog import BY_NAME
-from logmetrics.events import Event, number, values_of
+from logmetrics.events import Event, number
 from logmetrics.plugins import Parser
 from logmetrics.records import Batch
 from logmetrics.testing import check_events
-from tests.helpers import batch_pieces
+from tests.helpers import Totals, batch_pieces, store_view
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.llamacpp import LlamaCppParser
@@ -23,7 +23,6 @@ else:
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "llamacpp").glob("*.log"))
 NOW = 1_750_000_000.0
-Totals = dict[tuple[str, tuple[str, ...]], object]
 
 PE = "prompt eval time = {:10.2f} ms / {:5d} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)\n"
 EV = "       eval time = {:10.2f} ms / {:5d} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)\n"
@@ -87,24 +86,7 @@ def unwrap(path: Path) -> str:
 
 def totals(events: list[Event]) -> Totals:
     """Counters summed, gauges' last values, histogram observations (sorted): the store's view."""
-    out: Totals = {}
-    for e in events:
-        key = (e.metric, e.labels)
-        kind = BY_NAME[e.metric].kind
-        if kind == "counter":
-            old = out.get(key, 0.0)
-            assert isinstance(old, float)
-            out[key] = old + sum(values_of(e))
-        elif kind == "gauge":
-            out[key] = e.value
-        else:
-            seen = out.setdefault(key, [])
-            assert isinstance(seen, list)
-            seen.extend(values_of(e))
-    for seen in out.values():
-        if isinstance(seen, list):
-            seen.sort()  # a histogram does not keep the order of its observations
-    return out
+    return store_view(events)
 
 
 def state(parser: LlamaCppParser) -> tuple[object, ...]:

@@ -16,7 +16,7 @@ from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.testing import check_events
-from tests.helpers import batch_pieces
+from tests.helpers import Totals, batch_pieces, store_view
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.common import (
@@ -47,7 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "vllm").glob("*.log"))
 NOW = float(calendar.timegm((2025, 6, 20, 12, 0, 0)))
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-Totals = dict[tuple[str, tuple[str, ...]], object]
 
 ACCEPTANCE = (
     "INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
@@ -64,21 +63,7 @@ def scan(text: str, parser: VllmParser | None = None, now: float = NOW) -> tuple
 
 def totals(events: list[Event]) -> Totals:
     """Counters summed, gauges' last values, histogram observations sorted: the store's view."""
-    out: Totals = {}
-    for e in events:
-        key = (e.metric, e.labels)
-        kind = BY_NAME[e.metric].kind
-        if kind == "counter":
-            old = out.get(key, 0.0)
-            assert isinstance(old, float)
-            out[key] = round(old + number(e), 9)
-        elif kind == "gauge":  # rounded: engines' ratios may be averaged in another order
-            out[key] = round(number(e), 9)
-        else:
-            seen = out.setdefault(key, [])
-            assert isinstance(seen, list)
-            seen.append(e.value)
-    return {k: sorted(v) if isinstance(v, list) else v for k, v in out.items()}
+    return store_view(events, 9)
 
 
 def nonzero(events: list[Event]) -> Totals:
