@@ -53,8 +53,9 @@ INDENTED = Shape("indented", lines=r"[ \t]")
 #: A Python traceback: its header and chain lines, its indented frames, and its final exception
 #: line, which continues the record only after a frame or source line (not after a Node ``at`` frame).
 PYTHON_TRACEBACK = Shape("python_traceback", lines=rf"{TRACEBACK_LINES}|[ \t](?![ \t]*at )", ends=EXCEPTION_LINE)
-#: A Node stack trace: ``TypeError: x`` starts the record, its ``    at f (file.js:1:2)`` frames continue it.
-NODE_STACK = Shape("node_stack", lines=r"[ \t]+at ")
+#: A Node stack trace: ``TypeError: x`` starts the record, its ``    at f (file.js:1:2)`` frames continue
+#: it, and so does the object Node prints after the last frame (``... {``, ``  code: 'X',`` lines, ``}``).
+NODE_STACK = Shape("node_stack", lines=r"[ \t]+at |[ \t]+[\w$'\"]+: ", ends=r"\}" + EOL)
 #: Postgres: ``DETAIL:``/``HINT:``/``CONTEXT:``/``STATEMENT:``/``QUERY:``/``LOCATION:`` lines with
 #: the same ``log_line_prefix`` as the ``LOG:``/``ERROR:`` line they follow (two spaces after the colon).
 #: Not with ``INDENTED``: a background process's lines begin with a space (an empty ``%h``).

@@ -99,8 +99,16 @@ def test_shapes_and_line_rule_agree_on_where_the_last_record_starts() -> None:
     assert chained == [TRACE.rstrip("\n") + "\nDuring handling of the above exception:", TRACE.rstrip("\n")]
 
 
+def test_the_object_node_prints_after_a_stack_belongs_to_it() -> None:
+    """``{ code: ..., }`` after the last ``at`` frame is part of the error; a later ``}`` is not."""
+    text = ("Error: Cannot find module 'x'\n    at f (node:internal/a:1:2)\n    at node:internal/b:3:4 {\n"
+            "  code: 'MODULE_NOT_FOUND',\n  requireStack: []\n}\n}\nnext\n")
+    assert [r.count("\n") + 1 for r in split_records(text, compiled((NODE_STACK, INDENTED)))] == [6, 1, 1]
+
+
 LINES = ["INFO: plain", "", "Traceback (most recent call last):", '  File "a.py", line 1, in f', "    raise X",
-         "ValueError: x", "TypeError: y", "    at f (a.js:1:2)", "KeyboardInterrupt",
+         "ValueError: x", "TypeError: y", "    at f (a.js:1:2)", "    at g (a.js:3:4) {", "  code: 'E'", "}",
+         "KeyboardInterrupt",
          " 2024-09-30 18:14:40.810 UTC [10] LOG:  x", " 2024-09-30 18:14:40.810 UTC [10] DETAIL:  y"]
 
 
