@@ -17,6 +17,7 @@ from logmetrics.catalog import BY_NAME
 from logmetrics.envelopes import Unwrapper
 from logmetrics.errors import UserError
 from logmetrics.events import Event
+from logmetrics.layouts import Layouts
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.routing import route
@@ -72,7 +73,9 @@ def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[s
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
     """The text ``logmetrics check`` prints."""
     text, mtime = _read(path, envelope)
-    found = route(entries, parser, (os.path.basename(path), path), text.splitlines()[:200])
+    layout = Layouts().of(path)
+    names = layout.names if layout is not None else (os.path.basename(path), path)
+    found = route(entries, parser, names, text.splitlines()[:200])
     entry = found.entry
     if entry is None:
         raise UserError(f"{path}: {found.why}")

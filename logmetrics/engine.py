@@ -2,7 +2,10 @@
 
 Each logical stream (a followed file, stdin, one compose service) has its own envelope state,
 record assembler and parser instance. The parser of a stream is chosen once: ``--parser``, else
-the parser that claims the path or source name, else the best ``sniff`` of its first lines.
+the parser that claims the path or source name, else the best ``sniff`` of its first lines. A file
+in a Kubernetes or Docker layout (``logmetrics.layouts``) takes its source label from its place
+(``namespace/pod/container``, the container's name) and is claimed by its container's name (and
+image) only, not by its path: a sidecar in a pod named ``vllm-0`` is not read as vLLM.
 
 Static labels (``--label [GLOB:]model=NAME``) replace the model label of a stream's events: an
 operator's setting wins over what the parser learned. Scoped ones (GLOB matched against the source
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 
 from logmetrics.envelopes import Piece, Unwrapper
 from logmetrics.events import Event
+from logmetrics.layouts import Layouts
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
@@ -80,6 +84,7 @@ class Engine:
         self.unwrappers: dict[str, Unwrapper] = {}
         self.streams: dict[str, Stream] = {}
         self._warned: set[str] = set()
+        self.layouts = Layouts()
         self._presets: dict[str, tuple[str, dict[str, object]]] = {}  # stream key -> parser, its state
         for entry in parsers.values():
             store.register(entry.cls.metrics)
@@ -206,8 +211,12 @@ class Engine:
     # -- stages ------------------------------------------------------------------------------
     def source_label(self, path: str, service: str | None = None) -> str:
         """The ``source`` label of a raw stream (or of one compose service inside it), valid UTF-8
-        even for a file name that is not (``vllm-\\xe9.log``)."""
-        return safe_label(self.source or service or ("stdin" if path == "-" else path))
+        even for a file name that is not (``vllm-\\xe9.log``): ``--source``, else the service, else
+        what the file's layout says (``namespace/pod/container``), else the path."""
+        if self.source or service or path == "-":
+            return safe_label(self.source or service or "stdin")
+        layout = self.layouts.of(path)
+        return safe_label(layout.source if layout is not None else path)
 
     def _stream(self, path: str, service: str | None) -> Stream:
         key = path if service is None else f"{path}\0{service}"
@@ -265,7 +274,11 @@ class Engine:
         return value
 
     def _choose(self, stream: Stream, first: str | None = None) -> Route:
-        names = (os.path.basename(stream.path), stream.source, stream.path)
+        layout = self.layouts.of(stream.path) if stream.path != "-" else None
+        if layout is not None:  # the container's names; the pod's name or the path may name another backend
+            names = layout.names if stream.source == layout.source else (*layout.names, stream.source)
+        else:
+            names = (os.path.basename(stream.path), stream.source, stream.path)
         if first is None:
             first = "".join(stream.held[:8])  # the first pieces hold the first lines
         lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]
