@@ -27,6 +27,8 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from logmetrics.layouts import is_log
+
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 1024  # the fingerprint of a file: its first bytes, up to this many
@@ -245,9 +247,10 @@ def is_glob(path: str) -> bool:
 def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[str]:
     """The files named by ``paths`` now (files, directories recursively, globs), sorted.
 
-    Compressed and temporary rotations found in directories and globs are left out; a file named
-    explicitly is always kept. Symlinked subdirectories are followed, each directory walked once
-    (a symlink loop ends there; real paths are walked before symlinked ones).
+    Compressed and temporary rotations found in directories and globs are left out, and so are the
+    files of a Docker container directory that are not its logs (``config.v2.json``, ``hostname``,
+    ...); a file named explicitly is always kept. Symlinked subdirectories are followed, each
+    directory walked once (a symlink loop ends there; real paths are walked before symlinked ones).
     """
     found: set[str] = set()
     seen: set[Ident] = set()
@@ -255,7 +258,7 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[s
         for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
             if os.path.isdir(path):
                 _walk(path, seen, found, onerror)
-            elif path == arg or not path.endswith(IGNORED_SUFFIXES):
+            elif path == arg or (not path.endswith(IGNORED_SUFFIXES) and is_log(path)):
                 found.add(path)
     return sorted(found)
 
@@ -296,14 +299,14 @@ def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSErro
                 if entry.is_symlink():
                     if entry.is_dir():
                         linked.append(entry.path)
-                    elif not entry.name.endswith(IGNORED_SUFFIXES):
+                    elif not entry.name.endswith(IGNORED_SUFFIXES) and is_log(entry.path):
                         found.add(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
                     key = (dev, entry.inode())
                     if key not in seen:
                         seen.add(key)
                         todo.append((entry.path, dev))
-                elif not entry.name.endswith(IGNORED_SUFFIXES):
+                elif not entry.name.endswith(IGNORED_SUFFIXES) and is_log(entry.path):
                     found.add(entry.path)
             except OSError:
                 continue  # gone meanwhile
