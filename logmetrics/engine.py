@@ -151,8 +151,10 @@ class Engine:
         self.unwrappers.pop(path, None)
         for key, stream in list(self.streams.items()):
             if stream.path == path:
-                self.store.drop_gauges(stream.source)
                 del self.streams[key]
+                # several files may feed one source (a restarted container's 0.log and 1.log)
+                if all(s.source != stream.source for s in self.streams.values()):
+                    self.store.drop_gauges(stream.source)
 
     def learn(self, path: str, parts: Sequence[bytes]) -> None:
         """What was logged before a file's read position (its head, its last start-up block, in

@@ -72,7 +72,7 @@ def tune_allocator() -> None:
 
 
 def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Sample]:
-    """The tailer's figures as samples of the engine's own families, per source label."""
+    """The tailer's figures as samples of the engine's own families, summed per source label."""
     out: list[Sample] = [("logmetrics_open_files", (), float(stats.open_files)),
                          ("logmetrics_files_waiting", (), float(stats.files_waiting))]
     for name, values in (("logmetrics_bytes_read_total", stats.bytes_read),
@@ -81,7 +81,11 @@ def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Samp
                          ("logmetrics_truncations_total", stats.truncations),
                          ("logmetrics_read_errors_total", stats.read_errors),
                          ("logmetrics_lag_bytes", stats.lag_bytes)):
-        out += [(name, (label(stream),), float(v)) for stream, v in list(values.items())]
+        summed: dict[str, float] = {}  # several files may have one label (a container's 0.log and 1.log)
+        for stream, v in list(values.items()):
+            key = label(stream)
+            summed[key] = summed.get(key, 0.0) + v
+        out += [(name, (key,), v) for key, v in summed.items()]
     return out
 
 
