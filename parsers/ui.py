@@ -68,7 +68,7 @@ class UiParser(Parser):
     """leapfrogai-ui (SvelteKit on Node): start-ups, errors with their class, 404s and warnings."""
 
     name: ClassVar[str] = "ui"
-    claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-ui*", "*leapfrogai_ui*", "*sveltekit*")
+    claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-ui*", "*leapfrogai_ui*", "*sveltekit*", "ui", "ui-*")
     shapes: ClassVar[tuple[Shape, ...]] = (NODE_STACK, INDENTED)
     process_names: ClassVar[tuple[str, ...]] = ("leapfrogai-ui", "node build")
     metrics: ClassVar[tuple[Family, ...]] = (
