@@ -1,0 +1,196 @@
+"""Supabase, self-hosted (docker compose or the Bitnami chart): one parser for all its components.
+
+Every event carries the component that wrote the record as its ``backend``: ``supabase-kong``,
+``supabase-rest`` (PostgREST), ``supabase-auth`` (GoTrue), ``supabase-storage``, ``supabase-db``
+(Postgres), ``supabase-realtime``, ``supabase-analytics`` (Logflare). The component is told from
+the line's format (``supabase_lines``); records whose format names none (a Bitnami line of another
+module) keep the parser's name, ``supabase``.
+
+- Requests: Kong's and PostgREST's access lines, GoTrue's ``request completed`` and Storage's
+  ``type:"request"`` JSON lines give ``http_requests_total`` by method, route template and code
+  (query strings, ids, bucket names and object paths removed); GoTrue's ``duration`` (ns) and
+  Storage's ``responseTime`` (ms) give ``http_request_duration_seconds``. An access line with
+  the database role as user is PostgREST's; with ``-``, a ``kong_request_id`` or a Kong service
+  path, Kong's.
+- Errors: one per error record (Postgres ``DETAIL``/``STATEMENT``/... lines are one record with
+  their ``ERROR``/``FATAL`` line; PostgREST's JSON error object after ``An error ocurred when
+  loading the schema cache`` belongs to that error; an Erlang crash's two lines are one crash),
+  by ``error_type`` from a phrase table, else the SQLSTATE class, else ``error``.
+- Start-ups (``backend_restarts_total``) and ``backend_ready``: Postgres ``database system is
+  ready to accept connections``, ``Starting PostgREST``, ``GoTrue API started on``, Storage's
+  ``Server listening at``, Phoenix's ``Running ...Web.Endpoint``; a Postgres shutdown or an
+  Erlang crash sets ready to 0.
+- Every other recognised line counts in ``supabase_log_records_total{level}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import ClassVar
+
+from logmetrics.catalog import Family
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Record
+from logmetrics.shapes import POSTGRES, Shape
+
+from . import supabase_lines as L
+from . import supabase_patterns as P
+from .common import HTTP_METHODS, OTHER, RouteLabels
+
+#: Lines that continue the record above: indented lines (a pino-pretty block, a Lua stack), but
+#: not a Postgres background process's line, which starts with one space before its date.
+INDENTED_NOT_PG = Shape("supabase_indented", lines=r"\t|[ ](?!\d{4}-\d{2}-\d{2} )|stack traceback:")
+#: Error types started at 0 per component: those its log can give.
+_ZERO_TYPES = {
+    P.KONG: ("error", "connection_refused", "timeout", "dns"),
+    P.REST: ("error", "connection_refused", "schema_cache", "auth_failed"),
+    P.AUTH: ("error", "connection_refused", "migration", "jwt"),
+    P.STORAGE: ("error", "connection_refused", "jwt", "timeout"),
+    P.DB: ("error", "auth_failed", "too_many_connections", "deadlock", "connection_refused", "shutdown",
+           "disk_full", "oom"),
+    P.REALTIME: ("error", "connection_refused", "auth_failed", "crash"),
+    P.ANALYTICS: ("error", "connection_refused", "auth_failed", "crash"),
+}
+_SNIFF_STRONG = re.compile(
+    r"^\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: |PostgREST|GoTrue|\[POP\] |\"tenantId\":"
+    r"|\"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /(?:rest|auth|storage|realtime|functions)/v1/"
+    r"|^(?:postgresql|kong|gotrue|postgrest|supabase-[\w-]+) \d{2}:\d{2}:\d{2}\.\d{2} |kong_request_id: "
+    r"|\[kong\]|server: kong|\"component\":\"api\",[^\n]*\"msg\":\"request completed\""
+    r"|Kernel pid terminated \(application_controller\)"
+    r"|^supabase-(?:db|kong|rest|auth|storage|realtime|analytics|meta|studio|vector|pooler|imgproxy) +\|", re.M)
+_SNIFF_SOME = re.compile(
+    r"^\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:debug|info|notice|warning|error)\] "
+    r"|^[^\w\n]*(?:\S+ )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? [A-Z]{2,5} \[\d+\] (?:\S*@\S* )?[A-Z]+:  "
+    r"|^time=\"[^\"]*\" level=\w+ msg=|^\{\"level\":\d\d,\"time\"", re.M)
+_SNIFF_WEAK = re.compile(r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[\w+\] \d+#\d+: |^\S+ \S+ \S+ \[[^\]]+\] "', re.M)
+
+
+class SupabaseParser(Parser):
+    """Supabase's components (Kong, PostgREST, GoTrue, Storage, Postgres, Realtime, Logflare)."""
+
+    name: ClassVar[str] = "supabase"
+    claims: ClassVar[tuple[str, ...]] = (
+        "supabase-*", "supabase_*", "*/supabase-*", "kong", "kong[-_.]*", "*postgrest*", "*gotrue*",
+        "realtime", "realtime[-_.]*", "*supabase-realtime*", "storage", "storage[-_.]*", "storage-api*",
+        "*supabase-storage*")
+    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, INDENTED_NOT_PG)
+    process_names: ClassVar[tuple[str, ...]] = ("postgrest", "gotrue", "kong", "realtime", "storage-api")
+    metrics: ClassVar[tuple[Family, ...]] = (
+        Family("supabase_log_records_total", "counter", ("level",),
+               "Log records of Supabase's components other than request lines, by level (debug, info, notice, "
+               "warning, error, critical); the component is the backend label."),
+    )
+
+    def __init__(self) -> None:
+        self.model = UNKNOWN_MODEL
+        self._routes: dict[str, RouteLabels] = {}
+        self._seen: set[str] = set()
+        self._ready: set[str] = set()
+        self._elixir = ""  # the Elixir service this stream is, once a record said it
+        self._after = ""  # the kind of the record before: "schema_cache" or "erlang_halt"
+
+    def state(self) -> dict[str, object]:
+        """The components that were ready, and which Elixir service this stream is."""
+        return {"ready": sorted(self._ready), "elixir": self._elixir}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` gave."""
+        ready, elixir = state.get("ready"), state.get("elixir")
+        if isinstance(ready, list):
+            self._ready = {c for c in ready if c in P.COMPONENTS}
+        if elixir in P.COMPONENTS:
+            self._elixir = str(elixir)
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """High for lines only Supabase's components print (PostgREST's diagnostics, GoTrue, Storage's
+        tenant, Kong's service paths, Bitnami Supabase modules); some for Elixir and Postgres lines and
+        logrus text; a little for any nginx log."""
+        text = "\n".join(lines)
+        if _SNIFF_STRONG.search(text):
+            return 0.9
+        if _SNIFF_SOME.search(text):
+            return 0.6
+        return 0.4 if _SNIFF_WEAK.search(text) else 0.0
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """Events of one record, each with the component that wrote it as its backend."""
+        line = L.read(record.text)
+        after, self._after = self._after, ""
+        if line is None:
+            return []
+        component = self._component(line, record.text)
+        backend = component or None
+        events: list[Event] = self._zeros(component)
+        if line.request is not None:
+            self._request(line, component, events)
+        else:
+            events.append(Event("supabase_log_records_total", (line.level,), 1, backend, rule=line.kind))
+        self._life(line.life, component, events)
+        error = line.error
+        if line.kind == "pgrst_json" and after == "schema_cache":
+            error = False  # the error object of the schema-cache error just counted
+        elif line.kind == "erlang" and record.text.startswith(P.ERLANG_DUMP) and after == "erlang_halt":
+            error = False  # the second line of the crash just counted
+        if line.kind == "pgrst" and "loading the schema cache" in record.text:
+            self._after = "schema_cache"
+        elif line.kind == "erlang" and record.text.startswith(P.ERLANG_HALT):
+            self._after = "erlang_halt"
+        if error:
+            events.append(Event("backend_errors_total", (self.model, P.error_type(record.text)), 1, backend,
+                                rule="error"))
+        return events
+
+    def _component(self, line: L.Line, text: str) -> str:
+        """The line's component; for Elixir and Erlang lines, Logflare where the text names it, else
+        what this stream was found to be, else Realtime."""
+        if line.kind not in ("elixir", "erlang"):
+            return line.component
+        if "ogflare" in text:
+            self._elixir = P.ANALYTICS
+        elif line.component and not self._elixir:
+            self._elixir = line.component
+        return self._elixir or P.REALTIME
+
+    def _zeros(self, component: str) -> list[Event]:
+        """Counters started at 0 the first time a component shows up (a backend of its own, which
+        the engine's ``zero_series`` cannot name)."""
+        if not component or component in self._seen:
+            return []
+        self._seen.add(component)
+        zeros = [Event("backend_errors_total", (self.model, kind), 0, component, rule="zero")
+                 for kind in _ZERO_TYPES.get(component, ("error",))]
+        if component != P.KONG:
+            zeros.append(Event("backend_restarts_total", (), 0, component, rule="zero"))
+        return zeros
+
+    def _request(self, line: L.Line, component: str, events: list[Event]) -> None:
+        assert line.request is not None
+        method, path, code = line.request
+        routes = self._routes.get(component)
+        if routes is None:
+            prefixes = P.KONG_PREFIXES if component == P.KONG else ("/object/",) if component == P.STORAGE else ()
+            routes = self._routes[component] = RouteLabels(prefixes=prefixes)
+        route = P.supabase_route(path) if path.startswith("/") else OTHER
+        labels = routes.fold((method if method in HTTP_METHODS else "OTHER", route, code))
+        events.append(Event("http_requests_total", labels, 1, component, rule="access"))
+        if line.seconds is not None:
+            events.append(Event("http_request_duration_seconds", labels[:2], line.seconds, component,
+                                rule="duration"))
+
+    def _life(self, life: str, component: str, events: list[Event]) -> None:
+        if not life or not component:
+            return
+        if life in (L.START, L.START_READY):
+            if component in self._ready and life == L.START:
+                events.append(Event("backend_ready", (self.model,), 0, component, rule="startup"))
+                self._ready.discard(component)
+            events.append(Event("backend_restarts_total", (), 1, component, rule="startup"))
+        if life in (L.READY, L.START_READY):
+            self._ready.add(component)
+            events.append(Event("backend_ready", (self.model,), 1, component, rule="ready"))
+        elif life == L.DOWN and component in self._ready:
+            self._ready.discard(component)
+            events.append(Event("backend_ready", (self.model,), 0, component, rule="down"))

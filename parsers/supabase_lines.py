@@ -1,0 +1,172 @@
+"""One record of a Supabase stream read into a ``Line``: which component wrote it, at what level,
+whether it is a request (and its duration), a start-up, readiness or an error.
+
+The reading is per format (``supabase_patterns``); what is counted is the parser's business
+(``parsers.supabase``). Nothing here keeps state: what depends on the records before (a
+PostgREST error's JSON line, the second line of an Erlang crash, which Elixir service a stream
+is) is decided by the parser.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import orjson
+
+from . import supabase_patterns as P
+
+#: ``Line.life`` values: a start-up (``start``), ready (``ready``), both, or down (``down``).
+START, READY, START_READY, DOWN = "start", "ready", "start+ready", "down"
+_PG_READY = "database system is ready to accept connections"
+_PG_DOWN = ("database system is shut down", "received fast shutdown request", "received smart shutdown request",
+            "received immediate shutdown request", "terminating any other active server processes")
+_PGRST_ERROR = ("error", "Error", "ERROR", "failed", "Failed", "Could not", "could not", "FATAL")
+
+
+class Line(NamedTuple):
+    """What one record says. ``component`` "" when the format does not tell (Elixir, PostgREST's JSON)."""
+
+    component: str
+    kind: str  # the format, for the events' rule: "access", "postgres", "json", ...
+    level: str = "info"  # one of ``P.LEVEL_NAMES``; "" for a request line (not a log record)
+    request: tuple[str, str, str] | None = None  # method, raw path, status code
+    seconds: float | None = None
+    life: str = ""
+    error: bool = False
+
+
+def read(text: str) -> Line | None:
+    """The ``Line`` of a record, or ``None`` for a record of no known format. A prefix left on the
+    line (a log viewer's time; a compose service name where compose output was itself captured in
+    a container's log, so that the envelope layer saw no compose stream) is tried without."""
+    line = _read(text)
+    if line is None:
+        m = P.VIEWER.match(text) or P.COMPOSE.match(text)
+        if m is not None:
+            line = _read(text[m.end():])
+            service = m.groupdict().get("service")
+            if line is not None and service:
+                line = line._replace(component=_module(service) or line.component)
+    return line
+
+
+def _read(text: str) -> Line | None:
+    first = text.split("\n", 1)[0]
+    if first.startswith(("{", '"{')):
+        return _json(first)
+    m = P.POSTGRES.match(text)
+    if m is not None:
+        return _postgres(m.group("sev"), m.group("msg"))
+    m = P.CLF.match(first)
+    if m is not None:
+        return _access(m.group("user"), m.group("req"), m.group("status"), m.group("rest"))
+    m = P.PGRST.match(first)
+    if m is not None:
+        return _pgrst(m.group("msg"))
+    m = P.ELIXIR.match(first)
+    if m is not None:
+        level = P.LEVELS.get(m.group("level"), "info")
+        msg = m.group("msg")
+        life = START_READY if msg.startswith("Running ") and "Web.Endpoint with" in msg else ""
+        component = P.REALTIME if m.group("meta") else ""
+        return Line(component, "elixir", level, life=life, error=level in P.ERROR_LEVELS)
+    m = P.NGINX_ERROR.match(first)
+    if m is not None:
+        level = P.LEVELS.get(m.group("level"), "info")
+        return Line(P.KONG, "nginx_error", level, error=level in P.ERROR_LEVELS)
+    m = P.LOGRUS.match(first) or P.POP.match(first)
+    if m is not None:
+        level = P.LEVELS.get(m.group("level").lower(), "info")
+        life = START_READY if m.group("msg").startswith("GoTrue API started") else ""
+        return Line(P.AUTH, "logrus", level, life=life, error=level in P.ERROR_LEVELS)
+    m = P.BITNAMI.match(first)
+    if m is not None:
+        level = P.LEVELS.get((m.group("level") or "info").lower(), "info")
+        return Line(_module(m.group("module")), "bitnami", level, error=level in P.ERROR_LEVELS)
+    m = P.PINO_PRETTY.match(first)
+    if m is not None:
+        level = P.LEVELS.get(m.group("level").lower(), "info")
+        life = START_READY if m.group("msg").startswith("Server listening at") else ""
+        return Line(P.STORAGE, "pino", level, life=life, error=level in P.ERROR_LEVELS)
+    if first.startswith(P.ERLANG_HALT) or first.startswith(P.ERLANG_DUMP):
+        return Line("", "erlang", "critical", life=DOWN, error=True)
+    if P.ELIXIR_RAISE.match(first):
+        return Line("", "elixir", "error", error=True)
+    return None
+
+
+def _module(module: str) -> str:
+    """The component a Bitnami init-script module or a compose service names ("" when none)."""
+    for word, component in (("postgrest", P.REST), ("postgres", P.DB), ("kong", P.KONG), ("gotrue", P.AUTH),
+                            ("storage", P.STORAGE), ("realtime", P.REALTIME), ("analytics", P.ANALYTICS),
+                            ("logflare", P.ANALYTICS), ("supabase-db", P.DB), ("supabase-auth", P.AUTH),
+                            ("supabase-rest", P.REST)):
+        if word in module:
+            return component
+    return ""
+
+
+def _postgres(sev: str, msg: str) -> Line:
+    level = P.LEVELS.get(sev.lower().rstrip("0123456789"), "info")
+    life = START_READY if msg.startswith(_PG_READY) else DOWN if msg.startswith(_PG_DOWN) else ""
+    return Line(P.DB, "postgres", level, life=life, error=level in P.ERROR_LEVELS)
+
+
+def _access(user: str, req: str, status: str, rest: str) -> Line:
+    m = P.REQUEST.match(req)
+    method, path = (m.group("method"), m.group("path")) if m else ("OTHER", "")
+    kong = user == "-" or "kong_request_id:" in rest or path.startswith(P.KONG_PREFIXES)
+    return Line(P.KONG if kong else P.REST, "access", "", request=(method, path, status))
+
+
+def _pgrst(msg: str) -> Line:
+    if msg.startswith("Starting PostgREST"):
+        return Line(P.REST, "pgrst", "info", life=START)
+    if msg.startswith("{"):  # an error object: the parser decides whether it belongs to the line above
+        return Line(P.REST, "pgrst_json", "error", error=True)
+    error = any(w in msg for w in _PGRST_ERROR)
+    return Line(P.REST, "pgrst", "error" if error else "info", error=error)
+
+
+def _json(first: str) -> Line | None:
+    raw = first if first.startswith("{") else first[1: first.rfind("}") + 1]  # a CSV field holding JSON
+    try:
+        obj = orjson.loads(raw)  # duplicated keys: the last one wins
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or "level" not in obj or not isinstance(obj.get("msg", ""), str):
+        return None
+    level_raw = obj["level"]
+    level = P.LEVELS.get(str(level_raw).lower(), "info")
+    msg: str = obj.get("msg", "")
+    error = level in P.ERROR_LEVELS
+    if isinstance(level_raw, int) or obj.get("type") == "request" or \
+            any(k in obj for k in ("tenantId", "reqId", "pid", "hostname")):
+        return _storage(obj, level, msg, error)
+    life = START_READY if msg.startswith("GoTrue API started") else ""
+    if msg == "request completed":
+        duration = obj.get("duration")
+        seconds = duration / 1e9 if isinstance(duration, (int, float)) and duration >= 0 else None
+        return Line(P.AUTH, "json", "", request=_request(obj.get("method"), obj.get("path"), obj.get("status")),
+                    seconds=seconds, error=error)
+    return Line(P.AUTH, "json", level, life=life, error=error)
+
+
+def _storage(obj: dict[str, object], level: str, msg: str, error: bool) -> Line:
+    if obj.get("type") == "request":
+        req, res = obj.get("req"), obj.get("res")
+        method = req.get("method") if isinstance(req, dict) else None
+        url = req.get("url") if isinstance(req, dict) else None
+        status = res.get("statusCode") if isinstance(res, dict) else None
+        took = obj.get("responseTime")
+        seconds = took / 1000 if isinstance(took, (int, float)) and took >= 0 else None
+        return Line(P.STORAGE, "json", "", request=_request(method, url, status), seconds=seconds, error=error)
+    life = START_READY if msg.startswith("Server listening at") else ""
+    return Line(P.STORAGE, "json", level, life=life, error=error)
+
+
+def _request(method: object, path: object, status: object) -> tuple[str, str, str]:
+    """Labels' raw parts of a JSON request line; a status that is no number (Storage's ``ABORTED REQ``,
+    a client that went away) is ``499``, nginx's code for it."""
+    code = str(status) if isinstance(status, int) or (isinstance(status, str) and status.isdigit()) else "499"
+    return (method if isinstance(method, str) else "OTHER"), (path if isinstance(path, str) else ""), code

@@ -1,0 +1,146 @@
+"""Line formats of Supabase's components, the error phrase table, and Supabase route templates.
+
+Each pattern is matched at the start of a record (the envelope and any compose prefix already
+peeled) and stays within one line. What each component prints:
+
+- Kong: nginx ``combined`` access lines (Kong 3 adds `` kong_request_id: "..."``) and the nginx
+  error log ``YYYY/MM/DD HH:MM:SS [level] pid#tid: msg``.
+- PostgREST: Apache combined access lines with the database role as user, and diagnostics
+  ``dd/Mon/YYYY:HH:MM:SS +zzzz: msg``.
+- GoTrue (auth): logrus JSON or text ``time=".." level=.. msg=".."``; pop's ``[POP] ...`` lines.
+- Storage: pino JSON (or pino-pretty ``[epoch] LEVEL (pid on host): msg`` with an indented block).
+- Postgres: ``log_line_prefix`` lines (``%h %m [%p] %q%u@%d `` or plain ``%m [%p] ``) with their
+  ``DETAIL:``/``HINT:``/... lines (joined by the ``POSTGRES`` shape).
+- Realtime, Logflare (analytics), Supavisor: Elixir ``HH:MM:SS.mmm [k=v ]*[level] msg``; the
+  Erlang VM's ``Kernel pid terminated`` and ``Crash dump is being written`` lines.
+- Bitnami images: init-script lines ``postgresql 14:15:38.73 INFO  ==> msg`` before the above.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .common import route_template
+from .errors import COMMON_CAUSES, Phrases
+
+KONG = "supabase-kong"
+REST = "supabase-rest"
+AUTH = "supabase-auth"
+STORAGE = "supabase-storage"
+DB = "supabase-db"
+REALTIME = "supabase-realtime"
+ANALYTICS = "supabase-analytics"
+COMPONENTS = (KONG, REST, AUTH, STORAGE, DB, REALTIME, ANALYTICS)
+#: The paths Kong routes to Supabase's services.
+KONG_PREFIXES = ("/rest/v1/", "/auth/v1/", "/storage/v1/", "/realtime/v1/", "/functions/v1/", "/graphql/v1/",
+                 "/pg/", "/analytics/v1/")
+
+#: Apache/nginx combined access line (Kong, PostgREST); the request may be ``-`` or junk.
+CLF = re.compile(r'[^\s"]+ \S+ (?P<user>\S+) \[[^\]\n]+\] "(?P<req>[^"\n]*)" (?P<status>\d{3}) (?:\d+|-)'
+                 r'(?P<rest>[^\n]*)')
+REQUEST = re.compile(r"(?P<method>[A-Z]{3,10}) (?P<path>\S+)(?: HTTP/[\d.]+)?\Z")
+NGINX_ERROR = re.compile(r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<level>[a-z]+)\] \d+#\d+: (?P<msg>[^\n]*)")
+PGRST = re.compile(r"\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: (?P<msg>[^\n]*)")
+LOGRUS = re.compile(r'time="[^"\n]*" level=(?P<level>\w+) msg="(?P<msg>(?:[^"\\\n]|\\.)*)"')
+POP = re.compile(r"\[POP\] \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (?P<level>\w+) - (?P<msg>[^\n]*)")
+POSTGRES = re.compile(
+    r"[^\w\n]*(?:(?:[0-9A-Fa-f.:]+|\[local\]) )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?"
+    r" (?:[A-Z]{2,5}|[+-]\d{2}(?::?\d{2})?) \[\d+\] (?:[^@\s]*@\S* )?"
+    r"(?P<sev>DEBUG\d?|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC):  (?P<msg>[^\n]*)")
+BITNAMI = re.compile(r"(?P<module>[a-z][\w-]*) \d{2}:\d{2}:\d{2}\.\d{2} (?:(?P<level>INFO|WARN|ERROR|DEBUG) +)?==>"
+                     r"(?P<msg>[^\n]*)")
+ELIXIR = re.compile(r"\d{2}:\d{2}:\d{2}\.\d{3} (?P<meta>(?:\w+=\S+ )*)"
+                    r"\[(?P<level>debug|info|notice|warning|warn|error|critical|alert|emergency)\] (?P<msg>[^\n]*)")
+#: An Elixir exception printed on its own: ``** (DBConnection.ConnectionError) message``.
+ELIXIR_RAISE = re.compile(r"\*\* \([\w.]+\) ")
+ERLANG_HALT = "Kernel pid terminated"
+ERLANG_DUMP = "Crash dump is being written"
+PINO_PRETTY = re.compile(r"\[\d{13}\] (?P<level>TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \(\d+ on [^)\n]+\): (?P<msg>[^\n]*)")
+#: A log viewer's copy prefix (Docker Desktop): ``2024-06-03 16:12:18 `` before the component's line.
+VIEWER = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?: [+-]\d{4})? (?=\S)")
+#: ``docker compose logs``' prefix, ``service   | ``, where the envelope layer did not take it off.
+COMPOSE = re.compile(r"(?P<service>[A-Za-z0-9][\w.-]*) +\| ?")
+
+#: Levels of every format, folded into the few of ``supabase_log_records_total``.
+LEVELS = {
+    "trace": "debug", "debug": "debug", "info": "info", "log": "info", "notice": "notice",
+    "warn": "warning", "warning": "warning", "error": "error",
+    "fatal": "critical", "panic": "critical", "crit": "critical", "critical": "critical", "alert": "critical",
+    "emerg": "critical", "emergency": "critical",
+    "10": "debug", "20": "debug", "30": "info", "40": "warning", "50": "error", "60": "critical",
+}
+LEVEL_NAMES = ("debug", "info", "notice", "warning", "error", "critical")
+ERROR_LEVELS = frozenset({"error", "critical"})
+
+PHRASES = Phrases(
+    causes=(
+        ("auth_failed", ("password authentication failed", "no pg_hba.conf entry", "invalid_password", "28P01")),
+        ("too_many_connections", ("too many connections", "too many clients", "remaining connection slots", "53300")),
+        ("deadlock", ("deadlock detected", "40P01")),
+        ("connection_refused", ("Connection refused", "connection refused", "ECONNREFUSED", "no live upstreams")),
+        ("jwt", ("JsonWebTokenError", "invalid signature", "jwt expired", "invalid JWT", "TokenExpiredError")),
+        ("constraint", ("violates unique constraint", "violates foreign key constraint", "violates not-null constraint",
+                        "violates check constraint")),
+        ("disk_full", ("No space left on device", "53100")),
+        ("shutdown", ("terminating connection due to administrator command", "the database system is shutting down",
+                      "the database system is starting up", "57P01", "57P03")),
+        *COMMON_CAUSES,
+        ("crash", (ERLANG_HALT, ERLANG_DUMP, "terminated by signal", "was terminated by exception")),
+    ),
+    contexts=(  # where it failed; a cause in the same record (a wrong password, a refused port) wins
+        ("connection_refused", ("could not connect", "Could not connect", "failed to connect", "connect() failed",
+                                "connection not available", "Database connection error")),
+        ("schema_cache", ("loading the schema cache",)),
+        ("migration", ("migrations", "Migrator", "migration")),
+        ("dns", ("could not be resolved", "host not found", "Name or service not known")),
+    ),
+)
+#: SQLSTATE classes (where the text carries a code: PostgREST's JSON, Postgrex's ``FATAL 28P01``).
+SQLSTATE_CLASSES = {
+    "08": "connection_refused", "28": "auth_failed", "40": "deadlock", "53": "resources", "57": "shutdown",
+    "58": "system", "42": "sql", "23": "constraint", "22": "data", "XX": "internal",
+}
+_SQLSTATE = re.compile(r'"code": ?"(?P<a>[0-9A-Z]{5})"|\b(?:FATAL|ERROR|SQLSTATE) (?P<b>[0-9A-Z]{5})\b')
+ERROR_TYPES = (*PHRASES.types[:-3], *dict.fromkeys(SQLSTATE_CLASSES.values()), "error")
+
+
+def error_type(text: str) -> str:
+    """The ``error_type`` of an error record: a phrase, else its SQLSTATE class, else ``error``."""
+    kind = PHRASES.classify(text)
+    if kind not in ("exception", "error", "bad_request"):
+        return kind
+    m = _SQLSTATE.search(text)
+    if m:
+        code = m.group("a") or m.group("b") or ""
+        return SQLSTATE_CLASSES.get(code[:2], "error")
+    return "error"
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+#: Storage object operations that are fixed words in a URL (``/object/sign/{bucket}/{path}``).
+_OBJECT_OPS = frozenset({"public", "sign", "authenticated", "info", "list", "move", "copy", "upload", "render"})
+
+
+def supabase_route(path: str) -> str:
+    """A bounded route for a Supabase URL (Kong's ``/storage/v1/...`` or Storage's own ``/object/...``):
+    ``route_template``, then bucket names and object paths (chosen by users) become ``{bucket}`` and
+    ``{path}``, so that no file name reaches a label."""
+    route = route_template(path)
+    parts = route.split("/")
+    for i, part in enumerate(parts):
+        if part == "bucket" and i + 1 < len(parts) and parts[i + 1] not in ("", "..."):
+            return "/".join([*parts[: i + 1], "{bucket}"])
+        if part == "object":
+            j = i + 1
+            head = parts[: j]
+            if j < len(parts) and parts[j] in _OBJECT_OPS:
+                head.append(parts[j])
+                j += 1
+                if j < len(parts) and parts[j] == "sign" and head[-1] == "upload":
+                    head.append("sign")
+                    j += 1
+            if j < len(parts) and parts[j]:
+                head.append("{path}")
+            return "/".join(head)
+    return route
