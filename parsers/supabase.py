@@ -31,8 +31,8 @@ from typing import ClassVar
 
 from logmetrics.catalog import Family
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
-from logmetrics.records import Record
+from logmetrics.plugins import Parser, record_rule
+from logmetrics.records import Record, split_records
 from logmetrics.shapes import POSTGRES, Shape
 
 from . import supabase_lines as L
@@ -102,6 +102,18 @@ class SupabaseParser(Parser):
             self._ready = {c for c in ready if c in P.COMPONENTS}
         if elixir in P.COMPONENTS:
             self._elixir = str(elixir)
+
+    def learn(self, text: str) -> None:
+        """Which components were ready, from the lines logged before reading began (no events)."""
+        for rec in split_records(text, record_rule(type(self))):
+            line = L.read(rec)
+            if line is None or not line.life:
+                continue
+            component = self._component(line, rec)
+            if line.life in (L.READY, L.START_READY):
+                self._ready.add(component)
+            else:
+                self._ready.discard(component)
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:

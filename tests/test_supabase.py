@@ -212,3 +212,14 @@ def test_state_keeps_readiness() -> None:
     assert other.state()["ready"] == ["supabase-db"]
     events = run(" 2025-03-02 10:05:01.000 UTC [1] LOG:  database system is shut down", other)
     assert [(e.backend, e.value) for e in events if e.metric == "backend_ready"] == [("supabase-db", 0)]
+
+
+def test_learn_takes_readiness_without_events() -> None:
+    """``learn`` notes the components that were ready before reading began; a later shutdown sets 0."""
+    parser = SupabaseParser()
+    parser.learn(" 2025-03-02 10:00:00.120 UTC [1] LOG:  database system is ready to accept connections\n"
+                 '{"level":30,"pid":1,"hostname":"h","msg":"Server listening at http://0.0.0.0:5000"}\n'
+                 "02/Mar/2025:10:00:00 +0000: Starting PostgREST 11.2.2...\n")
+    assert parser.state()["ready"] == ["supabase-db", "supabase-storage"]
+    events = run(" 2025-03-02 10:05:01.000 UTC [1] LOG:  database system is shut down", parser)
+    assert [(e.backend, e.value) for e in events if e.metric == "backend_ready"] == [("supabase-db", 0)]
