@@ -80,6 +80,7 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
     if entry is None:
         raise UserError(f"{path}: {found.why}")
     inst = entry.cls()
+    inst.named((os.path.basename(path), path))
     store = Store()  # the engine's own checks, on a scratch store: what it would refuse is shown below,
     logging.getLogger("logmetrics.store").setLevel(logging.ERROR)  # not warned about on stderr too
     store.register(entry.cls.metrics)

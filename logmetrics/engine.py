@@ -258,6 +258,10 @@ class Engine:
         entry = found.entry
         if entry is not None:
             stream.parser = entry.cls()
+            try:
+                stream.parser.named(self._names(stream))
+            except PLUGIN_ERRORS:  # a plugin's bug here must not stop the stream
+                log.exception("parser %s: named failed", entry.name)
             stream.assembler = RecordAssembler(record_rule(entry.cls))
             log.info("stream %s: parser %s (%s)", stream.source, entry.name, found.why)
         else:
@@ -275,12 +279,15 @@ class Engine:
                     value = val
         return value
 
-    def _choose(self, stream: Stream, first: str | None = None) -> Route:
+    def _names(self, stream: Stream) -> tuple[str, ...]:
+        """The names a stream is known by, most specific first: what claims match, what ``named`` gets."""
         layout = self.layouts.of(stream.path) if stream.path != "-" else None
         if layout is not None:  # the container's names; the pod's name or the path may name another backend
-            names = layout.names if stream.source == layout.source else (*layout.names, stream.source)
-        else:
-            names = (os.path.basename(stream.path), stream.source, stream.path)
+            return layout.names if stream.source == layout.source else (*layout.names, stream.source)
+        return (os.path.basename(stream.path), stream.source, stream.path)
+
+    def _choose(self, stream: Stream, first: str | None = None) -> Route:
+        names = self._names(stream)
         if first is None:
             first = "".join(stream.held[:8])  # the first pieces hold the first lines
         lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]

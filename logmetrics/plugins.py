@@ -7,6 +7,10 @@ serves one stream, so it may keep bounded
 per-stream state (the model name, a request's start line). It never touches the store, the clock or
 the registry: time comes with the record.
 
+``named(names)`` gives a new instance the names of the stream it reads (those its ``claims`` are
+matched against), before its first record; a parser of a multi-component backend (Supabase) may
+take from them which component a stream is. Default: no-op.
+
 Two optional parts concern the backend's life:
 
 - ``learn(text)``: a file present at start is read from its end, so its start-up lines are never
@@ -114,6 +118,11 @@ class Parser:
 
     def learn(self, text: str) -> None:
         """Take what the lines logged before reading began say (the model name): state only, no events."""
+
+    def named(self, names: tuple[str, ...]) -> None:
+        """The names of the stream this instance reads (file name, source, path, or a container's
+        names; most specific first), given once before its first record: a parser of several
+        components may tell from them which one a stream is. Default: no-op."""
 
     def tick(self, now: float) -> Iterable[Event]:
         """Events due with the passing of time while the stream is quiet (``now``: Unix seconds),
