@@ -103,6 +103,15 @@ class SupabaseParser(Parser):
         if elixir in P.COMPONENTS:
             self._elixir = str(elixir)
 
+    def named(self, names: tuple[str, ...]) -> None:
+        """A stream named after Realtime or Logflare (``supabase-analytics``, a compose service or
+        container) is that service for its Elixir lines, which do not say which they are."""
+        for name in names:
+            component = L.component_named(name)
+            if component in (P.REALTIME, P.ANALYTICS):
+                self._elixir = component
+                return
+
     def learn(self, text: str) -> None:
         """Which components were ready, from the lines logged before reading began (no events)."""
         for rec in split_records(text, record_rule(type(self))):

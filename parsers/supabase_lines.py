@@ -46,7 +46,7 @@ def read(text: str) -> Line | None:
             line = _read(text[m.end():])
             service = m.groupdict().get("service")
             if line is not None and service:
-                line = line._replace(component=_module(service) or line.component)
+                line = line._replace(component=component_named(service) or line.component)
     return line
 
 
@@ -82,7 +82,7 @@ def _read(text: str) -> Line | None:
     m = P.BITNAMI.match(first)
     if m is not None:
         level = P.LEVELS.get((m.group("level") or "info").lower(), "info")
-        return Line(_module(m.group("module")), "bitnami", level, error=level in P.ERROR_LEVELS)
+        return Line(component_named(m.group("module")), "bitnami", level, error=level in P.ERROR_LEVELS)
     m = P.PINO_PRETTY.match(first)
     if m is not None:
         level = P.LEVELS.get(m.group("level").lower(), "info")
@@ -95,13 +95,14 @@ def _read(text: str) -> Line | None:
     return None
 
 
-def _module(module: str) -> str:
-    """The component a Bitnami init-script module or a compose service names ("" when none)."""
+def component_named(name: str) -> str:
+    """The component a Bitnami init-script module, a compose service or a container names ("" when none)."""
+    name = name.rsplit("/", 1)[-1].lower()
     for word, component in (("postgrest", P.REST), ("postgres", P.DB), ("kong", P.KONG), ("gotrue", P.AUTH),
                             ("storage", P.STORAGE), ("realtime", P.REALTIME), ("analytics", P.ANALYTICS),
                             ("logflare", P.ANALYTICS), ("supabase-db", P.DB), ("supabase-auth", P.AUTH),
                             ("supabase-rest", P.REST)):
-        if word in module:
+        if word in name:
             return component
     return ""
 

@@ -223,3 +223,24 @@ def test_learn_takes_readiness_without_events() -> None:
     assert parser.state()["ready"] == ["supabase-db", "supabase-storage"]
     events = run(" 2025-03-02 10:05:01.000 UTC [1] LOG:  database system is shut down", parser)
     assert [(e.backend, e.value) for e in events if e.metric == "backend_ready"] == [("supabase-db", 0)]
+
+
+def test_the_stream_name_tells_logflare_from_realtime(tmp_path: Path) -> None:
+    """Through the engine, compose services' names tell whose Elixir lines they are (the lines do not say)."""
+    line = "10:00:03.861 [error] Postgrex.Protocol (#PID<0.1.0>) failed to connect: ** (Postgrex.Error) econnrefused"
+    log = tmp_path / "stack.log"
+    log.write_text(f"supabase-analytics  | {line}\nsupabase-realtime   | {line}\nsupabase-realtime   | {line}\n")
+    proc = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "supabase", str(log)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    samples = parse(proc.stdout)
+    assert total(samples, "backend_errors_total", backend="supabase-analytics", source="supabase-analytics") == 1
+    assert total(samples, "backend_errors_total", backend="supabase-realtime", source="supabase-realtime") == 2
+
+
+def test_named_sets_the_elixir_service() -> None:
+    """A stream named after Logflare's container puts its Elixir lines under supabase-analytics."""
+    parser = SupabaseParser()
+    parser.named(("0.log", "supabase/supabase-analytics-0/supabase-analytics", "/var/log/pods/x/0.log"))
+    events = run("10:00:01.000 [error] something failed", parser)
+    assert counted(events, "backend_errors_total") == [("supabase-analytics", ("unknown", "error"))]
