@@ -44,7 +44,9 @@ def parse_one(parser: Parser, record: Record) -> list[Event]:
     return list(parser.parse(record))
 
 
-def _read(path: str, envelope: str) -> tuple[str, float]:
+def _read(path: str, envelope: str) -> tuple[list[tuple[str | None, str]], float]:
+    """The unwrapped text of ``path`` per stream, as ``watch`` splits it: one per compose service
+    (or journald unit), in the order they first appear; one with service ``None`` otherwise."""
     try:
         data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
     except OSError as exc:
@@ -53,7 +55,10 @@ def _read(path: str, envelope: str) -> tuple[str, float]:
     mtime = time.time() if path == "-" else os.path.getmtime(path)
     pieces = unwrapper.feed(data if data.endswith(b"\n") or not data else data + b"\n", mtime)
     pieces += unwrapper.flush()
-    return "".join(p.text for p in pieces), mtime
+    streams: dict[str | None, list[str]] = {}
+    for p in pieces:
+        streams.setdefault(p.service, []).append(p.text)
+    return [(service, "".join(texts)) for service, texts in streams.items()] or [(None, "")], mtime
 
 
 def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[str, None]) -> list[Event]:
@@ -71,16 +76,32 @@ def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[s
 
 
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
-    """The text ``logmetrics check`` prints."""
-    text, mtime = _read(path, envelope)
+    """The text ``logmetrics check`` prints: one report per stream ``watch`` would make of ``path``
+    (a ``docker compose logs`` file holds one per service, each routed by itself)."""
+    streams, mtime = _read(path, envelope)
     layout = Layouts().of(path)
-    names = layout.names if layout is not None else (os.path.basename(path), path)
+    reports = []
+    for service, text in streams:
+        if layout is not None:
+            names = layout.names
+        elif service is not None:  # as the engine names a compose service's stream
+            names = (os.path.basename(path), service, path)
+        else:
+            names = (os.path.basename(path), path)
+        where = path if service is None else f"{path} [service {service}]"
+        reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top))
+    return "\n".join(reports)
+
+
+def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], entries: dict[str, ParserEntry],
+                   *, parser: str | None, top: int) -> str:
+    """The report on one stream's text."""
     found = route(entries, parser, names, text.splitlines()[:200])
     entry = found.entry
     if entry is None:
         raise UserError(f"{path}: {found.why}")
     inst = entry.cls()
-    inst.named((os.path.basename(path), path))
+    inst.named(names)
     store = Store()  # the engine's own checks, on a scratch store: what it would refuse is shown below,
     logging.getLogger("logmetrics.store").setLevel(logging.ERROR)  # not warned about on stderr too
     store.register(entry.cls.metrics)
@@ -129,8 +150,11 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
            "rule                          records  events"]
     for rule, n in sorted(rules.items(), key=lambda kv: -kv[1]):
         out.append(f"{rule:<28} {n:>8}")
-        for series, k in produced[rule].most_common(8):
+        for series, k in produced[rule].most_common(top):
             out.append(f"{'':<38}{k:>6} x {series}")
+        if len(produced[rule]) > top:
+            rest = produced[rule].most_common()[top:]
+            out.append(f"{'':<38}{sum(k for _, k in rest):>6} x {len(rest)} more series (--top shows more)")
     if refused:
         out += ["", "events the engine would refuse (fix these in the parser):"]
         out += [f"{n:>8}  {what}" for what, n in refused.most_common(top)]

@@ -211,10 +211,12 @@ def parsers(plugins: tuple[str, ...]) -> None:
 @click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
               help=ENVELOPE_HELP)
 @click.option("--top", default=15, show_default=True, type=click.IntRange(0), metavar="N",
-              help="How many unmatched line shapes to show.")
+              help="How many series to show per rule, and how many unmatched line shapes.")
 @plugin_option
 def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:
-    """Show what a parser makes of FILE: per rule, records matched and events; unmatched lines by shape."""
+    """Show what a parser makes of FILE: per rule, records matched and events; unmatched lines by shape.
+
+    A `docker compose logs` file is checked per service, each routed by itself, as watch does."""
     from logmetrics.checker import report
 
     entries = _entries(plugins, parser)

@@ -43,6 +43,11 @@ NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unma
 #: timing block line by line is not cut in two by a read that falls between its lines (as Vector's
 #: and Fluent Bit's multi-line time-outs), while the delay to visible stays well under a second.
 HOLD_SECONDS = 0.25
+#: A stream whose best sniff is weak (``Route.weak``) is held until a line tells which backend it is,
+#: for at most this long and this many lines, then routed on what was seen (a busy vLLM server's
+#: log can start with hundreds of access lines that a gateway prints too, before its first stats line).
+WEAK_HOLD_SECONDS = 15.0
+WEAK_HOLD_LINES = 5000
 
 
 @dataclass
@@ -61,6 +66,8 @@ class Stream:
     model: str | None = None  # a static model label (--label)
     zeroed: set[str] = field(default_factory=set)  # the models whose zero_series were applied
     fed_at: float = 0.0  # monotonic time of the stream's last text
+    held_since: float = 0.0  # monotonic time of the first text held while the stream is not routed
+    weak: bool = False  # its best sniff so far is weak: the engine waits for a telling line
 
 
 class Engine:
@@ -109,6 +116,8 @@ class Engine:
         now = time.time()
         quiet = time.monotonic() - self.hold
         for stream in self.streams.values():
+            if stream.weak and not stream.routed and time.monotonic() - stream.held_since >= WEAK_HOLD_SECONDS:
+                self._route(stream, final=False)  # waited long enough for a telling line
             if stream.assembler.pending and (force or stream.fed_at <= quiet):
                 self._records(stream, *stream.assembler.flush())
             parser = stream.parser
@@ -171,6 +180,8 @@ class Engine:
             whole = "".join(text)
             if not stream.routed:
                 found = self._choose(stream, whole)
+                if found.weak:
+                    found = self._choose(stream, whole, WEAK_HOLD_LINES)
                 if found.entry is None:
                     continue
                 self._route_to(stream, found)
@@ -241,6 +252,8 @@ class Engine:
         if stream.routed:
             self._text(stream, piece.text, piece.lines)
             return
+        if not stream.held:
+            stream.held_since = time.monotonic()
         stream.held.append(piece.text)
         stream.held_lines += piece.lines
         self._route(stream, final=False)
@@ -248,9 +261,15 @@ class Engine:
     def _route(self, stream: Stream, *, final: bool) -> None:
         found = self._choose(stream)
         held_bytes = sum(map(len, stream.held))
-        if (found.entry is None and not final and stream.held_lines < self.sniff_lines
-                and held_bytes < SNIFF_MAX_CHARS):
-            return
+        if not final and held_bytes < SNIFF_MAX_CHARS:
+            if found.entry is None and stream.held_lines < self.sniff_lines:
+                return
+            if found.weak:
+                found = self._choose(stream, window=WEAK_HOLD_LINES)  # a telling line further on?
+                stream.weak = found.weak
+                if (found.weak and stream.held_lines < WEAK_HOLD_LINES
+                        and time.monotonic() - stream.held_since < WEAK_HOLD_SECONDS):
+                    return
         self._route_to(stream, found)
 
     def _route_to(self, stream: Stream, found: Route) -> None:
@@ -286,11 +305,13 @@ class Engine:
             return layout.names if stream.source == layout.source else (*layout.names, stream.source)
         return (os.path.basename(stream.path), stream.source, stream.path)
 
-    def _choose(self, stream: Stream, first: str | None = None) -> Route:
+    def _choose(self, stream: Stream, first: str | None = None, window: int = 0) -> Route:
+        """The route of ``stream`` from its names and its first ``window`` lines (``sniff_lines``)."""
         names = self._names(stream)
+        window = window or self.sniff_lines
         if first is None:
-            first = "".join(stream.held[:8])  # the first pieces hold the first lines
-        lines = first.split("\n", self.sniff_lines)[: self.sniff_lines]
+            first = "".join(stream.held[:8] if window == self.sniff_lines else stream.held)
+        lines = first.split("\n", window)[:window]
         return route(self.parsers, self.forced, names, lines)
 
     def _text(self, stream: Stream, text: str, lines: int | None) -> None:

@@ -17,6 +17,9 @@ from logmetrics.plugins import PLUGIN_ERRORS, ParserEntry
 log = logging.getLogger(__name__)
 
 SNIFF_MIN_SCORE = 0.3
+#: A sniff score from which a stream is routed at once. Below it (lines any of several backends
+#: print, such as bare uvicorn access lines), the engine reads on for a telling line for a while.
+CONFIDENT = 0.5
 _SNIFF_FAILED: set[str] = set()  # parsers whose sniff raised, reported once each
 
 
@@ -27,6 +30,12 @@ class Route:
     entry: ParserEntry | None
     how: str  # "forced", "claimed", "sniffed" or "none"
     why: str
+    score: float = 1.0  # the sniff score of a sniffed choice
+
+    @property
+    def weak(self) -> bool:
+        """A sniff that more lines might overturn: a score below ``CONFIDENT``."""
+        return self.how == "sniffed" and self.score < CONFIDENT
 
 
 def _sniff(parsers: dict[str, ParserEntry], lines: list[str]) -> list[tuple[float, ParserEntry]]:
@@ -57,10 +66,10 @@ def route(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str,
     if ranked and ranked[0][0] > SNIFF_MIN_SCORE:
         score, best = ranked[0]
         second = f"{ranked[1][1].name} {ranked[1][0]:.2f}" if len(ranked) > 1 else "none, no other parser scored"
-        return Route(best, "sniffed", f"sniffed: score {score:.2f}; runner-up: {second}")
+        return Route(best, "sniffed", f"sniffed: score {score:.2f}; runner-up: {second}", score)
     tried = " or ".join(repr(n) for n in dict.fromkeys(names))
     best_seen = f"best: {ranked[0][1].name} {ranked[0][0]:.2f}" if ranked else "none scored"
-    return Route(None, "none", f"no parser claims {tried} and no sniff scored above {SNIFF_MIN_SCORE} "
+    return Route(None, "none", score=0.0, why=f"no parser claims {tried} and no sniff scored above {SNIFF_MIN_SCORE} "
                                f"({best_seen}); name one with --parser NAME (see 'logmetrics parsers')")
 
 

@@ -13,6 +13,8 @@ The UI logs no access lines; what it prints:
   ``backend_errors_total`` with the error class in snake case (``TypeError`` gives ``type_error``)
   when the record starts with it or names a standard class, a connection or time-out cause when
   the text names one, else ``error``.
+- V8's own fatal errors, ``FATAL ERROR: Reached heap limit ... JavaScript heap out of memory`` with
+  its numbered native frames: one ``backend_errors_total`` (``oom`` for that one).
 - Node warnings, ``(node:1) Warning: ...`` and ``(node:1) [DEP0040] DeprecationWarning: ...``:
   this plugin's ``ui_warnings_total{kind}``, not errors (a deprecation is no failure).
 
@@ -40,7 +42,8 @@ _WARNING = re.compile(r"\(node:\d+\) (?:\[\w+\] )?(\w*Warning): ")
 #: A thrown error printed by Node: the record starts with its class (from code, never from a user).
 _CLASS_FIRST = re.compile(r"(?:Uncaught )?([A-Z][A-Za-z0-9]{0,39}Error)(?::|\s*$|\s*\{)", re.M)
 #: The UI's own ``console.error`` lines and other error lines without a stack.
-_ERROR_LINE = re.compile(r"(?i:(?:caught |uncaught )?[\w.]*error\b|(?:failed|unable) to )|[^\n]*\berror\b")
+_ERROR_LINE = re.compile(
+    r"(?i:(?:caught |uncaught )?[\w.]*error\b|(?:failed|unable) to )|[^\n]*\berror\b|FATAL ERROR: ")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 #: Error classes of JavaScript, Node and the libraries the UI uses, taken wherever the record names them.
 STANDARD = frozenset({

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,6 +139,31 @@ def test_check_says_why_no_parser_fits(tmp_path: Path) -> None:
         "name one with --parser NAME (see 'logmetrics parsers')"]
 
 
+def test_check_reads_a_compose_file_per_service_as_watch_does(tmp_path: Path) -> None:
+    """docker compose logs of two services: check routes and reports each service by itself."""
+    (tmp_path / "stack.log").write_text(
+        'api-1  | INFO:     10.0.0.5:51234 - "POST /openai/v1/chat/completions HTTP/1.1" 200 OK\n'
+        "ui-1   | Listening on http://0.0.0.0:3000\n"
+        'api-1  | INFO:     10.0.0.5:51236 - "GET /openai/v1/models HTTP/1.1" 200 OK\n')
+    out = cli("check", "stack.log", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    heads = [line.split(":", 1)[0] for line in out.stdout.splitlines() if line.startswith("parser ")]
+    assert heads == ["parser api (entry point logmetrics_parsers.api",
+                     "parser ui (entry point logmetrics_parsers.ui"], out.stdout
+    assert "[service api-1]: 2 lines, 2 records, 2 matched" in out.stdout
+    assert "[service ui-1]: 1 lines, 1 records, 1 matched" in out.stdout
+
+
+def test_check_says_how_many_series_it_does_not_list(tmp_path: Path) -> None:
+    """A rule with more series than --top shows: the rest are summed in one line, not dropped."""
+    access = "".join(f'INFO:     10.0.0.5:5{i:04d} - "GET /openai/v1/models HTTP/1.1" {code} OK\n'
+                     for i, code in enumerate((200, 201, 202, 203, 204)))
+    (tmp_path / "api.log").write_text(access)
+    out = cli("check", "--parser", "api", "--top", "2", "api.log", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "     3 x 3 more series (--top shows more)" in out.stdout, out.stdout
+
+
 def test_watch_logs_the_claim_and_the_failure(tmp_path: Path) -> None:
     """'watch -v' logs the claim that routed one stream, and warns why another got no parser."""
     (tmp_path / "vllm-0.log").write_text(LOGS["vllm"][1])
@@ -146,3 +173,62 @@ def test_watch_logs_the_claim_and_the_failure(tmp_path: Path) -> None:
     assert "INFO: stream ./vllm-0.log: parser vllm (claimed by name: 'vllm-0.log' matches '*vllm*')" in out.stderr
     assert ("WARNING: stream ./x.log: no parser claims 'x.log' or './x.log' and no sniff scored above 0.3 "
             "(none scored); name one with --parser NAME") in out.stderr
+
+
+# -- a weak sniff waits for a telling line ---------------------------------------------------------
+
+VLLM_STATS = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg "
+              "generation throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: "
+              "4.2%, Prefix cache hit rate: 0.0%\n")
+ACCESS = "".join(f'INFO:     10.0.0.1:{40000 + i} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n' for i in range(300))
+
+
+def engine_with_store() -> tuple[Any, Any]:
+    """An engine over the installed parsers, routing by itself, and its store."""
+    from logmetrics.engine import Engine
+    from logmetrics.plugins import discover
+    from logmetrics.store import Store
+
+    store = Store()
+    return Engine(discover(), store), store
+
+
+def test_access_lines_before_the_first_stats_line_do_not_decide(tmp_path: Path) -> None:
+    """A busy vLLM log that starts with 300 access lines a gateway prints too is still vLLM's."""
+    (tmp_path / "engine.log").write_text(ACCESS + VLLM_STATS + ACCESS)
+    got = parse(cli("watch", "--oneshot", "engine.log", cwd=tmp_path).stdout)
+    assert total(got, "http_requests_total", backend="vllm") == 600
+    assert total(got, "http_requests_total", backend="api") == 0
+    assert total(got, "llm_requests_running", backend="vllm") == 3
+
+
+def test_a_weak_stream_waits_for_the_telling_line_then_counts_everything() -> None:
+    """Live: access lines alone are held, not routed; the stats line that follows routes them all to vLLM."""
+    from logmetrics.sources import Chunk
+
+    engine, store = engine_with_store()
+    engine.feed(Chunk("engine.log", ACCESS.encode(), time.time()))
+    engine.idle()
+    assert not engine.streams["engine.log"].routed
+    engine.feed(Chunk("engine.log", VLLM_STATS.encode(), time.time()))
+    engine.finish()
+    stream = engine.streams["engine.log"]
+    assert stream.parser is not None and stream.parser.name == "vllm"
+    assert sum(v for k, v in store.counters.items() if k[0] == "http_requests_total") == 300
+
+
+def test_a_weak_stream_is_routed_on_what_it_showed_after_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live: with no telling line, a quiet poll after the wait routes the stream on its weak sniff."""
+    from logmetrics import engine as engine_mod
+    from logmetrics.sources import Chunk
+
+    engine, store = engine_with_store()
+    engine.feed(Chunk("gw.log", ACCESS.encode(), time.time()))
+    engine.idle()
+    assert not engine.streams["gw.log"].routed
+    monkeypatch.setattr(engine_mod, "WEAK_HOLD_SECONDS", 0.0)
+    engine.idle()
+    stream = engine.streams["gw.log"]
+    assert stream.routed and stream.parser is not None and stream.parser.name == "api"
+    engine.finish()  # the last record, held back until the stream is quiet
+    assert sum(v for k, v in store.counters.items() if k[0] == "http_requests_total") == 300

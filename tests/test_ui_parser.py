@@ -63,6 +63,15 @@ def test_not_found_is_apart_from_errors_and_keeps_no_path() -> None:
     assert not any("/" in label for e in events for label in e.labels)
 
 
+def test_v8_out_of_memory_with_its_native_frames_is_one_error() -> None:
+    """V8's fatal heap error and its numbered native frames are one ``oom`` error."""
+    events = run("FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n"
+                 " 1: 0xb7b3e0 node::Abort() [node]\n 2: 0xa8c8aa  [node]\n"
+                 " 3: 0xd5a0c0 v8::Utils::ReportOOMFailure(v8::internal::Isolate*, char const*, bool) [node]\n")
+    assert count(events, "backend_errors_total", "unknown", "oom") == 1
+    assert sum(sum(values_of(e)) for e in events if e.metric == "backend_errors_total") == 1
+
+
 def test_warnings_are_their_own_metric() -> None:
     """Node warnings go to ``ui_warnings_total`` by class, an unknown class to ``other``; none is an error."""
     events = run("(node:1) [DEP0040] DeprecationWarning: The `punycode` module is deprecated.\n"
@@ -81,6 +90,7 @@ def test_warnings_are_their_own_metric() -> None:
     ("Failed to logout from Keycloak 500 Internal Server Error", "error"),
     ("ReferenceError: x is not defined\n    at f (file:///a.js:1:1)", "reference_error"),
     ("AuthApiError: Invalid login credentials", "auth_api_error"),
+    ("FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory", "oom"),
 ])
 def test_error_types(text: str, kind: str) -> None:
     """Console errors and stacks get their cause or their class in snake case."""
