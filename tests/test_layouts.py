@@ -49,10 +49,11 @@ def lines(text: str) -> int:
 
 
 def exact(samples: Samples) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Counter and histogram samples of the backends (not logmetrics_*), summed over the source label."""
+    """Counter and histogram samples the logs gave, summed over the source label."""
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for (name, labels), value in samples.items():
-        if name.startswith("logmetrics_") or not name.endswith(FAMILY_SUFFIXES):
+        # backend_process_*: read from the processes running on this machine, not from the logs
+        if name.startswith(("logmetrics_", "backend_process_")) or not name.endswith(FAMILY_SUFFIXES):
             continue
         key = (name, tuple((k, v) for k, v in labels if k != "source"))
         out[key] = out.get(key, 0.0) + value
