@@ -8,16 +8,19 @@ module) keep the parser's name, ``supabase``.
 
 - Requests: Kong's and PostgREST's access lines, GoTrue's ``request completed`` and Storage's
   ``type:"request"`` JSON lines give ``http_requests_total`` by method, route template and code
-  (query strings, ids, bucket names and object paths removed); GoTrue's ``duration`` (ns) and
+  (query strings, ids, bucket names and object paths removed: ``supabase_routes``); GoTrue's ``duration`` (ns) and
   Storage's ``responseTime`` (ms) give ``http_request_duration_seconds``. An access line with
   the database role as user is PostgREST's; with ``-``, a ``kong_request_id`` or a Kong service
   path, Kong's.
 - Errors: one per error record (Postgres ``DETAIL``/``STATEMENT``/... lines are one record with
   their ``ERROR``/``FATAL`` line; PostgREST's JSON error object after ``An error ocurred when
-  loading the schema cache`` belongs to that error; an Erlang crash's two lines are one crash),
-  by ``error_type`` from a phrase table, else the SQLSTATE class, else ``error``.
+  loading the schema cache`` belongs to that error; an Elixir crash report, from its ``[error]``
+  line through its ``** (X)`` line, frames, ``Last message:`` and ``State:``, is one record; an
+  Erlang crash's two lines are one crash), by ``error_type`` from a phrase table (an Elixir report's
+  data fields left out), else the SQLSTATE class, else ``error``.
 - Start-ups (``backend_restarts_total``) and ``backend_ready``: Postgres ``database system is
-  ready to accept connections``, ``Starting PostgREST``, ``GoTrue API started on``, Storage's
+  ready to accept connections``, ``Starting PostgREST`` (then ``Connection successful``, ``Listening
+  on port``, ``Schema cache loaded`` for ready), ``GoTrue API started on``, Storage's
   ``Server listening at``, Phoenix's ``Running ...Web.Endpoint``; a Postgres shutdown or an
   Erlang crash sets ready to 0.
 - Every other recognised line counts in ``supabase_log_records_total{level}``.
@@ -38,6 +41,7 @@ from logmetrics.shapes import POSTGRES, Shape
 from . import supabase_lines as L
 from . import supabase_patterns as P
 from .common import HTTP_METHODS, OTHER, RouteLabels
+from .supabase_routes import AUTH_RULES, REALTIME_RULES, REST_RULES, STORAGE_RULES, Rules, supabase_route
 
 #: Lines that continue the record above: indented lines (a pino-pretty block, a Lua stack), but
 #: not a Postgres background process's line, which starts with one space before its date.
@@ -46,13 +50,16 @@ INDENTED_NOT_PG = Shape("supabase_indented", lines=r"\t|[ ](?!\d{4}-\d{2}-\d{2} 
 _ZERO_TYPES = {
     P.KONG: ("error", "connection_refused", "timeout", "dns"),
     P.REST: ("error", "connection_refused", "schema_cache", "auth_failed"),
-    P.AUTH: ("error", "connection_refused", "migration", "jwt"),
+    P.AUTH: ("error", "connection_refused", "migration", "jwt", "dns"),
     P.STORAGE: ("error", "connection_refused", "jwt", "timeout"),
     P.DB: ("error", "auth_failed", "too_many_connections", "deadlock", "connection_refused", "shutdown",
-           "disk_full", "oom"),
-    P.REALTIME: ("error", "connection_refused", "auth_failed", "crash"),
+           "disk_full", "oom", "timeout"),
+    P.REALTIME: ("error", "connection_refused", "auth_failed", "crash", "timeout"),
     P.ANALYTICS: ("error", "connection_refused", "auth_failed", "crash"),
 }
+#: Each component's own routes, for the paths it logs without Kong's mount.
+_OWN_ROUTES: dict[str, Rules] = {P.STORAGE: STORAGE_RULES, P.AUTH: AUTH_RULES, P.REST: REST_RULES,
+                                 P.REALTIME: REALTIME_RULES}
 _SNIFF_STRONG = re.compile(
     r"^\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: |PostgREST|GoTrue|\[POP\] |\"tenantId\":"
     r"|\"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /(?:rest|auth|storage|realtime|functions)/v1/"
@@ -63,7 +70,8 @@ _SNIFF_STRONG = re.compile(
 _SNIFF_SOME = re.compile(
     r"^\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:debug|info|notice|warning|error)\] "
     r"|^[^\w\n]*(?:\S+ )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? [A-Z]{2,5} \[\d+\] (?:\S*@\S* )?[A-Z]+:  "
-    r"|^time=\"[^\"]*\" level=\w+ msg=|^\{\"level\":\d\d,\"time\"", re.M)
+    r"|^time=\"[^\"]*\" level=\w+ msg=|^\{\"level\":\d\d,\"time\""
+    r"|^\[[^\]\n]{8,32}\] (?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \((?:[^\s/()]+/)?\d+ on [^)\n]+\): ", re.M)
 _SNIFF_WEAK = re.compile(r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[\w+\] \d+#\d+: |^\S+ \S+ \S+ \[[^\]]+\] "', re.M)
 
 
@@ -75,7 +83,7 @@ class SupabaseParser(Parser):
         "supabase-*", "supabase_*", "*/supabase-*", "kong", "kong[-_.]*", "*postgrest*", "*gotrue*",
         "realtime", "realtime[-_.]*", "*supabase-realtime*", "storage", "storage[-_.]*", "storage-api*",
         "*supabase-storage*")
-    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, INDENTED_NOT_PG)
+    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, P.ELIXIR_CRASH, INDENTED_NOT_PG)
     process_names: ClassVar[tuple[str, ...]] = ("postgrest", "gotrue", "kong", "realtime", "storage-api")
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("supabase_log_records_total", "counter", ("level",),
@@ -127,8 +135,8 @@ class SupabaseParser(Parser):
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
         """High for lines only Supabase's components print (PostgREST's diagnostics, GoTrue, Storage's
-        tenant, Kong's service paths, Bitnami Supabase modules); some for Elixir and Postgres lines and
-        logrus text; a little for any nginx log."""
+        tenant, Kong's service paths, Bitnami Supabase modules); some for Elixir and Postgres lines,
+        logrus text and pino-pretty's ``(pid on host)`` lines (Storage); a little for any nginx log."""
         text = "\n".join(lines)
         if _SNIFF_STRONG.search(text):
             return 0.9
@@ -160,8 +168,8 @@ class SupabaseParser(Parser):
         elif line.kind == "erlang" and record.text.startswith(P.ERLANG_HALT):
             self._after = "erlang_halt"
         if error:
-            events.append(Event("backend_errors_total", (self.model, P.error_type(record.text)), 1, backend,
-                                rule="error"))
+            text = P.ELIXIR_DATA.sub("", record.text) if line.kind == "elixir" else record.text
+            events.append(Event("backend_errors_total", (self.model, P.error_type(text)), 1, backend, rule="error"))
         return events
 
     def _component(self, line: L.Line, text: str) -> str:
@@ -194,7 +202,7 @@ class SupabaseParser(Parser):
         if routes is None:
             prefixes = P.KONG_PREFIXES if component == P.KONG else ("/object/",) if component == P.STORAGE else ()
             routes = self._routes[component] = RouteLabels(prefixes=prefixes)
-        route = P.supabase_route(path) if path.startswith("/") else OTHER
+        route = supabase_route(path, _OWN_ROUTES, component) if path.startswith("/") else OTHER
         labels = routes.fold((method if method in HTTP_METHODS else "OTHER", route, code))
         events.append(Event("http_requests_total", labels, 1, component, rule="access"))
         if line.seconds is not None:

@@ -9,6 +9,8 @@ is) is decided by the parser.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import NamedTuple
 
 import orjson
@@ -20,6 +22,9 @@ START, READY, START_READY, DOWN = "start", "ready", "start+ready", "down"
 _PG_READY = "database system is ready to accept connections"
 _PG_DOWN = ("database system is shut down", "received fast shutdown request", "received smart shutdown request",
             "received immediate shutdown request", "terminating any other active server processes")
+_PGRST_READY = ("Connection successful", "Successfully connected", "Schema cache loaded", "Listening on port")
+#: The code label of a status that is a number outside 100..599 (``099``), never the number itself.
+INVALID_CODE = "invalid"
 _PGRST_ERROR = ("error", "Error", "ERROR", "failed", "Failed", "Could not", "could not", "FATAL")
 
 
@@ -117,12 +122,14 @@ def _access(user: str, req: str, status: str, rest: str) -> Line:
     m = P.REQUEST.match(req)
     method, path = (m.group("method"), m.group("path")) if m else ("OTHER", "")
     kong = user == "-" or "kong_request_id:" in rest or path.startswith(P.KONG_PREFIXES)
-    return Line(P.KONG if kong else P.REST, "access", "", request=(method, path, status))
+    return Line(P.KONG if kong else P.REST, "access", "", request=(method, path, _code(status)))
 
 
 def _pgrst(msg: str) -> Line:
     if msg.startswith("Starting PostgREST"):
         return Line(P.REST, "pgrst", "info", life=START)
+    if msg.startswith(_PGRST_READY):
+        return Line(P.REST, "pgrst", "info", life=READY)
     if msg.startswith("{"):  # an error object: the parser decides whether it belongs to the line above
         return Line(P.REST, "pgrst_json", "error", error=True)
     error = any(w in msg for w in _PGRST_ERROR)
@@ -134,7 +141,10 @@ def _json(first: str) -> Line | None:
     try:
         obj = orjson.loads(raw)  # duplicated keys: the last one wins
     except orjson.JSONDecodeError:
-        return None
+        try:  # a number orjson will not take (``1e400``): the standard library makes it inf
+            obj = json.loads(raw)
+        except ValueError:
+            return None
     if not isinstance(obj, dict) or "level" not in obj or not isinstance(obj.get("msg", ""), str):
         return None
     level_raw = obj["level"]
@@ -146,8 +156,7 @@ def _json(first: str) -> Line | None:
         return _storage(obj, level, msg, error)
     life = START_READY if msg.startswith("GoTrue API started") else ""
     if msg == "request completed":
-        duration = obj.get("duration")
-        seconds = duration / 1e9 if isinstance(duration, (int, float)) and duration >= 0 else None
+        seconds = _seconds(obj.get("duration"), 1e9)
         return Line(P.AUTH, "json", "", request=_request(obj.get("method"), obj.get("path"), obj.get("status")),
                     seconds=seconds, error=error)
     return Line(P.AUTH, "json", level, life=life, error=error)
@@ -159,15 +168,33 @@ def _storage(obj: dict[str, object], level: str, msg: str, error: bool) -> Line:
         method = req.get("method") if isinstance(req, dict) else None
         url = req.get("url") if isinstance(req, dict) else None
         status = res.get("statusCode") if isinstance(res, dict) else None
-        took = obj.get("responseTime")
-        seconds = took / 1000 if isinstance(took, (int, float)) and took >= 0 else None
+        seconds = _seconds(obj.get("responseTime"), 1000)
         return Line(P.STORAGE, "json", "", request=_request(method, url, status), seconds=seconds, error=error)
     life = START_READY if msg.startswith("Server listening at") else ""
     return Line(P.STORAGE, "json", level, life=life, error=error)
 
 
+def _seconds(value: object, per_second: float) -> float | None:
+    """A duration in seconds from a JSON number; ``None`` for anything else, or one that is negative,
+    infinite or NaN (the line still counts, without a duration)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = value / per_second
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 def _request(method: object, path: object, status: object) -> tuple[str, str, str]:
     """Labels' raw parts of a JSON request line; a status that is no number (Storage's ``ABORTED REQ``,
     a client that went away) is ``499``, nginx's code for it."""
-    code = str(status) if isinstance(status, int) or (isinstance(status, str) and status.isdigit()) else "499"
+    if isinstance(status, bool) or not isinstance(status, (int, str)):
+        code = "499"
+    elif isinstance(status, int) or (status.isascii() and status.isdigit()):
+        code = _code(str(status))
+    else:
+        code = "499"
     return (method if isinstance(method, str) else "OTHER"), (path if isinstance(path, str) else ""), code
+
+
+def _code(status: str) -> str:
+    """A status of ASCII digits as the code label: itself within 100..599, else ``INVALID_CODE``."""
+    return status if len(status) == 3 and "100" <= status <= "599" else INVALID_CODE

@@ -1,4 +1,5 @@
-"""Line formats of Supabase's components, the error phrase table, and Supabase route templates.
+"""Line formats of Supabase's components, the shape of an Elixir crash report, and the error
+phrase table (route labels: ``supabase_routes``).
 
 Each pattern is matched at the start of a record (the envelope and any compose prefix already
 peeled) and stays within one line. What each component prints:
@@ -8,11 +9,13 @@ peeled) and stays within one line. What each component prints:
 - PostgREST: Apache combined access lines with the database role as user, and diagnostics
   ``dd/Mon/YYYY:HH:MM:SS +zzzz: msg``.
 - GoTrue (auth): logrus JSON or text ``time=".." level=.. msg=".."``; pop's ``[POP] ...`` lines.
-- Storage: pino JSON (or pino-pretty ``[epoch] LEVEL (pid on host): msg`` with an indented block).
+- Storage: pino JSON, or pino-pretty ``[time] LEVEL (pid on host): msg`` with an indented block (the
+  time in any of pino-pretty's forms; ``(pid)``, ``(name/pid on host)`` or none).
 - Postgres: ``log_line_prefix`` lines (``%h %m [%p] %q%u@%d `` or plain ``%m [%p] ``) with their
   ``DETAIL:``/``HINT:``/... lines (joined by the ``POSTGRES`` shape).
-- Realtime, Logflare (analytics), Supavisor: Elixir ``HH:MM:SS.mmm [k=v ]*[level] msg``; the
-  Erlang VM's ``Kernel pid terminated`` and ``Crash dump is being written`` lines.
+- Realtime, Logflare (analytics), Supavisor: Elixir ``HH:MM:SS.mmm [k=v ]*[level] msg``, where an
+  ``[error]`` line may begin a crash report (``ELIXIR_CRASH``); the Erlang VM's ``Kernel pid
+  terminated`` and ``Crash dump is being written`` lines.
 - Bitnami images: init-script lines ``postgresql 14:15:38.73 INFO  ==> msg`` before the above.
 """
 
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 import re
 
-from .common import route_template
+from logmetrics.shapes import Shape
+
 from .errors import COMMON_CAUSES, Phrases
 
 KONG = "supabase-kong"
@@ -36,7 +40,7 @@ KONG_PREFIXES = ("/rest/v1/", "/auth/v1/", "/storage/v1/", "/realtime/v1/", "/fu
                  "/pg/", "/analytics/v1/")
 
 #: Apache/nginx combined access line (Kong, PostgREST); the request may be ``-`` or junk.
-CLF = re.compile(r'[^\s"]+ \S+ (?P<user>\S+) \[[^\]\n]+\] "(?P<req>[^"\n]*)" (?P<status>\d{3}) (?:\d+|-)'
+CLF = re.compile(r'[^\s"]+ \S+ (?P<user>\S+) \[[^\]\n]+\] "(?P<req>[^"\n]*)" (?P<status>[0-9]{3}) (?:\d+|-)'
                  r'(?P<rest>[^\n]*)')
 REQUEST = re.compile(r"(?P<method>[A-Z]{3,10}) (?P<path>\S+)(?: HTTP/[\d.]+)?\Z")
 NGINX_ERROR = re.compile(r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<level>[a-z]+)\] \d+#\d+: (?P<msg>[^\n]*)")
@@ -53,9 +57,26 @@ ELIXIR = re.compile(r"\d{2}:\d{2}:\d{2}\.\d{3} (?P<meta>(?:\w+=\S+ )*)"
                     r"\[(?P<level>debug|info|notice|warning|warn|error|critical|alert|emergency)\] (?P<msg>[^\n]*)")
 #: An Elixir exception printed on its own: ``** (DBConnection.ConnectionError) message``.
 ELIXIR_RAISE = re.compile(r"\*\* \([\w.]+\) ")
+#: An Elixir crash report: an ``[error]`` (or worse) line, then the exception (``** (RuntimeError) boom``,
+#: ``** (stop) exited in: ...``), its frames (indented: the parser's indented shape) and the report's
+#: fields. The empty group makes those lines continue only a record that such a line began; after
+#: anything else a ``** (X)`` line is a record (an error) of its own.
+ELIXIR_CRASH = Shape(
+    "elixir_crash",
+    head=r"(?P<elixir_crash>)\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:error|critical|alert|emergency)\] ",
+    body=r"(?:\*\* \(|(?:Last message|State|Function|Args|Parent|Reason|Client #PID<[^>\n]*> is)\b)(?P=elixir_crash)",
+)
+#: The report's fields that hold data (a process's state, a message), not what went wrong.
+ELIXIR_DATA = re.compile(r"^(?:Last message|State|Args|Parent|Client #PID)[^\n]*\n?", re.M)
 ERLANG_HALT = "Kernel pid terminated"
 ERLANG_DUMP = "Crash dump is being written"
-PINO_PRETTY = re.compile(r"\[\d{13}\] (?P<level>TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \(\d+ on [^)\n]+\): (?P<msg>[^\n]*)")
+#: pino-pretty: ``[time] LEVEL (pid on host): msg``; the time as epoch ms, ``HH:MM:ss.l``, ``yyyy-mm-dd
+#: HH:MM:ss.l o`` (``SYS:standard``) or ISO; ``(pid)``, ``(pid on host)``, ``(name/pid on host)`` or none.
+PINO_PRETTY = re.compile(
+    r"\[(?:\d{10,13}|\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?"
+    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?: ?(?:Z|[+-]\d{2}:?\d{2}|[A-Z]{2,5}))?)\] "
+    r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR|FATAL|USERLVL)(?: \((?:[^\s/()]+/)?\d+(?: on [^)\n]+)?\))?"
+    r": (?P<msg>[^\n]*)")
 #: A log viewer's copy prefix (Docker Desktop): ``2024-06-03 16:12:18 `` before the component's line.
 VIEWER = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?: [+-]\d{4})? (?=\S)")
 #: ``docker compose logs``' prefix, ``service   | ``, where the envelope layer did not take it off.
@@ -82,6 +103,8 @@ PHRASES = Phrases(
         ("constraint", ("violates unique constraint", "violates foreign key constraint", "violates not-null constraint",
                         "violates check constraint")),
         ("disk_full", ("No space left on device", "53100")),
+        ("timeout", ("statement timeout", "lock timeout", "(EXIT) time out", ":timeout")),
+        ("dns", ("no such host", ":nxdomain")),
         ("shutdown", ("terminating connection due to administrator command", "the database system is shutting down",
                       "the database system is starting up", "57P01", "57P03")),
         *COMMON_CAUSES,
@@ -89,7 +112,8 @@ PHRASES = Phrases(
     ),
     contexts=(  # where it failed; a cause in the same record (a wrong password, a refused port) wins
         ("connection_refused", ("could not connect", "Could not connect", "failed to connect", "connect() failed",
-                                "connection not available", "Database connection error")),
+                                "connection not available", "Database connection error",
+                                "DBConnection.ConnectionError")),
         ("schema_cache", ("loading the schema cache",)),
         ("migration", ("migrations", "Migrator", "migration")),
         ("dns", ("could not be resolved", "host not found", "Name or service not known")),
@@ -114,33 +138,3 @@ def error_type(text: str) -> str:
         code = m.group("a") or m.group("b") or ""
         return SQLSTATE_CLASSES.get(code[:2], "error")
     return "error"
-
-
-# --- routes ---------------------------------------------------------------------------------
-
-#: Storage object operations that are fixed words in a URL (``/object/sign/{bucket}/{path}``).
-_OBJECT_OPS = frozenset({"public", "sign", "authenticated", "info", "list", "move", "copy", "upload", "render"})
-
-
-def supabase_route(path: str) -> str:
-    """A bounded route for a Supabase URL (Kong's ``/storage/v1/...`` or Storage's own ``/object/...``):
-    ``route_template``, then bucket names and object paths (chosen by users) become ``{bucket}`` and
-    ``{path}``, so that no file name reaches a label."""
-    route = route_template(path)
-    parts = route.split("/")
-    for i, part in enumerate(parts):
-        if part == "bucket" and i + 1 < len(parts) and parts[i + 1] not in ("", "..."):
-            return "/".join([*parts[: i + 1], "{bucket}"])
-        if part == "object":
-            j = i + 1
-            head = parts[: j]
-            if j < len(parts) and parts[j] in _OBJECT_OPS:
-                head.append(parts[j])
-                j += 1
-                if j < len(parts) and parts[j] == "sign" and head[-1] == "upload":
-                    head.append("sign")
-                    j += 1
-            if j < len(parts) and parts[j]:
-                head.append("{path}")
-            return "/".join(head)
-    return route
