@@ -106,8 +106,9 @@ def test_storage_string_status_and_aborted_requests() -> None:
                  '"url":"/object/avatars/me/holiday.png"},"res":{"statusCode":"201"},"responseTime":12.5}\n'
                  '{"level":30,"pid":1,"hostname":"h","tenantId":"stub","type":"request","req":{"method":"GET",'
                  '"url":"/object/public/avatars/me/a.png"},"res":{"statusCode":"ABORTED REQ"},"responseTime":3}\n')
-    assert counted(events, "http_requests_total") == [("supabase-storage", ("POST", "/object/{path}", "201")),
-                                                      ("supabase-storage", ("GET", "/object/public/{path}", "499"))]
+    assert counted(events, "http_requests_total") == [
+        ("supabase-storage", ("POST", "/object/{bucket}/{path}", "201")),
+        ("supabase-storage", ("GET", "/object/public/{bucket}/{path}", "499"))]
     assert [e.value for e in events if e.metric == "http_request_duration_seconds"] == [0.0125, 0.003]
 
 
@@ -244,3 +245,152 @@ def test_named_sets_the_elixir_service() -> None:
     parser.named(("0.log", "supabase/supabase-analytics-0/supabase-analytics", "/var/log/pods/x/0.log"))
     events = run("10:00:01.000 [error] something failed", parser)
     assert counted(events, "backend_errors_total") == [("supabase-analytics", ("unknown", "error"))]
+
+
+CRASH = ("10:00:07.300 request_id=F8x2 project=x external_id=x [error] GenServer #PID<0.999.0> terminating\n"
+         "** (RuntimeError) boom\n"
+         "    (realtime 2.25.0) lib/realtime/tenants/connect.ex:100: Realtime.Tenants.Connect.handle_info/2\n"
+         "    (stdlib 4.3) gen_server.erl:1123: :gen_server.try_dispatch/4\n"
+         'Last message: {:check_connection, "connection refused by tenant"}\n'
+         'State: %{tenant: "no such host"}\n')
+TASK = ("10:00:08.000 [error] Task #PID<0.1200.0> started from Realtime.Tenants.Connect terminating\n"
+        "** (stop) exited in: GenServer.call(Realtime.Tenants.Cache, {:get, 1}, 5000)\n"
+        "    ** (EXIT) time out\n"
+        "    (elixir 1.14.5) lib/gen_server.ex:1038: GenServer.call/3\n"
+        "Function: #Function<1.2/0 in Realtime.Tenants.Connect.start/1>\n"
+        "    Args: []\n")
+
+
+def test_elixir_crash_report_is_one_record_and_one_error() -> None:
+    """An Elixir [error] line with its ** (X) line, frames, Last message and State is one error record."""
+    records = split_records(CRASH + TASK, record_rule(SupabaseParser))
+    assert [r.split("\n", 1)[0][:12] for r in records] == ["10:00:07.300", "10:00:08.000"]
+    events = run(CRASH + TASK)
+    assert counted(events, "backend_errors_total") == [("supabase-realtime", ("unknown", "error")),
+                                                      ("supabase-realtime", ("unknown", "timeout"))]
+    assert len(counted(events, "supabase_log_records_total")) == 2  # no record left unmatched
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("10:00:09.100 [error] GenServer #PID<0.1.0> terminating\n** (DBConnection.ConnectionError) tcp recv: closed\n",
+     "connection_refused"),
+    ("10:00:09.100 [error] GenServer #PID<0.1.0> terminating\n** (Postgrex.Error) FATAL 28P01 (invalid_password) x\n",
+     "auth_failed"),
+    ("10:00:09.100 [error] Task #PID<0.1.0> terminating\n** (stop) :timeout\n", "timeout"),
+])
+def test_elixir_crash_error_type_from_its_exception(text: str, kind: str) -> None:
+    """A crash report's error type comes from its exception line through the phrase table."""
+    assert [labels for _, labels in counted(run(text), "backend_errors_total")] == [("unknown", kind)]
+
+
+def test_lone_elixir_exception_line_is_one_error() -> None:
+    """A ** (X) line after an [info] line (or alone) is an error record of its own; an [info] line takes no body."""
+    events = run("10:00:01.000 [info] Connected\n** (RuntimeError) boom\nState: %{}\n** (ArgumentError) bad\n")
+    assert len(counted(events, "backend_errors_total")) == 2
+
+
+@pytest.mark.parametrize("line", [
+    "[10:00:11.000] ERROR (1): unable to get owner",
+    "[2025-03-02 10:00:11.000 +0000] ERROR (1 on storage-0): unable to get owner",
+    "[1740909611000] ERROR (1 on storage-0): unable to get owner",
+    "[2025-03-02T10:00:11.000Z] FATAL (storage/1 on storage-0): unable to get owner",
+    "[10:00:11.000] ERROR: unable to get owner",
+])
+def test_pino_pretty_time_forms_are_storage_errors(line: str) -> None:
+    """pino-pretty's time forms and (pid) / (pid on host) / (name/pid on host) are Storage lines; ERROR/FATAL errors."""
+    assert counted(run(line), "backend_errors_total") == [("supabase-storage", ("unknown", "error"))]
+
+
+def test_pino_pretty_info_is_no_error() -> None:
+    """A pino-pretty INFO line is a Storage log record, not an error; Server listening sets ready."""
+    events = run("[10:00:00.100] INFO (1): Server listening at http://0.0.0.0:5000")
+    assert not counted(events, "backend_errors_total")
+    assert [(e.backend, e.value) for e in events if e.metric == "backend_ready"] == [("supabase-storage", 1)]
+
+
+def _kong(path: str, code: str = "200") -> str:
+    return f'10.0.0.1 - - [02/Mar/2025:10:00:05 +0000] "GET {path} HTTP/1.1" {code} 5 "-" "curl/8"'
+
+
+@pytest.mark.parametrize(("path", "route"), [
+    ("/storage/v1/render/image/public/avatars/alice@example.com/me.png",
+     "/storage/v1/render/image/public/{bucket}/{path}"),
+    ("/storage/v1/render/image/sign/avatars/me.png?token=eyJx", "/storage/v1/render/image/sign/{bucket}/{path}"),
+    ("/storage/v1/s3/avatars/team/me.png", "/storage/v1/s3/{bucket}/{path}"),
+    ("/storage/v1/upload/resumable/sign/avatars/me.png", "/storage/v1/upload/resumable/sign/{path}"),
+    ("/storage/v1/object/info/avatars/me.png", "/storage/v1/object/info/{bucket}/{path}"),
+    ("/storage/v1/object/list/avatars", "/storage/v1/object/list/{bucket}"),
+    ("/storage/v1/object/move", "/storage/v1/object/move"),
+    ("/storage/v1/bucket/avatars", "/storage/v1/bucket/{bucket}"),
+    ("/rest/v1/notes?select=*", "/rest/v1/notes"),
+    ("/rest/v1/bob@example.com", "/rest/v1/{id}"),
+    ("/rest/v1/rpc/archive_old_notes", "/rest/v1/rpc/archive_old_notes"),
+    ("/functions/v1/hello-world/users/bob@example.com", "/functions/v1/hello-world/{path}"),
+    ("/realtime/v1/api/broadcast/secret-topic", "/realtime/v1/api/broadcast/{path}"),
+    ("/auth/v1/admin/users/3f6c1e2a-9b4d-4c1e-8f00-1a2b3c4d5e6f", "/auth/v1/admin/users/{id}"),
+    ("/auth/v1/user/bob@example.com", "/auth/v1/user/{path}"),
+    ("/storage/v1/no-such-route/me.png", "/storage/v1/{path}"),
+    ("/x\u202eyz/a", "/{id}/a"),
+    ("/x/bob@example.com", "/x/{id}"),
+])
+def test_kong_routes_keep_only_fixed_words(path: str, route: str) -> None:
+    """Through Kong, each service's routes keep their fixed words; buckets, keys, e-mails and ids do not pass."""
+    assert counted(run(_kong(path, "400")), "http_requests_total") == [("supabase-kong", ("GET", route, "400"))]
+
+
+def test_storage_and_gotrue_own_paths_use_their_route_tables() -> None:
+    """Storage's and GoTrue's own paths (no Kong mount) go through their services' route tables."""
+    events = run('{"level":30,"pid":1,"hostname":"h","type":"request","req":{"method":"GET",'
+                 '"url":"/render/image/authenticated/avatars/alice@example.com/me.png"},"res":{"statusCode":200}}\n'
+                 '{"component":"api","duration":1,"level":"info","method":"GET","msg":"request completed",'
+                 '"path":"/user/identities/authorize","status":200}\n')
+    assert counted(events, "http_requests_total") == [
+        ("supabase-storage", ("GET", "/render/image/authenticated/{bucket}/{path}", "200")),
+        ("supabase-auth", ("GET", "/user/identities/authorize", "200"))]
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    (PG + "ERROR:  canceling statement due to statement timeout", "timeout"),
+    ('{"component":"mailer","level":"error","msg":"error sending email: dial tcp: lookup smtp on 127.0.0.11:53: '
+     'no such host","time":"2025-03-02T10:00:00Z"}', "dns"),
+])
+def test_minor_error_types(text: str, kind: str) -> None:
+    """A Postgres statement timeout is timeout; GoTrue's failed DNS lookup is dns."""
+    assert [labels for _, labels in counted(run(text), "backend_errors_total")] == [("unknown", kind)]
+
+
+def test_postgrest_readiness() -> None:
+    """PostgREST: Starting is a restart; Connection successful / Listening / Schema cache loaded set ready."""
+    events = run("02/Mar/2025:10:00:00 +0000: Starting PostgREST 12.1...\n"
+                 "02/Mar/2025:10:00:01 +0000: Connection successful\n"
+                 "02/Mar/2025:10:00:01 +0000: Listening on port 3000\n"
+                 "02/Mar/2025:10:00:02 +0000: Starting PostgREST 12.1...\n")
+    assert [(e.backend, e.value) for e in events if e.metric == "backend_ready"] == [
+        ("supabase-rest", 1), ("supabase-rest", 1), ("supabase-rest", 0)]
+    assert len(counted(events, "backend_restarts_total")) == 2
+
+
+@pytest.mark.parametrize("duration", ["1e400", "-5", "true", '"x"'])
+def test_gotrue_bad_duration_counts_the_request_without_one(duration: str) -> None:
+    """An infinite, negative or non-number duration: the request counts, with no duration."""
+    events = run(f'{{"component":"api","duration":{duration},"level":"info","method":"GET","msg":"request completed",'
+                 '"path":"/user","status":200}')
+    assert counted(events, "http_requests_total") == [("supabase-auth", ("GET", "/user", "200"))]
+    assert not [e for e in events if e.metric == "http_request_duration_seconds"]
+
+
+@pytest.mark.parametrize(("status", "code"), [("099", "invalid"), ("600", "invalid"), ("404", "404")])
+def test_status_outside_http_range_is_invalid(status: str, code: str) -> None:
+    """An access line's status outside 100..599 is the code 'invalid', in both line formats."""
+    events = run(_kong("/rest/v1/notes", status) + "\n"
+                 f'{{"component":"api","duration":1,"level":"info","method":"GET","msg":"request completed",'
+                 f'"path":"/user","status":{int(status)}}}\n')
+    assert [labels[2] for _, labels in counted(events, "http_requests_total")] == [code, code]
+
+
+def test_non_ascii_digits_are_no_status() -> None:
+    """Unicode digits are not a status: the access line is no request; a JSON one is 499."""
+    events = run(_kong("/rest/v1/notes", "\u0662\u0660\u0660") + "\n"
+                 '{"level":30,"pid":1,"hostname":"h","type":"request","req":{"method":"GET","url":"/bucket"},'
+                 '"res":{"statusCode":"\u0662\u0660\u0660"}}\n')
+    assert counted(events, "http_requests_total") == [("supabase-storage", ("GET", "/bucket", "499"))]
