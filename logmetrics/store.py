@@ -102,7 +102,9 @@ class Store:
     gauges: dict[Key, float] = field(default_factory=dict)
     histograms: dict[Key, Histogram] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    _seen: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    #: the values admitted per (family, label position, backend): a parser's labels have their own
+    #: places (one backend's errors never push another's into ``__other__``); backend and source, shared
+    _seen: dict[tuple[str, int, str], set[str]] = field(default_factory=dict)
     _unknown: set[str] = field(default_factory=set)
     _warned: set[Key] = field(default_factory=set)
     #: Counter and histogram series whose labels the guard admitted unchanged, by (metric, backend,
@@ -117,7 +119,7 @@ class Store:
     def _guard(self, name: str, labels: tuple[str, ...], fam: Family) -> tuple[str, ...]:
         out: list[str] | None = None
         for i, value in enumerate(labels):
-            seen = self._seen.setdefault((name, i), set())
+            seen = self._seen.setdefault((name, i, labels[0] if i >= 2 else ""), set())
             if value in seen:
                 continue
             if value in RESERVED:

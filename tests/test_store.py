@@ -68,6 +68,18 @@ def test_cardinality_guard_folds_overflow_into_other() -> None:
     assert store.counters[("logmetrics_label_overflow_total", ("http_requests_total", "route"))] == 50
 
 
+def test_each_backend_has_its_own_places() -> None:
+    """One backend's 50 error types leave another backend's first error type its own label."""
+    store = Store()
+    store.apply([Event("backend_errors_total", ("m", f"kind_{i}")) for i in range(50)], "supabase-db", "s")
+    store.apply([Event("backend_errors_total", ("m", "unsupported_language"))], "whisper", "w")
+    store.apply([Event("backend_errors_total", ("m", "one_too_many"))], "supabase-db", "s")
+    kinds = {(k[1][0], k[1][3]) for k in store.counters if k[0] == "backend_errors_total"}
+    assert ("whisper", "unsupported_language") in kinds
+    assert ("supabase-db", OTHER) in kinds
+    assert store.counters[("logmetrics_label_overflow_total", ("backend_errors_total", "error_type"))] == 1
+
+
 def test_noise_cannot_take_the_places_of_routes_that_answer() -> None:
     """Routes first seen with error codes fill at most half the places; answered routes keep theirs."""
     store = Store()
