@@ -149,7 +149,8 @@ def cli(verbose: int) -> None:
                    "file name matches it (fnmatch; the last ':' before the '=' ends it). It wins over the model "
                    "the log names; a scoped one wins over an unscoped one. Repeatable.")
 @click.option("--from-beginning", is_flag=True,
-              help="Read files present at start from their beginning (default: from their end, like tail -F).")
+              help="Read files present at start from their beginning (default: from their end, like tail -F); "
+                   "with --state-file, only files its state does not show as read.")
 @plugin_option
 @click.option("--oneshot", is_flag=True,
               help="Read every input from the start to EOF, print the metrics on stdout and exit.")

@@ -170,6 +170,7 @@ class FileTailer:
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
         self._resumed_at: float | None = None  # when they were saved
         self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
+        self._unchanged: set[Ident] = set()  # files a resumed state shows unchanged since: read from their end
         self._seq = 0
         self._waker: Waker | None = None
         self._watcher: Watcher | None = None
@@ -381,7 +382,7 @@ class FileTailer:
 
     def _follow_from(self, fd: int, ident: Ident, head: bytes, path: str, at: int, size: int) -> None:
         """Follow a file that was there at start from ``at`` (its end then), or from its start."""
-        end = not self._from_beginning and at > 0
+        end = at > 0 and (not self._from_beginning or ident in self._unchanged)
         skip = end and os.pread(fd, 1, at - 1) != b"\n"  # started mid-line: skip to the next line
         self._follow(fd, ident, head, path, path, at if end else 0, size, active=True, skip=skip)
         if end:
@@ -395,7 +396,11 @@ class FileTailer:
             assert self._resumed_at is not None
             try:
                 if os.stat(path).st_mtime <= self._resumed_at:
-                    return False  # unchanged while we were down: from its end, as without a state
+                    # unchanged while we were down: from its end, as without a state, even with
+                    # --from-beginning (which is for a first start): a rotated file read to its end
+                    # and let go before the save is no new file
+                    self._unchanged.add(ident)
+                    return False
             except OSError:
                 return False
         opened = self._open(path)

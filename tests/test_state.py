@@ -143,3 +143,29 @@ def test_state_file_and_oneshot_do_not_mix(tmp_path: Path) -> None:
                           str(tmp_path / "s.json"), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "--state-file" in out.stderr
+
+
+def test_from_beginning_does_not_read_a_rotated_file_again_after_a_restart(tmp_path: Path) -> None:
+    """--from-beginning with a state: a rotated file read to its end and let go before the save is
+    not read again at the next start (it is for a first start only)."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    d.mkdir()
+    (d / "vllm.log").write_text(lines(10))
+    args = (str(d), "--state-file", str(state), "--poll-interval", "0.05", "--from-beginning")
+    srv = Server(*args)
+    try:
+        srv.wait_for(lambda s: total(s, "http_requests_total") == 10)
+        (d / "vllm.log").rename(d / "vllm.log.1")
+        (d / "vllm.log").write_text(lines(5, 10))
+        # the rotated file is let go once its writer is surely done with it (a few seconds)
+        srv.wait_for(lambda s: total(s, "http_requests_total") == 15 and total(s, "logmetrics_open_files") == 1)
+    finally:
+        assert srv.stop() == 0
+    append(d / "vllm.log", lines(2, 15))
+    srv = Server(*args)
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 17)
+        assert total(got, "logmetrics_lines_read_total") == 2  # only the new lines: nothing again
+    finally:
+        assert srv.stop() == 0
+    assert total(got, "http_requests_total") == 17
