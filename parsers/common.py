@@ -76,6 +76,7 @@ _ID_SEGMENT = re.compile(
     r"|[A-Za-z]+[-_][\w-]*\d[\w-]*"                            # chatcmpl-abc123, file_9x
     r"|(?=[\w=+-]*\d)[\w=+-]{20,}"                             # long base64-ish token
     r"|.*%.*|.{65,}"                                           # encoded or very long
+    r"|.*[^A-Za-z0-9_.~:-].*"                                  # e-mail, name=value, quotes, non-ASCII
     r"|[\d.:]+|\d[\w.-]*"                                      # versions, addresses, 3abc
 )
 MAX_ROUTE_SEGMENTS = 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from logmetrics.events import Event
 from logmetrics.store import Store
-from parsers.common import access_line, strip_prefix
+from parsers.common import access_line, route_template, strip_prefix
 from parsers.errors import COMMON_CAUSES, Phrases, is_traceback, node_error, python_exception
 from parsers.leapfrog import leapfrog_line
 from parsers.pairs import TIMED_OUT, Pairs
@@ -20,6 +20,16 @@ def test_access_line_gives_method_raw_path_and_code() -> None:
     line = '(APIServer pid=1) INFO:     127.0.0.1:5 - "POST /v1/chat/completions?x=1 HTTP/1.1" 200 OK'
     assert access_line(line) == ("POST", "/v1/chat/completions?x=1", "200")
     assert access_line("INFO:     Started server process [1]") is None
+
+
+def test_route_template_keeps_no_email_or_typed_text_in_a_segment() -> None:
+    """A segment no route name could be (an e-mail, name=value, quotes, non-ASCII) becomes {id}."""
+    assert route_template("/users/alice.smith@example.com/files") == "/users/{id}/files"
+    assert route_template("/v1/files/name=eq.secret") == "/v1/files/{id}"
+    assert route_template("/v1/chat/completions/it's") == "/v1/chat/completions/{id}"
+    assert route_template("/wiki/Caf\u00e9") == "/wiki/{id}"
+    assert route_template("/v1/models/gemini-pro:generateContent") == "/v1/models/gemini-pro:generateContent"
+    assert route_template("/openai/v1/vector_stores") == "/openai/v1/vector_stores"
 
 
 def test_strip_prefix_removes_only_a_process_prefix() -> None:
