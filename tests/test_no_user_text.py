@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -44,7 +45,7 @@ PARSERS = discover()
 #: A distinctive piece of every user text: no parser has a reason to print it.
 MARKER = "Qz7Secret9Mark"
 REALISTIC = (
-    "alice.smith@example.com",
+    f"alice.smith.{MARKER}@example.com",
     f"SELECT id, password FROM users WHERE email = 'bob@example.org' AND note = '{MARKER}'",
     f"Please summarise my medical records for {MARKER}, thanks!",
     f'{{"messages": [{{"role": "user", "content": "my card is 4111 1111 1111 1111 {MARKER}"}}]}}',
@@ -56,6 +57,7 @@ REALISTIC = (
 GROUPS = 6
 #: What a path segment may hold unencoded (RFC 3986 pchar), as servers print paths they received.
 PCHAR = "!$&'()*+,;=:@~"
+_SEGMENT = frozenset(string.ascii_letters + string.digits + "-._" + PCHAR)
 SEPARATORS = (": ", ">>> ", "] ", " - ", "| ")
 _QUOTED = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"")
 _PATH = re.compile(r"(?<=[\s\"'=(])(/[^\s\"'?#]*)(\?[^\s\"']*)?")
@@ -98,13 +100,16 @@ def line_variants(line: str, user: str) -> list[str]:
 
 def path_variants(path: str, user: str) -> list[str]:
     """A request path with user text in its query string and in its segments (encoded as clients
-    send it: fully, or only what a path segment cannot hold raw)."""
+    send it: fully, or only what a path segment cannot hold raw; a typed ``/`` is always encoded)."""
     raw, enc = quote(user, safe=PCHAR), quote(user, safe="")
     parts = path.split("/")
     out = [f"{path}?user={enc}", f"{path}?select=*&name=eq.{raw}", f"{path.rstrip('/')}/{raw}",
            f"{path.rstrip('/')}/{enc}/items", f"/users/{raw}{path}"]
     for i in range(3, len(parts)):  # every segment after the first two
         out.append("/".join([*parts[:i], raw, *parts[i + 1:]]))
+    bare = "".join(c for c in user if c in _SEGMENT)  # what a user typed without any encoding
+    if re.search(r"[^\w.~:-]", bare):  # still typed text, not a word any route could be
+        out += [f"{path.rstrip('/')}/{bare}", f"/users/{bare}{path}"]
     return out
 
 
@@ -198,15 +203,18 @@ def values(labels: Labels) -> set[str]:
 
 
 _WORD = re.compile(r"[^a-z0-9]")
+#: A character that no route name or template holds: a piece of user text with none of them may be
+#: a bare word, which a route label keeps (``/v1/files/report``).
+_TYPED = re.compile(r"[^A-Za-z0-9_.~:/{}-]")
 
 
 def leaks(labels: set[str], baseline: set[str], user: str) -> list[str]:
     """The label values that hold the marker (compared as lower-case letters and digits, so that a
-    snake_cased copy counts too), or a piece of ``user`` (6 characters, one a letter or a digit)
-    that no baseline label holds."""
+    snake_cased copy counts too), or a piece of ``user`` (6 characters, one a letter or a digit and
+    one that no route holds) that no baseline label holds."""
     flat = _WORD.sub("", MARKER.lower())
     pieces = {user[i:i + 6] for i in range(len(user) - 5)}
-    pieces = {p for p in pieces if re.search(r"[^\W_]", p) and not any(p in b for b in baseline)}
+    pieces = {p for p in pieces if _TYPED.search(p) and re.search(r"[^\W_]", p) and not any(p in b for b in baseline)}
     return sorted(v for v in labels - baseline
                   if flat in _WORD.sub("", v.lower()) or any(p in v for p in pieces))
 
@@ -294,5 +302,4 @@ def test_the_checker_catches_a_leaky_parser(cls: type[Parser]) -> None:
     leaky = {"leaky": validate(cls, "test")}
     base = label_values(leaky, "leaky", [p.read_text() for p in sample_logs("vllm")])
     caught = [bool(check(leaky, "leaky", user, base, samples="vllm")) for user in REALISTIC]
-    # a snake_cased copy is found by the marker (the e-mail holds none)
-    assert all(c for c, user in zip(caught, REALISTIC, strict=True) if cls is LeakyParser or MARKER in user), caught
+    assert all(caught), caught
