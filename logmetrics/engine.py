@@ -241,7 +241,11 @@ class Engine:
             if preset is not None and self.forced in (None, preset[0]):
                 self._route_to(stream, Route(self.parsers[preset[0]], "kept", "kept from the state file"))
                 assert stream.parser is not None
-                stream.parser.restore(preset[1])
+                try:
+                    stream.parser.restore(preset[1])
+                except Exception as exc:  # any parser, any saved state: a bad one must not stop the stream
+                    log.warning("stream %s: parser %s could not take back its saved state (%s: %s); it starts "
+                                "afresh", stream.source, preset[0], type(exc).__name__, exc)
         return stream
 
     def _piece(self, path: str, piece: Piece) -> None:

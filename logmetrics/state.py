@@ -3,73 +3,119 @@
 Saved together at a quiet moment, when every line read has been counted, so that a restart goes
 on where the last run stopped: counters continue instead of resetting, lines written while
 logmetrics was down are counted, and none is counted twice. Written to a temporary file and
-renamed over the old one, so a crash never leaves half a state.
+renamed over the old one, so a crash never leaves half a state; a lock file beside it keeps a
+second logmetrics away from it. What is loaded is checked first (``statecheck``).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-from logmetrics.sources import Position
+from logmetrics.statecheck import VERSION, Checked, State, check, within
 
-VERSION = 1
+__all__ = ["VERSION", "State", "StateError", "StateLock", "load", "save"]
 
 
 class StateError(Exception):
-    """A state file that cannot be used."""
+    """A state file that cannot be used whole; ``kept`` is what can still be trusted of it."""
 
-
-@dataclass
-class State:
-    """Everything a restart needs."""
-
-    saved_at: float = 0.0
-    store: dict[str, list[list[object]]] = field(default_factory=dict)
-    positions: list[Position] = field(default_factory=list)
-    streams: list[dict[str, object]] = field(default_factory=list)
+    def __init__(self, message: str, kept: State | None = None) -> None:
+        super().__init__(message)
+        self.kept = kept
 
 
 def save(path: str, state: State) -> None:
-    """Write ``state`` to ``path`` atomically."""
+    """Write ``state`` to ``path`` atomically; on failure no ``.tmp`` is left behind."""
     data = {
         "version": VERSION,
         "saved_at": state.saved_at or time.time(),
+        "inputs": state.inputs,
         "store": state.store,
         "positions": [{"stream": p.stream, "path": p.path, "dev": p.dev, "ino": p.ino,
                        "head": base64.b64encode(p.head).decode(), "offset": p.offset} for p in state.positions],
         "streams": state.streams,
     }
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def load(path: str) -> State | None:
-    """The state saved at ``path``; None if there is none yet; ``StateError`` if it is unusable."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data: Any = json.load(f)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if not os.path.isdir(tmp):  # a directory in its way is not ours to remove
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        raise
+
+
+def load(path: str, inputs: Sequence[str] | None = None) -> State | None:
+    """The state saved at ``path``; None if there is none yet.
+
+    Raises ``StateError`` if it cannot be used whole, with what can still be trusted in its
+    ``kept``. Positions of files outside ``inputs`` (normalised PATH arguments), if given, are
+    left out: they can never be resumed. Never raises anything else for any content.
+    """
+    try:
+        with open(path, "rb") as f:
+            mtime = os.fstat(f.fileno()).st_mtime
+            raw = f.read()
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise StateError(f"cannot read state file {path}: {exc}") from exc
+    except OSError as exc:
+        raise StateError(f"cannot read it: {exc.strerror or exc}") from exc
     try:
-        if data["version"] != VERSION:
-            raise StateError(f"state file {path} has version {data['version']!r}, expected {VERSION}")
-        positions = [Position(str(p["stream"]), str(p["path"]), int(p["dev"]), int(p["ino"]),
-                              base64.b64decode(p["head"]), int(p["offset"])) for p in data["positions"]]
-        store = data["store"]
-        streams = data["streams"]
-        if not isinstance(store, dict) or not isinstance(streams, list):
-            raise TypeError("store must be an object and streams a list")
-        return State(float(data["saved_at"]), store, positions, streams)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"state file {path} is malformed: {type(exc).__name__}: {exc}") from exc
+        data: Any = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep to parse
+        reason = "nested too deep" if isinstance(exc, RecursionError) else f"not JSON ({str(exc)[:80]})"
+        raise StateError(reason, check(None, mtime).state) from None
+    checked: Checked = check(data, mtime)
+    if inputs is not None:
+        checked.state.positions = [p for p in checked.state.positions if within(p.stream, inputs)]
+    if checked.problems:
+        raise StateError("; ".join(checked.problems), checked.state)
+    return checked.state
+
+
+def set_aside(path: str) -> str | None:
+    """Rename an unusable state file out of the way, for a look later; the new name, or None."""
+    aside = f"{path}.bad-{time.strftime('%Y%m%dT%H%M%S')}"
+    n = 1
+    while os.path.exists(aside):
+        n += 1
+        aside = f"{path}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{n}"
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return None
+    return aside
+
+
+class StateLock:
+    """An exclusive lock on ``<path>.lock``, held for the life of the process (``flock``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = f"{path}.lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(self.fd)
+            raise StateError(f"in use by another logmetrics (pid {holder or '?'}), which holds {self.path}") \
+                from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def close(self) -> None:
+        """Release the lock (the file stays: removing it would race a second process taking it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
