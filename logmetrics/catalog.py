@@ -114,6 +114,9 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_rotations_total", "counter", ("source",),
        "File rotations followed (rename or delete and recreate)."),
     _f("logmetrics_truncations_total", "counter", ("source",), "File truncations followed (copytruncate)."),
+    _f("logmetrics_state_save_failures_total", "counter", (),
+       "Saves of the --state-file that failed (a full disk, say); each is retried at the next poll, and the "
+       "exit code is 3 if the last one failed."),
     _f("logmetrics_label_overflow_total", "counter", ("metric", "label"),
        "Label values folded into __other__ by the cardinality guard."),
     _f("logmetrics_open_files", "gauge", (), "Files currently followed (open, or closed while idle)."),

@@ -15,7 +15,7 @@ import click
 
 from logmetrics import __version__, catalog
 from logmetrics.envelopes import MODES
-from logmetrics.errors import UserError
+from logmetrics.errors import EXIT_STATE_NOT_SAVED, StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry, PluginError, discover
 from logmetrics.procs import ProcessRule
 from logmetrics.store import safe_label
@@ -157,8 +157,13 @@ def cli(verbose: int) -> None:
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True,
               metavar="SECONDS", help="How often files are checked for new data, rotation and truncation.")
 @click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
-              help="Keep counters, read positions and parser state in PATH (saved every 10 s and at exit), "
-                   "so that a restart goes on where it stopped: lines written meanwhile are counted, none twice.")
+              help="Keep counters, read positions and parser state in PATH (saved at start, every 10 s and at "
+                   "exit), so that a restart goes on where it stopped: lines written meanwhile are counted, none "
+                   "twice. It is locked (PATH.lock) against a second logmetrics. Exit code 3 if the last save failed.")
+@click.option("--state-adopt", is_flag=True,
+              help="Go on with a --state-file saved for other PATH arguments (after adding or removing one): its "
+                   "counters and read positions carry over, and the new PATH arguments are recorded. Without it "
+                   "such a state file is refused (exit code 2).")
 @click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True, metavar="BYTES",
               help="Longer lines are cut to this length, counted in logmetrics_lines_truncated_total and "
                    "reported once per source (8 MiB holds a vLLM request line with a 700k-token prompt).")
@@ -166,7 +171,8 @@ def cli(verbose: int) -> None:
               help=PROCESS_HELP)
 def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
           labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
-          state_file: str | None, max_line_bytes: int, processes: tuple[ProcessRule, ...]) -> None:
+          state_file: str | None, state_adopt: bool, max_line_bytes: int,
+          processes: tuple[ProcessRule, ...]) -> None:
     """Follow log files and serve their metrics.
 
     PATH is a file, a directory (followed recursively, new files included), a glob (with **) or
@@ -183,6 +189,8 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
 
     if oneshot and state_file:
         raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
+    if state_adopt and not state_file:
+        raise UserError("--state-adopt goes with --state-file")
     if oneshot and processes:
         raise UserError("--process is for a running watch; --oneshot reports no process metrics")
     if source is not None and not source.strip():
@@ -193,7 +201,8 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
     entries = _entries(plugins, parser)
     opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
                    envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,
-                   max_line_bytes=max_line_bytes, state_file=state_file, labels=static, processes=processes)
+                   max_line_bytes=max_line_bytes, state_file=state_file, state_adopt=state_adopt,
+                   labels=static, processes=processes)
     run(opts, entries)
 
 
@@ -249,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except UserError as exc:
         click.echo(f"logmetrics: error: {exc}", err=True)
         sys.exit(2)
+    except StateNotSaved as exc:
+        click.echo(f"logmetrics: error: {exc}", err=True)
+        sys.exit(EXIT_STATE_NOT_SAVED)
     except BrokenPipeError:
         sys.exit(0)
     sys.exit(0)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import signal
 import sys
 import threading
@@ -17,11 +15,12 @@ from typing import TextIO
 from logmetrics import state
 from logmetrics.descriptors import raise_open_file_limit
 from logmetrics.engine import HOLD_SECONDS, Engine
-from logmetrics.errors import UserError
+from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.exposition import MetricsServer, host_port, make_registry, text
 from logmetrics.plugins import ParserEntry
 from logmetrics.procs import ProcessRule, ProcessWatcher
 from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
+from logmetrics.statecheck import normalised_inputs
 from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
 
@@ -48,6 +47,7 @@ class Options:
     poll_interval: float
     max_line_bytes: int
     state_file: str | None = None
+    state_adopt: bool = False  # --state-adopt: go on with a state file saved for other PATH arguments
     labels: tuple[tuple[str | None, str, str], ...] = ()  # --label: (GLOB or None, name, value)
     processes: tuple[ProcessRule, ...] = ()  # --process BACKEND=PATTERN, in the order given
 
@@ -144,6 +144,8 @@ class Runner:
 
     def __init__(self, opts: Options, entries: dict[str, ParserEntry]) -> None:
         self.opts = opts
+        self.inputs = normalised_inputs(opts.paths)
+        self._lock = self._lock_state(opts.state_file) if opts.state_file is not None else None
         self.store = Store()
         self.stats = SourceStats()
         self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
@@ -163,57 +165,109 @@ class Runner:
         self.stop = threading.Event()
         self._polled_at = time.time()
         self._saved = time.monotonic()
-        self._save_failed = False
+        self._save_error: str | None = None  # why the last save failed, None if it did not
+        self._save_failures = 0  # logmetrics_state_save_failures_total
+        self._failed_in_a_row = 0
         self._cut_warned: set[str] = set()  # sources whose cut lines were reported
         if opts.state_file is not None:
             self._load_state(opts.state_file)
 
     # -- the state file -------------------------------------------------------------------------
-    def _load_state(self, path: str) -> None:
+    @staticmethod
+    def _lock_state(path: str) -> state.StateLock:
         try:
-            saved = state.load(path)
+            return state.StateLock(path)
         except state.StateError as exc:
-            aside = f"{path}.bad"
-            log.warning("%s; starting afresh (the file is kept as %s)", exc, aside)
-            with contextlib.suppress(OSError):
-                os.replace(path, aside)
-            return
+            raise UserError(f"--state-file {path}: {exc}; two processes cannot share one state file") from exc
+        except OSError as exc:
+            raise UserError(f"--state-file {path}: cannot create its lock file: {exc.strerror or exc}") from exc
+
+    def _load_state(self, path: str) -> None:
+        problem: str | None = None
+        try:
+            saved = state.load(path, self.inputs)
+        except state.StateError as exc:
+            if exc.kept is None:  # there, but unreadable: refuse rather than overwrite it at the first save
+                raise UserError(f"--state-file {path}: {exc}") from exc
+            saved, problem = exc.kept, str(exc)
         if saved is None:
             return
+        if saved.inputs is not None and saved.inputs != self.inputs:
+            self._foreign(path, saved.inputs)
+        if problem is not None:
+            aside = state.set_aside(path)
+            kept = len(saved.positions)
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(saved.saved_at))
+            log.warning("state file %s cannot be used whole (%s); %s; counters start again from 0, %d read "
+                        "position%s kept, and files without one that changed since %s are read from their start",
+                        path, problem, f"set aside as {aside}" if aside else "could not be set aside",
+                        kept, "" if kept == 1 else "s", when)
         series = self.store.load(saved.store)
         self.engine.restore_streams(saved.streams)
         if self.tailer is not None:
             self.tailer.resume(saved.positions, saved.saved_at)
         log.info("state file %s: %d series and %d read positions restored", path, series, len(saved.positions))
 
+    def _foreign(self, path: str, saved: list[str]) -> None:
+        """A state saved for other PATH arguments: refused, unless --state-adopt says to go on with it."""
+        added = [p for p in self.inputs if p not in saved]
+        gone = [p for p in saved if p not in self.inputs]
+
+        def some(paths: list[str]) -> str:
+            return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+        diff = "; ".join(part for part in (f"new: {some(added)}" if added else "",
+                                           f"no longer given: {some(gone)}" if gone else "") if part)
+        if not self.opts.state_adopt:
+            raise UserError(f"--state-file {path} was saved for other PATH arguments ({diff}); to go on with its "
+                            f"counters and read positions for these ones add --state-adopt, to start afresh give "
+                            f"another --state-file")
+        log.warning("state file %s was saved for other PATH arguments (%s); adopted (--state-adopt)", path, diff)
+
     def save_state(self) -> None:
-        """Save counters, read positions and parser state together (``--state-file``)."""
+        """Save counters, read positions and parser state together (``--state-file``); a failure is
+        reported once, counted, and retried at the next poll."""
         path = self.opts.state_file
         if path is None:
             return
         self.engine.idle(force=True)  # every line read is counted now: positions and counters agree
         snapshot = state.State(self._polled_at, self.store.dump(),
                                self.tailer.positions() if self.tailer is not None else [],
-                               self.engine.stream_states())
+                               self.engine.stream_states(), self.inputs)
         try:
             state.save(path, snapshot)
-            self._save_failed = False
-        except OSError as exc:
-            if not self._save_failed:
-                log.warning("cannot save state file %s: %s", path, exc.strerror or exc)
-            self._save_failed = True
+        except (OSError, TypeError, ValueError) as exc:  # TypeError, ValueError: a parser state that is not JSON
+            self._save_failures += 1
+            self._failed_in_a_row += 1
+            reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            if self._save_error is None:
+                log.warning("cannot save state file %s: %s; retried at every poll, counted in "
+                            "logmetrics_state_save_failures_total", path, reason)
+            self._save_error = reason
+        else:
+            if self._save_error is not None:
+                log.warning("state file %s saved again, after %d failed attempt%s", path, self._failed_in_a_row,
+                            "" if self._failed_in_a_row == 1 else "s")
+            self._save_error = None
+            self._failed_in_a_row = 0
         self._saved = time.monotonic()
+
+    def save_failure(self) -> str | None:
+        """Why the last save failed, or None if it did not."""
+        return self._save_error
 
     def _maybe_save(self, busy: bool) -> None:
         """Save every SAVE_EVERY seconds at a quiet moment, or after SAVE_AT_LATEST in any case."""
         if self.opts.state_file is not None:
             age = time.monotonic() - self._saved
-            if age >= SAVE_EVERY and (not busy or age >= SAVE_AT_LATEST):
+            if self._save_error is not None or (age >= SAVE_EVERY and (not busy or age >= SAVE_AT_LATEST)):
                 self.save_state()
 
     def _extra(self) -> list[Sample]:
         cpu, mem = self.procs.samples() if self.opts.listen is not None else ([], [])
-        return source_samples(self.stats, self.engine.source_label) + cpu + mem
+        own: list[Sample] = ([("logmetrics_state_save_failures_total", (), float(self._save_failures))]
+                             if self.opts.state_file is not None else [])
+        return source_samples(self.stats, self.engine.source_label) + cpu + mem + own
 
     def poll(self) -> int:
         """One pass over every source; returns how many chunks it fed."""
@@ -291,6 +345,8 @@ class Runner:
         for src in (self.tailer, self.stdin):
             if src is not None:
                 src.close()
+        if self._lock is not None:
+            self._lock.close()
 
 
 def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
@@ -323,11 +379,16 @@ def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
             if src is not None:
                 src.watch(runner.waker)
         runner.poll()  # the first scan fixes which files existed at start before anyone is told we run
+        runner.save_state()  # the first commit: a crash from now on restarts from these positions
         server.start()
         print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
         try:
             runner.follow()
         finally:
             server.stop()
+        failure = runner.save_failure()
+        if failure is not None and opts.state_file is not None:
+            raise StateNotSaved(f"the last save of --state-file {opts.state_file} failed ({failure}): what was "
+                                f"counted since its last good save is not kept")
     finally:
         runner.close()

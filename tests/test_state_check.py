@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from logmetrics import state as st
+from logmetrics.plugins import discover
+from logmetrics.runner import Options, Runner
 from logmetrics.sources import Position
 from logmetrics.statecheck import normalised_inputs, within
 from logmetrics.store import Store
@@ -141,3 +145,37 @@ def test_a_failed_save_leaves_no_tmp_and_the_old_state(tmp_path: Path, monkeypat
     with pytest.raises(OSError):
         st.save(str(path), st.State(6.0, {"counters": []}, [], [], INPUTS))
     assert path.read_bytes() == before and not (tmp_path / "s.json.tmp").exists()
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    """A runner on an empty directory with a state file, not serving."""
+    (tmp_path / "logs").mkdir()
+    opts = Options(paths=[str(tmp_path / "logs")], listen=("127.0.0.1", 0), parser=None, source=None,
+                   envelope="auto", from_beginning=False, poll_interval=0.05, max_line_bytes=1 << 20,
+                   state_file=str(tmp_path / "state.json"))
+    r = Runner(opts, discover((), {}))
+    yield r
+    r.close()
+
+
+def test_a_failed_save_is_retried_at_the_next_poll_and_reported_once(
+        runner: Runner, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Failures are counted each time, warned once per episode, retried at once; a save that works
+    again ends the episode and the failure that made the exit status non-zero."""
+    blocker = tmp_path / "state.json.tmp"
+    blocker.mkdir()
+    caplog.set_level(logging.WARNING)
+    runner.poll()
+    runner.save_state()
+    runner._maybe_save(busy=True)  # long before SAVE_EVERY: a retry
+    runner._maybe_save(busy=False)
+    failures = [s for s in runner._extra() if s[0] == "logmetrics_state_save_failures_total"]
+    assert failures == [("logmetrics_state_save_failures_total", (), 3.0)]
+    assert runner.save_failure() is not None and blocker.is_dir()
+    blocker.rmdir()
+    runner._maybe_save(busy=True)
+    assert runner.save_failure() is None and json.loads((tmp_path / "state.json").read_text())["version"] == 1
+    warned = [r.getMessage() for r in caplog.records]
+    assert sum("cannot save state file" in m for m in warned) == 1
+    assert any("saved again, after 3 failed attempts" in m for m in warned)
