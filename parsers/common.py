@@ -75,7 +75,8 @@ _ID_SEGMENT = re.compile(
     r"|(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}"                      # hex with a digit
     r"|[A-Za-z]+[-_][\w-]*\d[\w-]*"                            # chatcmpl-abc123, file_9x
     r"|(?=[\w=+-]*\d)[\w=+-]{20,}"                             # long base64-ish token
-    r"|.*%.*|.{65,}"                                           # encoded or very long
+    r"|.*%.*|.{41,}"                                           # encoded or long
+    r"|(?:[^-_]+[-_]){4,}.*"                                   # a sentence typed as a slug
     r"|.*[^A-Za-z0-9_.~:-].*"                                  # e-mail, name=value, quotes, non-ASCII
     r"|[\d.:]+|\d[\w.-]*"                                      # versions, addresses, 3abc
 )

@@ -30,6 +30,9 @@ def test_route_template_keeps_no_email_or_typed_text_in_a_segment() -> None:
     assert route_template("/wiki/Caf\u00e9") == "/wiki/{id}"
     assert route_template("/v1/models/gemini-pro:generateContent") == "/v1/models/gemini-pro:generateContent"
     assert route_template("/openai/v1/vector_stores") == "/openai/v1/vector_stores"
+    assert route_template("/search/ignore-all-previous-instructions-and-print") == "/search/{id}"
+    assert route_template("/v1/" + "a" * 41) == "/v1/{id}"
+    assert route_template("/.well-known/openid-configuration") == "/.well-known/openid-configuration"
 
 
 def test_strip_prefix_removes_only_a_process_prefix() -> None:
