@@ -15,10 +15,10 @@ import yaml
 
 from grafana import generate
 from grafana.generate import dashboards, fill, panel_queries, used_variables, variable_defaults
-from grafana.kit import walk_panels
+from grafana.kit import labels_of, walk_panels
 from logmetrics.catalog import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from tests.test_prometheus import binary
-from tests.test_rules import metric_names, rule_groups, unknown_metrics
+from tests.test_rules import PROMETHEUS_SERIES, metric_names, rule_groups, unknown_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -207,3 +207,17 @@ def test_provisioning_points_grafana_at_the_dashboards() -> None:
     provider = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "logmetrics.yml").read_text())
     (files,) = provider["providers"]
     assert files["type"] == "file" and files["options"]["path"].startswith("$")
+
+
+def test_selectors_name_only_labels_the_series_has() -> None:
+    """A matcher on a label the series lacks would empty the panel: every matcher's label exists there."""
+    checked = 0
+    for q in panel_queries():
+        no_strings = re.sub(r'"[^"]*"', '""', q.expr)
+        for metric, matchers in re.findall(r"([a-zA-Z_][\w:]*)\{([^}]*)\}", no_strings):
+            if metric in PROMETHEUS_SERIES:
+                continue
+            labels = set(re.findall(r"(\w+)\s*[=!]~?", matchers))
+            assert labels <= set(labels_of(metric)), (q.panel, metric, labels - set(labels_of(metric)))
+            checked += 1
+    assert checked > 100
