@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard as d
-from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import heatmap, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders.common import ReduceDataOptions, StackingConfig, VizLegendOptions
 from grafana_foundation_sdk.builders.common import VizTooltipOptions as Tooltip
 from grafana_foundation_sdk.cog.builder import Builder
@@ -177,6 +177,16 @@ def graph(title: str, unit: str, targets: Sequence[tuple[str, str]], description
     if minmax is not None:
         p = p.min(minmax[0]).max(minmax[1])
     return p
+
+
+def bucket_heatmap(title: str, expr: str, description: str, *, width: int = 12) -> heatmap.Panel:
+    """A heatmap of histogram buckets as Prometheus has them (no recalculation): rows are ``le``."""
+    q = target(expr, "{{le}}").format(PromQueryFormat.HEATMAP)
+    return (heatmap.Panel().title(title).description(description).unit("reqps").datasource(DATASOURCE)
+            .height(8).span(width).with_target(q).calculate(False)
+            .y_axis(heatmap.YAxisConfig().unit("s"))
+            .filter_values(heatmap.FilterValueRange().le(1e-9))
+            .cell_values(heatmap.CellValues().unit("reqps")).show_legend().show_tooltip())
 
 
 def summary_table(title: str, columns: Sequence[tuple[str, str, str]], description: str) -> table.Panel:

@@ -19,6 +19,7 @@ from grafana.kit import (
     RATE,
     PanelBuilder,
     Scope,
+    bucket_heatmap,
     chained_variables,
     datasource_variable,
     graph,
@@ -120,6 +121,10 @@ def slo_panels() -> list[PanelBuilder]:
                          [*((quantile(q, family), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)),
                           (mean(family), "mean")],
                          f"Quantiles and mean over the rate window ({family}).", width=8))
+    for title, family in (("Time to first token", "llm_time_to_first_token_seconds"),
+                          ("Request duration", "llm_request_duration_seconds")):
+        out.append(bucket_heatmap(f"{title}: distribution", rate(f"{family}_bucket", by="le"),
+                                  f"Requests per second in each bucket; a row is a bucket boundary (le) of {family}."))
     out.append(graph("p95 time to first token by backend and model (recorded, 5m)", "s",
                      [(REC.sel("backend_model:llm_time_to_first_token_seconds:p95_5m"), "{{backend}} {{model}}")],
                      "From the recording rule backend_model:llm_time_to_first_token_seconds:p95_5m: cheap over long "
