@@ -35,6 +35,9 @@ class Known:
     pending: bytes = b""  # the partial line its original held when truncated
     since: float = 0.0  # a presumed copy: when it last changed; it is read as a new file if no truncation follows
     size: int = -1  # a presumed copy: its size when its content was last compared with the original
+    fp: str | None = None  # a retired file: its fingerprint at ``offset`` (``logmetrics.identity``)
+    mtime_ns: int = -1  # a retired file: its modification time when last found the same (-1: not yet)
+    seen: float = 0.0  # when it was last found in a listing (monotonic)
 
 
 @dataclass(slots=True)

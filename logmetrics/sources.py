@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from logmetrics.copies import COPY_WAIT, Cut, Known, copy_name, is_copy, same_tail, starts_like, still_copy
 from logmetrics.descriptors import Descriptors, out_of_descriptors
+from logmetrics.identity import forget_absent, same_file
 from logmetrics.tailfile import (
     Ident,
     LineCutter,
@@ -99,6 +100,7 @@ class Position:
     ino: int
     head: bytes  # the file's first bytes then: the same content must start with them
     offset: int  # the start of the first line not yet handed out
+    fp: str | None = None  # its fingerprint at ``offset`` (``logmetrics.identity``); None: not known
 
 
 def _validate(path: str, wait_for_missing: bool) -> bool:
@@ -197,18 +199,20 @@ class FileTailer:
         """Where every open file stands: what has been handed out, not a partial last line."""
         out = []
         for f in self._files.values():
-            offset = f.offset if f.cutter.skipping else f.offset - len(f.cutter.pending)
-            out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset))
+            offset = f.handed_out()
+            out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset)))
         return out
 
     def resume(self, positions: Sequence[Position], saved_at: float) -> None:
         """Before the first poll: go on from ``positions``, saved at ``saved_at`` (Unix time).
 
-        A saved file still there (by identity, and starting with the same bytes) is read on from
-        its position, under its stream, wherever it now lies (renamed while we were down); one cut
-        while we were down is read from its start. Other files that changed since ``saved_at`` were
-        written while we were down and are read from their start, except logrotate's copy of a
-        saved file, read from that file's position. Unchanged files start at their end as usual.
+        A saved file still there (by identity, starting with the same bytes and with the same
+        fingerprint at its position) is read on from its position, under its stream, wherever it
+        now lies (renamed while we were down); one cut while we were down is read from its start.
+        Another file that got a saved file's inode is a new file, read as if none were saved.
+        Other files that changed since ``saved_at`` were written while we were down and are read
+        from their start, except logrotate's copy of a saved file, read from that file's position.
+        Unchanged files start at their end as usual.
         """
         self._resume = {(p.dev, p.ino): p for p in positions}
         self._resumed_at = saved_at
@@ -301,22 +305,22 @@ class FileTailer:
                 present.add(path)
                 idents.add(ident)
                 try:
-                    self._place(path, ident, st.st_size, st.st_mtime, cuts)
+                    self._place(path, ident, st, cuts)
                 except OSError as err:
                     self._report(path, err)
         if self._walk_incomplete:
             return  # what was not listed may still be there: decide at the next poll
         for stream in [s for s in self._active if s not in present]:
             self._drain(self._files[self._active.pop(stream)])
-        for ident in [i for i in self._known if i not in idents]:
-            del self._known[ident]
+        forget_absent(self._known, idents, time.monotonic())
 
     def _drain(self, f: TailFile) -> None:
         f.draining = True
         f.idle_since = time.monotonic()
 
-    def _place(self, path: str, ident: Ident, size: int, mtime: float, cuts: list[Cut]) -> None:
+    def _place(self, path: str, ident: Ident, st: os.stat_result, cuts: list[Cut]) -> None:
         """Decide what the file at ``path`` is: the same, a rotation, a copy, already known, or new."""
+        size, mtime = st.st_size, st.st_mtime
         current = self._active.get(path)
         if current is not None and current != ident:  # replaced: drain the old one first
             self._drain(self._files[current])
@@ -341,8 +345,8 @@ class FileTailer:
                     return  # still a copy of what was (or is being) read from its original
                 del self._known[ident]  # not a copy after all: a new file
                 known, proven_new = None, True
-            elif size == known.offset:
-                return
+            elif size == known.offset and st.st_mtime_ns == known.mtime_ns:
+                return  # retired, and unchanged since it was last found the same
         if self._first:
             self._start_at_end[ident] = size
         opened = self._open(path)
@@ -351,9 +355,15 @@ class FileTailer:
         fd, size, head = opened
         if known is not None:
             del self._known[ident]
-            if known.offset is not None and size > known.offset and head.startswith(known.head):
-                self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
+            if known.offset is not None and same_file(fd, size, head, known.head, known.offset, known.fp):
+                if size > known.offset:
+                    self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
+                else:  # the same, only touched (or first looked at since it was retired parked)
+                    known.mtime_ns = st.st_mtime_ns
+                    self._known[ident] = known
+                    self._fds.close(fd)
                 return
+            # else another file under its inode (deleted, and the inode reused), or written over: new
         if not self._first and not proven_new and ident not in self._start_at_end:
             for cut in cuts:  # logrotate's copy of a file just truncated: holds what we had not read yet
                 if is_copy(head, cut.head) and copy_name(path, cut.stream):
@@ -410,11 +420,14 @@ class FileTailer:
             return True
         fd, size, head = opened
         if saved is not None:
-            same = size >= saved.offset and head[: len(saved.head)] == saved.head[: len(head)]
-            if not same:
-                self.stats.truncations[saved.stream] = self.stats.truncations.get(saved.stream, 0) + 1
-            self._follow_resumed(fd, ident, head, path, saved.stream, saved.offset if same else 0, size)
-            return True
+            if same_file(fd, size, head, saved.head, saved.offset, saved.fp):
+                self._follow_resumed(fd, ident, head, path, saved.stream, saved.offset, size)
+                return True
+            if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
+                self.stats.truncations[path] = self.stats.truncations.get(path, 0) + 1
+                self._follow_resumed(fd, ident, head, path, path, 0, size)
+                return True
+            # elsewhere, another file that got the saved file's inode after it was deleted: a new file
         for pos in self._resume.values():  # logrotate's copy of a saved file, made while we were down
             if is_copy(head, pos.head) and copy_name(path, pos.stream):
                 self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
@@ -556,9 +569,16 @@ class FileTailer:
         line = f.cutter.flush()
         if line:
             chunks.append(Chunk(f.stream, line, time.time()))
+        mtime_ns = -1  # not known (parked): its content is compared when it is found next
+        if f.fd >= 0:
+            try:
+                mtime_ns = os.fstat(f.fd).st_mtime_ns
+            except OSError:
+                pass
+        fp = f.fingerprint(f.offset)
         self._fds.release(f)
         del self._files[f.ident]
-        self._known[f.ident] = Known(f.stream, f.head, f.offset)
+        self._known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic())
         if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
             self._vanished.append(f.stream)
 

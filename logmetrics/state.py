@@ -39,7 +39,8 @@ def save(path: str, state: State) -> None:
         "inputs": state.inputs,
         "store": state.store,
         "positions": [{"stream": p.stream, "path": p.path, "dev": p.dev, "ino": p.ino,
-                       "head": base64.b64encode(p.head).decode(), "offset": p.offset} for p in state.positions],
+                       "head": base64.b64encode(p.head).decode(), "offset": p.offset,
+                       **({"fp": p.fp} if p.fp is not None else {})} for p in state.positions],
         "streams": state.streams,
     }
     tmp = f"{path}.tmp"

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from logmetrics.identity import is_fingerprint
 from logmetrics.sources import Position
 from logmetrics.tailfile import HEAD_BYTES
 
@@ -109,9 +110,11 @@ def _position(p: object) -> Position | None:
     if not isinstance(p, dict):
         return None
     stream, path, dev, ino, head, offset = (p.get(k) for k in ("stream", "path", "dev", "ino", "head", "offset"))
+    fp = p.get("fp")  # the fingerprint at the offset; none in a file saved before they were kept (then
+    # the head alone says whether a file found is the one saved)
     if not (isinstance(stream, str) and stream and isinstance(path, str) and path and "\x00" not in stream + path
             and _is_int(dev, MAX_ID) and _is_int(ino, MAX_ID) and _is_int(offset, MAX_OFFSET)
-            and isinstance(head, str) and len(head) <= 4 * HEAD_BYTES):
+            and isinstance(head, str) and len(head) <= 4 * HEAD_BYTES and (fp is None or is_fingerprint(fp))):
         return None
     try:
         raw = base64.b64decode(head, validate=True)
@@ -119,7 +122,7 @@ def _position(p: object) -> Position | None:
         return None
     if len(raw) > HEAD_BYTES:
         return None
-    return Position(stream, path, dev, ino, raw, offset)
+    return Position(stream, path, dev, ino, raw, offset, fp if isinstance(fp, str) else None)
 
 
 def _stream(s: object) -> dict[str, object] | None:

@@ -27,11 +27,12 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from logmetrics.identity import fingerprint
 from logmetrics.layouts import is_log
 
 log = logging.getLogger(__name__)
 
-HEAD_BYTES = 1024  # the fingerprint of a file: its first bytes, up to this many
+HEAD_BYTES = 1024  # the head of a file: its first bytes, up to this many
 SKIP_BUDGET_FACTOR = 64  # how far past its budget a read goes on to skip the rest of an over-long line
 IGNORED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")  # compressed or temporary rotations
 MAX_TARGET_WATCHES = 16  # extra directories watched for symlink targets outside the given paths
@@ -143,15 +144,15 @@ class LineCutter:
 
 
 def read_head(fd: int) -> bytes:
-    """The fingerprint bytes of an open file."""
+    """The head of an open file: its first bytes."""
     return os.pread(fd, HEAD_BYTES, 0)
 
 
 class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
-    __slots__ = ("cutter", "draining", "fd", "head", "ident", "idle_since", "offset", "path", "replaced", "seq", "size",
-                 "stream")
+    __slots__ = ("cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "offset", "path", "replaced",
+                 "seq", "size", "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
@@ -168,15 +169,38 @@ class TailFile:
         self.draining = False  # replaced or gone: read to its end, closed once idle
         self.idle_since = 0.0
         self.replaced = False  # a read found its content replaced: the next look reports a cut
+        self.fp_at = -1  # the offset ``fp`` was taken at
+        self.fp = ""
+
+    def handed_out(self) -> int:
+        """The offset up to which lines were handed out: the start of a held partial line."""
+        return self.offset if self.cutter.skipping else self.offset - len(self.cutter.pending)
+
+    def fingerprint(self, offset: int) -> str | None:
+        """The fingerprint at ``offset`` (``logmetrics.identity``); None if it cannot be taken now."""
+        if offset != self.fp_at:
+            if self.fd < 0:
+                return None
+            try:
+                self.fp = fingerprint(self.fd, offset)
+            except OSError:
+                return None
+            self.fp_at = offset
+        return self.fp
 
     def park(self) -> None:
-        """Close the descriptor of an idle file to make room; it is reopened by path when it grows."""
+        """Close the descriptor of an idle file to make room; it is reopened by path when it grows.
+
+        Its fingerprint is taken first: a parked file's position is saved with it.
+        """
+        self.fingerprint(self.handed_out())
         self.close()
 
     def seek(self, offset: int) -> None:
         """Continue reading at ``offset``."""
         os.lseek(self.fd, offset, os.SEEK_SET)
         self.offset = offset
+        self.fp_at = -1  # the bytes before it may be other ones now (a cut)
 
     def truncated(self) -> bool:
         """fstat the file: whether its content was cut or replaced since the last look (copytruncate)."""
