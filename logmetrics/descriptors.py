@@ -20,6 +20,7 @@ from logmetrics.tailfile import TailFile
 log = logging.getLogger(__name__)
 
 RESERVED = 64  # descriptors left for everything but log files
+HEADROOM = 8  # descriptors left free when the process ran out of them below the budget
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -77,9 +78,13 @@ class Descriptors:
         except OSError as err:
             if not out_of_descriptors(err):
                 raise
-            self.max_open = max(2, self.open - 8)  # the budget was too high for this process
-            if not self._make_room():
-                raise
+            # The budget was too high for this process (its limit lowered, or other descriptors in
+            # use): lower it and park files down to it, so that the process keeps some room for
+            # directory listings, sockets and the state file, which would fail silently otherwise.
+            self.max_open = max(2, self.open - HEADROOM)
+            while self.open >= self.max_open:
+                if not self._make_room():
+                    raise
             fd = os.open(path, OPEN_FLAGS)
         self.open += 1
         return fd

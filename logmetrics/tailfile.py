@@ -8,6 +8,7 @@ nothing runs per line in Python unless a line is longer than the cap.
 
 from __future__ import annotations
 
+import errno
 import glob
 import logging
 import os
@@ -279,12 +280,30 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[s
     found: set[str] = set()
     seen: set[Ident] = set()
     for arg in paths:
+        if is_glob(arg) and not _listable(watch_root(arg)[0], onerror):
+            continue
         for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
             if os.path.isdir(path):
                 _walk(path, seen, found, onerror)
             elif path == arg or (not path.endswith(IGNORED_SUFFIXES) and is_log(path)):
                 found.add(path)
     return sorted(found)
+
+
+def _listable(directory: str, onerror: Callable[[OSError], None]) -> bool:
+    """Whether ``directory`` can be listed now as far as descriptors go (``glob`` hides the failure).
+
+    Out of descriptors, ``onerror`` is told, and the caller must not take the empty listing for
+    files gone; any other error is left to ``glob``, which skips what it cannot list.
+    """
+    try:
+        with os.scandir(directory):
+            return True
+    except OSError as err:
+        if err.errno in (errno.EMFILE, errno.ENFILE):
+            onerror(err)
+            return False
+        return True
 
 
 def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSError], None]) -> None:

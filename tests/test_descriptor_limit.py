@@ -1,0 +1,80 @@
+"""Out of file descriptors: files wait for one and nothing is read twice, lost, or taken for a rotation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The tailer in a process of its own under a low open-file limit, driven line by line from stdin:
+# "poll N" polls N times, "drain" polls until 5 polls in a row read nothing; each answers with what
+# was read so far. Its budget is set above the limit, as when the limit is lowered while it runs.
+CHILD = """
+import json, resource, sys
+from logmetrics.sources import FileTailer, SourceStats
+limit, max_open, arg = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+stats = SourceStats()
+t = FileTailer([arg], from_beginning=False, stats=stats, rotate_wait=0.0, max_open=max_open)
+lines = 0
+for command in sys.stdin:
+    word, _, n = command.strip().partition(" ")
+    quiet = 0
+    for _ in range(int(n) if word == "poll" else 10_000):
+        got = sum(c.data.count(b"\\n") for c in t.poll())
+        lines += got
+        quiet = 0 if got else quiet + 1
+        if word == "drain" and quiet >= 5:
+            break
+    print(json.dumps({"lines": lines, "rotations": sum(stats.rotations.values()),
+                      "truncations": sum(stats.truncations.values()), "waiting": stats.files_waiting,
+                      "followed": stats.open_files}), flush=True)
+"""
+
+
+class Child:
+    """The tailer process."""
+
+    def __init__(self, limit: int, max_open: int, arg: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(limit), str(max_open), arg],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     cwd=Path(__file__).parent.parent)
+
+    def ask(self, command: str) -> dict[str, int]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command.encode() + b"\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"the tailer died: {err.decode()[-2000:]}")
+        got: dict[str, int] = json.loads(answer)
+        return got
+
+    def close(self) -> str:
+        _, err = self.proc.communicate(timeout=60)
+        return err.decode()
+
+
+@pytest.mark.parametrize("glob", [False, True])
+def test_two_thousand_files_with_a_budget_above_the_limit(tmp_path: Path, glob: bool) -> None:
+    """2,000 files, 10 lines each, with 1,024 descriptors and a budget of 4,096: each line once, no rotation."""
+    paths = [tmp_path / f"app-{i}.log" for i in range(2000)]
+    for path in paths:
+        path.write_bytes(b"")
+    child = Child(1024, 4096, str(tmp_path / "*.log") if glob else str(tmp_path))
+    try:
+        assert child.ask("poll 1")["followed"] == 2000
+        for r in range(10):
+            for i, path in enumerate(paths):
+                with open(path, "ab") as fh:
+                    fh.write(b"round %d file %d\n" % (r, i))
+            child.ask("poll 2")
+        got = child.ask("drain")
+    finally:
+        errors = child.close()
+    assert got == {"lines": 20_000, "rotations": 0, "truncations": 0, "waiting": 0, "followed": 2000}
+    assert "Too many open files" not in errors
