@@ -73,8 +73,9 @@ def parse_rfc3339(ts: str) -> float | None:
         end = 20
         while end < n and "0" <= ts[end] <= "9":
             end += 1
-        if end > 20:
-            frac = int(ts[20:end]) / 10 ** (end - 20)
+        if end > 20:  # nanoseconds at most: a longer fraction changes nothing, and costs (or raises) in int()
+            digits = min(end, 29) - 20
+            frac = int(ts[20 : 20 + digits]) / 10**digits
     key = ts[:19] + ts[end:]
     base = _EPOCH_CACHE.get(key)
     if base is None:
@@ -85,11 +86,11 @@ def parse_rfc3339(ts: str) -> float | None:
             return None
         try:
             moment = datetime.fromisoformat(ts[:19] + zone)
-        except ValueError:
+            if moment.tzinfo is None:
+                return None
+            base = calendar.timegm(moment.utctimetuple())
+        except (ValueError, OverflowError):  # not a date, or one whose UTC time is out of range (year 0, 10000)
             return None
-        if moment.tzinfo is None:
-            return None
-        base = calendar.timegm(moment.utctimetuple())
         if len(_EPOCH_CACHE) >= 4096:
             _EPOCH_CACHE.clear()
         _EPOCH_CACHE[key] = base

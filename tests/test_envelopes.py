@@ -284,6 +284,18 @@ def test_parse_rfc3339_rejects(stamp: str) -> None:
     assert parse_rfc3339(stamp) is None
 
 
+def test_parse_rfc3339_a_fraction_of_thousands_of_digits() -> None:
+    """A fraction longer than int() takes (4,300 digits) is read to the nanosecond, not raised on."""
+    base = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC).timestamp()
+    assert parse_rfc3339("2025-03-04T05:06:07." + "25" * 3000 + "Z") == pytest.approx(base + 0.2525252525, abs=1e-6)
+
+
+@pytest.mark.parametrize("stamp", ["9999-12-31T23:59:59.5-23:59", "0001-01-01T00:00:00+01:00"])
+def test_parse_rfc3339_out_of_range_in_utc(stamp: str) -> None:
+    """A valid date whose UTC time falls outside years 1-9999 gives None instead of OverflowError."""
+    assert parse_rfc3339(stamp) is None
+
+
 # ------------------------------------------------------------------------------------------ compose
 
 
