@@ -25,7 +25,7 @@ from logmetrics.envelopes import Piece, Unwrapper
 from logmetrics.events import Event
 from logmetrics.layouts import Layouts
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
-from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.records import MAX_RECORD_CHARS, Batch, Record, RecordAssembler, split_records
 from logmetrics.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
 from logmetrics.routing import Route, route
 from logmetrics.routing import choose as choose  # re-exported: where it was defined before
@@ -285,7 +285,7 @@ class Engine:
                 stream.parser.named(self._names(stream))
             except PLUGIN_ERRORS:  # a plugin's bug here must not stop the stream
                 log.exception("parser %s: named failed", entry.name)
-            stream.assembler = RecordAssembler(record_rule(entry.cls))
+            stream.assembler = RecordAssembler(record_rule(entry.cls), min(self.max_line_bytes, MAX_RECORD_CHARS))
             log.info("stream %s: parser %s (%s)", stream.source, entry.name, found.why)
         else:
             log.warning("stream %s: %s", stream.source, found.why)

@@ -25,6 +25,10 @@ CONTINUATION = re.compile(unconditional(DEFAULT_SHAPES))
 #: How records are told apart: a per-line continuation pattern, or compiled shapes.
 Rule = re.Pattern[str] | Shapes
 DEFAULT_RULE: Rule = compiled(DEFAULT_SHAPES)
+#: A record held back longer than this (characters) is let out as it is, in parts: a block of
+#: indented lines that never ends (a backend that prints nothing else) must neither grow without
+#: bound nor be scanned again on every read.
+MAX_RECORD_CHARS = 1 << 18
 
 
 class Record(NamedTuple):
@@ -79,12 +83,17 @@ def last_record_start(text: str, continuation: Rule = DEFAULT_RULE) -> int:
 
 
 class RecordAssembler:
-    """Per stream: cut incoming text after its last complete record; keep the rest for later."""
+    """Per stream: cut incoming text after its last complete record; keep the rest for later.
 
-    __slots__ = ("continuation", "pending", "pending_lines")
+    At most ``max_chars`` of a record are held: a longer one is let out as it stands, and what
+    follows it continues as records of their own.
+    """
 
-    def __init__(self, continuation: Rule = DEFAULT_RULE) -> None:
+    __slots__ = ("continuation", "max_chars", "pending", "pending_lines")
+
+    def __init__(self, continuation: Rule = DEFAULT_RULE, max_chars: int = MAX_RECORD_CHARS) -> None:
         self.continuation = continuation
+        self.max_chars = max_chars
         self.pending = ""
         self.pending_lines = 0
 
@@ -101,6 +110,8 @@ class RecordAssembler:
         if not text:
             return "", 0
         cut = last_record_start(text, self.continuation)
+        if len(text) - cut > self.max_chars:
+            cut = len(text)  # a record that does not end: out now, held no longer
         self.pending = text[cut:]
         self.pending_lines = self.pending.count("\n")
         return text[:cut], lines - self.pending_lines

@@ -49,6 +49,18 @@ def test_assembler_holds_back_the_last_record_until_flush() -> None:
     assert asm.flush() == ("", 0)
 
 
+def test_assembler_lets_out_a_record_that_never_ends() -> None:
+    """Indented lines without end: held up to ``max_chars``, then let out, every line once."""
+    asm = RecordAssembler(max_chars=1000)
+    out = [asm.feed("head\n")]
+    out += [asm.feed("  frame line of forty characters......\n" * 10) for _ in range(100)]
+    out.append(asm.flush())
+    assert asm.pending == ""
+    assert sum(n for _, n in out) == 1 + 1000
+    assert "".join(text for text, _ in out).count("\n") == 1001
+    assert all(len(text) <= 1000 + 400 for text, _ in out)  # never more than the cap and one read
+
+
 def test_empty_lines_are_not_records() -> None:
     """Blank lines produce no records."""
     assert split_records("\n\n") == []
