@@ -6,8 +6,9 @@ per family and label a bounded set of values, overflow folded into ``__other__``
 Routes first seen with an error code may fill only part of the route places (``NOISE_SHARE``),
 so noise never takes the places of the routes that answer.
 The guard also makes each new label value valid UTF-8 (file names and plugins may hand over
-surrogate escapes), and ``apply`` refuses values a family cannot take (NaN, infinities, negative
-counter increments and observations), counting them per parser and metric.
+surrogate escapes) and cuts one longer than ``MAX_LABEL_CHARS`` (but the source, a path), and
+``apply`` refuses values a family cannot take (NaN, infinities, negative counter increments and
+observations), counting them per parser and metric.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ RESERVED = frozenset({OTHER, NOT_FOUND})
 # Distinct values allowed per (family, label) before folding into __other__.
 LABEL_LIMITS = {"model": 50, "route": 200, "error_type": 50, "source": 500, "backend": 100}
 DEFAULT_LIMIT = 100
+#: A label value taken from log text (a model id, say) is cut to this many characters: no real one
+#: is longer, and a line made of one long token must not make a series of its size.
+MAX_LABEL_CHARS = 256
 INF = float("inf")
 NAN = float("nan")
 MALFORMED = "__malformed__"  # the metric label of refused events that name no known family
@@ -127,6 +131,8 @@ class Store:
             if type(value) is not str:  # None, bytes, numbers: a plugin's bug, not a label value
                 raise TypeError(f"label values must be str, got {type(value).__name__}")
             clean = safe_label(value)  # a value met for the first time (or one that needed cleaning)
+            if len(clean) > MAX_LABEL_CHARS and i != 1:  # position 1 is the source: a path, not log text
+                clean = clean[:MAX_LABEL_CHARS]
             if clean is not value:
                 if out is None:
                     out = list(labels)

@@ -9,7 +9,7 @@ import pytest
 
 from logmetrics.events import Event
 from logmetrics.exposition import make_registry, render, text
-from logmetrics.store import OTHER, Store, safe_label
+from logmetrics.store import MAX_LABEL_CHARS, OTHER, Store, safe_label
 from tests.helpers import Samples, parse
 
 
@@ -173,6 +173,18 @@ def test_label_values_that_are_not_utf8_are_made_valid_once() -> None:
     assert 'source="vllm-\\\\xe9.log"' in body and 'model="m\\\\xe9"' in body, body
     assert store.counters[("llm_prompt_tokens_total", ("p", "vllm-\\xe9.log", "m\\xe9"))] == 3
     assert safe_label("caf\u00e9") == "caf\u00e9" and safe_label("\ud800x") == "\\ud800x" and safe_label(7) == "7"
+
+
+def test_a_label_value_from_a_long_token_is_cut() -> None:
+    """A model id of 5,000 characters is stored cut to MAX_LABEL_CHARS, its events in one series;
+    the source (a path) is kept whole."""
+    store = Store()
+    model, source = "org/" + "m" * 5000, "/var/log/" + "d/" * 200 + "a.log"
+    store.apply([Event("llm_prompt_tokens_total", (model,), 2), Event("llm_prompt_tokens_total", (model,), 3),
+                 Event("llm_requests_running", (model,), 1)], "p", source)
+    cut = model[:MAX_LABEL_CHARS]
+    assert store.counters == {("llm_prompt_tokens_total", ("p", source, cut)): 5}
+    assert store.gauges == {("llm_requests_running", ("p", source, cut)): 1}
 
 
 def test_load_leaves_out_values_no_series_can_hold() -> None:
