@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,8 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PARSERS = discover()
 CAP = 512  # the line-length cap of the fuzz runs: huge lines stay cheap
 LABEL_MAX = 256  # no label value that comes from log text is longer than this
-#: Modest, deterministic, no deadline: these run the whole engine per example.
-FUZZ = settings(max_examples=25, deadline=None, derandomize=True, database=None,
+#: Modest, deterministic, no deadline: these run the whole engine per example. A longer hunt:
+#: ``LOGMETRICS_FUZZ_EXAMPLES=1000 LOGMETRICS_FUZZ_SEED=random pytest tests/test_fuzz*.py``.
+EXAMPLES = int(os.environ.get("LOGMETRICS_FUZZ_EXAMPLES", "25"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                derandomize=os.environ.get("LOGMETRICS_FUZZ_SEED") != "random",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -66,7 +71,7 @@ def mutated(draw: st.DrawFn, line: bytes) -> bytes:
     made huge, negative or not numbers, invalid bytes put in, cut at a random point."""
     out = bytearray(line.rstrip(b"\n"))
     for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["drop", "dup", "replace", "number", "bytes", "cut"]))
+        op = draw(st.sampled_from(["drop", "dup", "replace", "number", "bytes", "cut", "long"]))
         at = draw(st.integers(0, len(out)))
         if op == "drop" and out:
             end = min(len(out), at + draw(st.integers(1, 8)))
@@ -89,7 +94,15 @@ def mutated(draw: st.DrawFn, line: bytes) -> bytes:
             out[at:at] = draw(st.sampled_from(WEIRD_BYTES))
         elif op == "cut":
             del out[at:]
+        elif op == "long":  # a name (a model id, a path segment) made one long token
+            m = _TOKEN.search(bytes(out), at) or _TOKEN.search(bytes(out))
+            if m:
+                token = m.group()
+                out[m.start():m.end()] = (token * (CAP // len(token)))[:draw(st.integers(257, CAP - 60))]
     return bytes(out) + b"\n"
+
+
+_TOKEN = re.compile(rb"[A-Za-z][\w.\-/]{2,}")
 
 
 def almost(lines: list[bytes]) -> st.SearchStrategy[bytes]:

@@ -115,6 +115,9 @@ HOSTILE_STREAMS = {
     "no-newline": [b"y" * 300] * 20,
     "nul-bytes": [b"\x00" * 700 + b"\n"] * 10,
     "unroutable": [bytes(range(256)) + b"\n"] * 30,
+    "cri-fragments": [b"2024-05-01T10:00:00.1Z stdout P " + b"p" * 200 + b"\n"] * 30,
+    "json-partials": [b'{"log":"' + b"d" * 200 + b'","stream":"stdout"}\n'] * 30,
+    "bad-json": [b'{"log": "half\n'] + [b'{"log": 5}\n'] * 30,
 }
 
 
@@ -124,13 +127,16 @@ def test_a_hostile_stream_does_not_disturb_another(name: str, hostile: str) -> N
     """A parser's clean sample read next to a hostile stream gives exactly what it gives alone."""
     clean = [("/in/clean.log", line) for line in SAMPLES[name]]
     bad = [("/in/bad.log", line) for line in HOSTILE_STREAMS[hostile]]
-    alone = run(clean, parser=None)
+    alone = run(clean, parser=None, envelope="auto")
     mixed: list[tuple[str, bytes]] = []
     for i in range(max(len(clean), len(bad))):
         mixed += clean[i:i + 1] + bad[i:i + 1]
-    together = run(mixed, parser=None)
+    together = run(mixed, parser=None, envelope="auto")
     assert series_of(together, "/in/clean.log") == series_of(alone, "/in/clean.log")
-    check_accounted(together, None)
+    read = together.total("logmetrics_lines_read_total")  # fragments joined: at most the lines fed
+    assert read <= sum(together.fed.values())
+    assert sum(together.engine.parsed.values()) + together.counter("logmetrics_lines_unmatched_total", "none") == read
+    check_store(together.store)
 
 
 BATCH_PARSERS = [n for n in NAMES if PARSERS[n].cls.parse_batch is not Parser.parse_batch]

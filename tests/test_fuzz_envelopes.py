@@ -10,13 +10,14 @@ no entry, one per line still unfinished at the end of input.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from logmetrics.envelopes import Unwrapper
-from tests.fuzzing import CAP, FUZZ, WEIRD_BYTES, WEIRD_CHARS, check_store, chunked, run
+from tests.fuzzing import CAP, FUZZ, SAMPLES, WEIRD_BYTES, WEIRD_CHARS, check_store, chunked, lines_for, run
 
 STAMPS = ["2024-05-01T10:00:00.123456789Z", "2024-05-01T10:00:00Z", "2024-05-01T12:00:00.5+02:00",
           "2024-99-99T99:99:99.000000001Z", "0000-01-01T00:00:00.000000000Z", "9999-12-31T23:59:59.999999999-23:59",
@@ -149,7 +150,7 @@ def test_a_fragment_never_finished_is_let_out_at_the_end() -> None:
 
 @pytest.mark.parametrize("envelope", ["cri", "docker-json"])
 def test_a_timestamp_with_thousands_of_digits_is_no_crash(envelope: str) -> None:
-    """An envelope timestamp with a fraction of 5,000 digits: the line is read, its time ignored."""
+    """An envelope timestamp with a fraction of 5,000 digits: the line is read, its time to the nanosecond."""
     stamp = "2024-05-01T10:00:00." + "1" * 5000 + "Z"
     line = (f"{stamp} stdout F hello\n".encode() if envelope == "cri"
             else json.dumps({"log": "hello\n", "stream": "stdout", "time": stamp}).encode() + b"\n")
@@ -157,3 +158,53 @@ def test_a_timestamp_with_thousands_of_digits_is_no_crash(envelope: str) -> None
     pieces = unwrapper.feed(line, 1.0)
     assert [p.text for p in pieces] == ["hello\n"]
     assert 1714557600.0 <= pieces[0].time < 1714557601.0
+
+
+NAME = st.one_of(st.sampled_from(["vllm", "db", "api-1", "x.y_z", "a" * 300, "é中", "-bad", "9"]),
+                 st.text(st.sampled_from(list("abz09._-é ")), min_size=1, max_size=20))
+PREFIXES: dict[str, Callable[[str], str]] = {
+    "compose": lambda name: f"{name}  | ",
+    "journald": lambda name: f"Mar 02 10:00:0{len(name) % 10} host {name}[12]: ",
+    "kubectl": lambda name: f"[pod/{name}/c] ",
+    "docker-timestamps": lambda name: "2024-05-01T10:00:00.123456789Z ",
+    "compose+docker-timestamps": lambda name: f"{name}  | 2024-05-01T10:00:00.123456789Z ",
+}
+
+
+@pytest.mark.parametrize("envelope", sorted(PREFIXES))
+@FUZZ
+@given(data=st.data())
+def test_prefixed_envelopes_read_every_line(envelope: str, data: st.DataObject) -> None:
+    """Line prefixes with odd names, mixed with lines that have none and hostile ones: every line
+    is read once, under whatever source its prefix names."""
+    lines: list[bytes] = []
+    for _ in range(data.draw(st.integers(1, 30))):
+        content = data.draw(st.one_of(lines_for(None), st.just(b"plain\n")))
+        if data.draw(st.integers(0, 3)):
+            content = PREFIXES[envelope](data.draw(NAME)).encode() + content
+        lines.append(content if content.endswith(b"\n") else content + b"\n")
+    got = run([("/in/p.log", r) for r in data.draw(chunked(b"".join(lines)))], envelope=envelope)
+    assert got.total("logmetrics_lines_read_total") == sum(got.fed.values())
+    assert sum(got.engine.parsed.values()) + got.counter("logmetrics_lines_unmatched_total", "none") == sum(
+        got.fed.values())
+    check_store(got.store)
+
+
+WILD_STAMPS = ["1970-01-01T00:00:00.000000001Z", "2024-05-01T10:00:00.5Z", "2024-05-01T09:59:00Z",
+               "2038-01-19T03:14:08Z", "9999-12-31T23:59:59.999999999Z", "2024-05-01T10:00:00Z",
+               "1969-12-31T23:59:59Z", "2024-05-01T10:00:00.000000001+14:00"]
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+@FUZZ
+@given(data=st.data())
+def test_envelope_time_going_anywhere(name: str, data: st.DataObject) -> None:
+    """A parser's sample lines in CRI envelopes whose stamps jump back and forth across centuries
+    (durations from record times, time-outs): no negative, NaN or infinite value comes of it."""
+    lines = data.draw(st.lists(st.one_of(st.sampled_from(SAMPLES[name]), lines_for(name)), min_size=1, max_size=60))
+    wrapped = [f"{data.draw(st.sampled_from(WILD_STAMPS))} stdout F ".encode() + line + b"\n"
+               for line in b"".join(lines).split(b"\n")[:-1]]
+    got = run([("/in/t.log", line) for line in wrapped], parser=data.draw(st.sampled_from([name, None])),
+              envelope="cri", idle_every=data.draw(st.sampled_from([0, 1, 5])))
+    assert got.total("logmetrics_lines_read_total") == sum(got.fed.values())
+    check_store(got.store)
