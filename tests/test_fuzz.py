@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from logmetrics.engine import Engine
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Batch, split_records
+from logmetrics.store import Store
 from tests.fuzzing import CAP, FUZZ, HOSTILE_LINE, PARSERS, SAMPLES, Run, check_store, chunked, lines_for, run
 
 NAMES = sorted(PARSERS)
@@ -156,3 +158,18 @@ def test_parse_batch_never_claims_more_than_it_got(name: str, data: st.DataObjec
     assert 0 <= result[1] <= len(split_records(text, record_rule(type(parser))))
     if len(result) > 2:
         assert 0 <= result[-1] <= n  # the 3-tuple form: the physical lines of the matched records
+
+
+@pytest.mark.parametrize("name", [*NAMES, None])
+@FUZZ
+@given(data=st.data())
+def test_learning_from_hostile_history_counts_nothing(name: str | None, data: st.DataObject) -> None:
+    """What was logged before the read position (learned at start, not counted) may be hostile too:
+    ``learn`` raises nothing and counts nothing."""
+    parts = data.draw(st.lists(st.lists(lines_for(name), max_size=20).map(b"".join), min_size=1, max_size=3))
+    store = Store()
+    engine = Engine(PARSERS, store, parser=name, envelope=data.draw(st.sampled_from(["auto", "none", "cri"])),
+                    max_line_bytes=CAP)
+    engine.learn("/in/h.log", [p[:p.rfind(b"\n") + 1] for p in parts])
+    assert not [k for k, v in store.counters.items() if v and k[0] != "logmetrics_label_overflow_total"]
+    check_store(store)
