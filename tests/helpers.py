@@ -64,8 +64,11 @@ class Server:
                 if "serving metrics at " in text:
                     self.url = text.split("serving metrics at ", 1)[1].strip()
         if not self.url:
-            self.stop()
-            raise AssertionError(f"logmetrics did not start: {line!r}")
+            how = "exited" if line == b"" or self.proc.poll() is not None else "no URL within 30 s"
+            rc = self.stop()
+            rest = self.proc.stderr.read().decode(errors="replace")[-4000:] if self.proc.stderr else ""
+            raise AssertionError(f"logmetrics did not start ({how}, exit code {rc}); stderr: "
+                                 f"{''.join(self.startup)}{rest}")
 
     def get(self, path: str = "/metrics", accept: str = "") -> tuple[int, str, str]:
         """(status, content type, body) of a GET on the server."""
