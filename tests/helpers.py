@@ -47,7 +47,9 @@ class Server:
                  preexec_fn: Callable[[], object] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args],
-            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn)
+            # unbuffered: a buffered readline could take two lines from the pipe and leave the second
+            # (the URL) in its buffer, where select() never sees it
+            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn, bufsize=0)
         assert self.proc.stderr is not None
         self.url = ""
         self.startup: list[str] = []  # what it printed on stderr before the URL
