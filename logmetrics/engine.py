@@ -92,7 +92,9 @@ class Engine:
         self.streams: dict[str, Stream] = {}
         self._warned: set[str] = set()
         self.layouts = Layouts()
-        self._presets: dict[str, tuple[str, dict[str, object]]] = {}  # stream key -> parser, its state
+        # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
+        self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
+        self._changed: set[str] = set()  # streams fed since the last take_changed
         for entry in parsers.values():
             store.register(entry.cls.metrics)
         self.labels = list(labels)
@@ -115,14 +117,17 @@ class Engine:
         all streams, with ``force``) are complete now, and time-outs may be due."""
         now = time.time()
         quiet = time.monotonic() - self.hold
-        for stream in self.streams.values():
+        for key, stream in self.streams.items():
             if stream.weak and not stream.routed and time.monotonic() - stream.held_since >= WEAK_HOLD_SECONDS:
                 self._route(stream, final=False)  # waited long enough for a telling line
+                self._changed.add(key)
             if stream.assembler.pending and (force or stream.fed_at <= quiet):
                 self._records(stream, *stream.assembler.flush())
+                self._changed.add(key)
             parser = stream.parser
             if parser is not None and type(parser).tick is not Parser.tick:
                 self._tick(stream, parser, now)
+                self._changed.add(key)
 
     def _tick(self, stream: Stream, parser: Parser, now: float) -> None:
         """A parser's time-driven events (``Parser.tick``), applied like a batch's."""
@@ -144,8 +149,9 @@ class Engine:
                     self._piece(name, piece)
                 if unwrapper.truncated:
                     self._truncated(name, unwrapper)
-        for stream in self.streams.values():
+        for key, stream in self.streams.items():
             if path is None or stream.path == path:
+                self._changed.add(key)
                 if not stream.routed and stream.held:
                     self._route(stream, final=True)
                 if stream.assembler.pending:
@@ -177,6 +183,7 @@ class Engine:
             texts.setdefault(piece.service, []).append(piece.text)
         for service, text in texts.items():
             stream = self._stream(path, service)
+            self._changed.add(path if service is None else f"{path}\0{service}")
             whole = "".join(text)
             if not stream.routed:
                 found = self._choose(stream, whole)
@@ -192,17 +199,50 @@ class Engine:
                     log.exception("parser %s: learn failed", stream.parser.name)
 
     # -- restarts ----------------------------------------------------------------------------
-    def stream_states(self) -> list[dict[str, object]]:
-        """Each routed stream's parser and its state, to go on with after a restart."""
-        return [{"key": key, "parser": s.parser.name, "state": s.parser.state()}
-                for key, s in self.streams.items() if s.parser is not None]
+    def stream_states(self, keys: set[str] | None = None) -> list[dict[str, object]]:
+        """Each stream's parser (``""`` if not routed yet), its state and the text it holds back
+        uncounted (a record that may go on, lines still sniffed), to go on with after a restart; of
+        the streams ``keys`` only, if given. Streams saved before and not seen again yet are kept."""
+        out: list[dict[str, object]] = []
+        streams = self.streams
+        for key in streams if keys is None else keys:
+            s = streams.get(key)
+            if s is None:
+                continue
+            held = "" if s.path == "-" else s.assembler.pending if s.routed else "".join(s.held)  # stdin: never
+            if s.parser is not None:  # resumed from where it was
+                out.append({"key": key, "parser": s.parser.name, "state": s.parser.state(), "held": held})
+            elif held:
+                out.append({"key": key, "parser": "", "state": {}, "held": held})
+        for key, (name, state, held) in self._presets.items():
+            if keys is None or key in keys:
+                out.append({"key": key, "parser": name, "state": state, "held": held})
+        return out
+
+    def take_changed(self) -> set[str]:
+        """The keys of the streams fed (or whose state may have changed) since the last call."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def stream_keys(self) -> set[str]:
+        """Every stream key known: streams seen, and streams saved before and not seen again yet."""
+        return set(self.streams) | set(self._presets)
 
     def restore_streams(self, states: list[dict[str, object]]) -> None:
-        """Streams seen again get the parser (and its state) they had, without routing anew."""
+        """Streams seen again get the parser (and its state) they had, without routing anew; the
+        text a stream held back uncounted is held again, so that it is counted once, whole."""
         for item in states:
-            key, name, state = item.get("key"), item.get("parser"), item.get("state")
-            if isinstance(key, str) and isinstance(name, str) and name in self.parsers and isinstance(state, dict):
-                self._presets[key] = (name, state)
+            key, name, state, held = item.get("key"), item.get("parser"), item.get("state"), item.get("held", "")
+            if not (isinstance(key, str) and isinstance(name, str) and isinstance(state, dict)
+                    and isinstance(held, str)):
+                continue
+            if name in self.parsers:
+                self._presets[key] = (name, state, held)
+            elif held:
+                self._presets[key] = ("", {}, held)  # not routed then (or its parser is gone): sniffed again
+            if held and key in self._presets:
+                path, _, service = key.partition("\0")
+                self._stream(path, service or None)  # holds its text now: a quiet stream counts it too
 
     def _truncated(self, path: str, unwrapper: Unwrapper) -> None:
         counts = self.lines_truncated
@@ -238,18 +278,31 @@ class Engine:
             stream = self.streams[key] = Stream(self.source_label(path, service), path)
             stream.model = self._static_model(stream)
             preset = self._presets.pop(key, None)
-            if preset is not None and self.forced in (None, preset[0]):
-                self._route_to(stream, Route(self.parsers[preset[0]], "kept", "kept from the state file"))
-                assert stream.parser is not None
-                try:
-                    stream.parser.restore(preset[1])
-                except Exception as exc:  # any parser, any saved state: a bad one must not stop the stream
-                    log.warning("stream %s: parser %s could not take back its saved state (%s: %s); it starts "
-                                "afresh", stream.source, preset[0], type(exc).__name__, exc)
+            if preset is not None:
+                self._preset(stream, *preset)
         return stream
+
+    def _preset(self, stream: Stream, name: str, state: dict[str, object], held: str) -> None:
+        """A stream seen again: its parser and state from the state file, and the text it held."""
+        if name and self.forced in (None, name):
+            self._route_to(stream, Route(self.parsers[name], "kept", "kept from the state file"))
+            assert stream.parser is not None
+            try:
+                stream.parser.restore(state)
+            except Exception as exc:  # any parser, any saved state: a bad one must not stop the stream
+                log.warning("stream %s: parser %s could not take back its saved state (%s: %s); it starts "
+                            "afresh", stream.source, name, type(exc).__name__, exc)
+        if not held:
+            return
+        if stream.routed:  # the record it held back: more of it may come, else it counts when quiet
+            stream.assembler.pending, stream.assembler.pending_lines = held, held.count("\n")
+            stream.fed_at, stream.time = time.monotonic(), time.time()
+        else:
+            stream.held, stream.held_lines, stream.held_since = [held], held.count("\n"), time.monotonic()
 
     def _piece(self, path: str, piece: Piece) -> None:
         stream = self._stream(path, piece.service)
+        self._changed.add(path if piece.service is None else f"{path}\0{piece.service}")
         stream.time = piece.time
         self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
         self.store.set_self("logmetrics_last_line_timestamp_seconds", (stream.source,), piece.time)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TextIO
 
-from logmetrics import state
+from logmetrics import journal, state
 from logmetrics.descriptors import raise_open_file_limit
 from logmetrics.engine import HOLD_SECONDS, Engine
 from logmetrics.errors import StateNotSaved, UserError
@@ -25,8 +26,6 @@ from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
 
 Sample = tuple[str, tuple[str, ...], float]
-SAVE_EVERY = 10.0  # seconds between saves of the state file, at a quiet moment
-SAVE_AT_LATEST = 30.0  # ... or, under continuous input, at the latest
 LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before its end, this much of each
 LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and share LEARN_TOTAL_BYTES
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
@@ -164,7 +163,7 @@ class Runner:
         self.waker = Waker()
         self.stop = threading.Event()
         self._polled_at = time.time()
-        self._saved = time.monotonic()
+        self.journal = journal.Journal(opts.state_file) if opts.state_file is not None else None
         self._save_error: str | None = None  # why the last save failed, None if it did not
         self._save_failures = 0  # logmetrics_state_save_failures_total
         self._failed_in_a_row = 0
@@ -225,19 +224,29 @@ class Runner:
         log.warning("state file %s was saved for other PATH arguments (%s); adopted (--state-adopt)", path, diff)
 
     def save_state(self) -> None:
-        """Save counters, read positions and parser state together (``--state-file``); a failure is
-        reported once, counted, and retried at the next poll."""
-        path = self.opts.state_file
-        if path is None:
+        """Commit what changed since the last commit (``--state-file``): counters, read positions,
+        parser state and the text held back uncounted, as one transaction; everything the first
+        time and after a failure. A failure is reported once, counted, and retried at the next poll.
+
+        Every line read so far is counted or held in a stream (and so in the state), so positions
+        and counters agree without cutting a record that is still being written.
+        """
+        if self.journal is None:
             return
-        self.engine.idle(force=True)  # every line read is counted now: positions and counters agree
-        snapshot = state.State(self._polled_at, self.store.dump(),
-                               self.tailer.positions() if self.tailer is not None else [],
-                               self.engine.stream_states(), self.inputs)
+        path = self.journal.path
+        full = self.journal.needs_full
+        changed = self.engine.take_changed()
+        rows = self.store.changes()
+        if full:
+            rows = self.store.dump()
+        streams = self.engine.stream_states(None if full else changed)
+        delta = journal.Delta(self._polled_at, self.inputs, rows,
+                              self.tailer.positions() if self.tailer is not None else [],
+                              {str(r["key"]): r for r in streams}, self.engine.stream_keys())
         try:
-            state.save(path, snapshot)
-        except (OSError, TypeError, ValueError) as exc:  # TypeError, ValueError: a parser state that is not JSON
-            self._save_failures += 1
+            self.journal.commit(delta)
+        except (OSError, sqlite3.Error, TypeError, ValueError) as exc:  # TypeError, ValueError: a parser
+            self._save_failures += 1  # state that is not JSON
             self._failed_in_a_row += 1
             reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
             if self._save_error is None:
@@ -250,18 +259,10 @@ class Runner:
                             "" if self._failed_in_a_row == 1 else "s")
             self._save_error = None
             self._failed_in_a_row = 0
-        self._saved = time.monotonic()
 
     def save_failure(self) -> str | None:
         """Why the last save failed, or None if it did not."""
         return self._save_error
-
-    def _maybe_save(self, busy: bool) -> None:
-        """Save every SAVE_EVERY seconds at a quiet moment, or after SAVE_AT_LATEST in any case."""
-        if self.opts.state_file is not None:
-            age = time.monotonic() - self._saved
-            if self._save_error is not None or (age >= SAVE_EVERY and (not busy or age >= SAVE_AT_LATEST)):
-                self.save_state()
 
     def _extra(self) -> list[Sample]:
         cpu, mem = self.procs.samples() if self.opts.listen is not None else ([], [])
@@ -328,7 +329,7 @@ class Runner:
         stdin_done = False
         while not self.stop.is_set():
             if self.poll():
-                self._maybe_save(busy=True)
+                self.save_state()
                 continue
             if self.stdin is not None and self.stdin.eof and not stdin_done:
                 stdin_done = True
@@ -336,7 +337,7 @@ class Runner:
                     self.engine.feed(chunk)
                 self.engine.finish(self.stdin.stream)  # the files go on
             self.engine.idle()
-            self._maybe_save(busy=False)
+            self.save_state()
             self.waker.wait(self.opts.poll_interval)
         self.save_state()
 
@@ -345,6 +346,8 @@ class Runner:
         for src in (self.tailer, self.stdin):
             if src is not None:
                 src.close()
+        if self.journal is not None:
+            self.journal.close()
         if self._lock is not None:
             self._lock.close()
 

@@ -1,26 +1,27 @@
 """The state file (``--state-file``): counters, read positions and parser state across restarts.
 
-Saved together at a quiet moment, when every line read has been counted, so that a restart goes
-on where the last run stopped: counters continue instead of resetting, lines written while
-logmetrics was down are counted, and none is counted twice. Written to a temporary file and
-renamed over the old one, so a crash never leaves half a state; a lock file beside it keeps a
-second logmetrics away from it. What is loaded is checked first (``statecheck``).
+Committed together, so that a restart goes on where the last run stopped: counters continue
+instead of resetting, lines written while logmetrics was down are counted, and none is counted
+twice. The file is a database written one transaction per poll (``journal``); the older JSON form
+(version 1, ``save``) is still read, and taken over at the first commit. A lock file beside it
+keeps a second logmetrics away from it. What is loaded is checked first (``statecheck``).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from logmetrics.statecheck import VERSION, Checked, State, check, within
+from logmetrics import journal
+from logmetrics.statecheck import VERSION, Checked, State, check, position_row, within
 
-__all__ = ["VERSION", "State", "StateError", "StateLock", "load", "save"]
+__all__ = ["VERSION", "State", "StateError", "StateLock", "load", "read", "save"]
 
 
 class StateError(Exception):
@@ -32,15 +33,13 @@ class StateError(Exception):
 
 
 def save(path: str, state: State) -> None:
-    """Write ``state`` to ``path`` atomically; on failure no ``.tmp`` is left behind."""
+    """Write ``state`` to ``path`` in the JSON form, atomically; on failure no ``.tmp`` is left behind."""
     data = {
         "version": VERSION,
         "saved_at": state.saved_at or time.time(),
         "inputs": state.inputs,
         "store": state.store,
-        "positions": [{"stream": p.stream, "path": p.path, "dev": p.dev, "ino": p.ino,
-                       "head": base64.b64encode(p.head).decode(), "offset": p.offset,
-                       **({"fp": p.fp} if p.fp is not None else {})} for p in state.positions],
+        "positions": [position_row(p) for p in state.positions],
         "streams": state.streams,
     }
     tmp = f"{path}.tmp"
@@ -64,25 +63,46 @@ def load(path: str, inputs: Sequence[str] | None = None) -> State | None:
     ``kept``. Positions of files outside ``inputs`` (normalised PATH arguments), if given, are
     left out: they can never be resumed. Never raises anything else for any content.
     """
-    try:
-        with open(path, "rb") as f:
-            mtime = os.fstat(f.fileno()).st_mtime
-            raw = f.read()
-    except FileNotFoundError:
+    data, mtime = _read(path)
+    if mtime is None:
         return None
-    except OSError as exc:
-        raise StateError(f"cannot read it: {exc.strerror or exc}") from exc
-    try:
-        data: Any = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep to parse
-        reason = "nested too deep" if isinstance(exc, RecursionError) else f"not JSON ({str(exc)[:80]})"
-        raise StateError(reason, check(None, mtime).state) from None
     checked: Checked = check(data, mtime)
     if inputs is not None:
         checked.state.positions = [p for p in checked.state.positions if within(p.stream, inputs)]
     if checked.problems:
         raise StateError("; ".join(checked.problems), checked.state)
     return checked.state
+
+
+def _read(path: str) -> tuple[Any, float | None]:
+    """The unchecked content of the state at ``path`` (either form) and when it was written; (None,
+    None) if there is none. Raises ``StateError`` if it cannot be read."""
+    try:
+        if journal.is_journal(path):
+            mtime = journal.modified(path)
+            try:
+                return journal.read(path), mtime
+            except sqlite3.Error as exc:
+                raise StateError(f"not a readable state database ({str(exc)[:80]})", check(None, mtime).state) \
+                    from None
+        with open(path, "rb") as f:
+            mtime = os.fstat(f.fileno()).st_mtime
+            raw = f.read()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise StateError(f"cannot read it: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(raw), mtime
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep to parse
+        reason = "nested too deep" if isinstance(exc, RecursionError) else f"not JSON ({str(exc)[:80]})"
+        raise StateError(reason, check(None, mtime).state) from None
+
+
+def read(path: str) -> Any:
+    """The content of the state at ``path``, either form, in the JSON form, unchecked (for a look
+    at it); None if there is none. Raises ``StateError`` if it cannot be read."""
+    return _read(path)[0]
 
 
 def set_aside(path: str) -> str | None:
@@ -96,6 +116,9 @@ def set_aside(path: str) -> str | None:
         os.replace(path, aside)
     except OSError:
         return None
+    for side in journal.SIDE_FILES:  # a database's log goes with it: it belongs to no other
+        with contextlib.suppress(OSError):
+            os.replace(path + side, aside + side)
     return aside
 
 

@@ -27,6 +27,7 @@ MAX_ID = (1 << 64) - 1  # device and inode numbers
 MAX_OFFSET = (1 << 63) - 1  # a file offset (off_t)
 MAX_LABELS = 64  # label values of one series, more than any family has
 MAX_BUCKETS = 256  # buckets of one histogram, more than any family has
+MAX_HELD = 8 << 20  # characters of text a stream held back, uncounted (a sniffed stream holds up to 1 MiB)
 
 
 @dataclass
@@ -105,6 +106,13 @@ def _store_problem(store: object) -> str | None:
     return None
 
 
+def position_row(p: Position) -> dict[str, object]:
+    """A read position in the state file's JSON form (``_position`` reads it back)."""
+    return {"stream": p.stream, "path": p.path, "dev": p.dev, "ino": p.ino,
+            "head": base64.b64encode(p.head).decode(), "offset": p.offset,
+            **({"fp": p.fp} if p.fp is not None else {})}
+
+
 def _position(p: object) -> Position | None:
     """A saved read position, or None if any of its fields is malformed."""
     if not isinstance(p, dict):
@@ -126,9 +134,13 @@ def _position(p: object) -> Position | None:
 
 
 def _stream(s: object) -> dict[str, object] | None:
+    """A stream's saved parser (``""``: not routed yet), its state, and the text it held back uncounted."""
     if isinstance(s, dict) and isinstance(s.get("key"), str) and isinstance(s.get("parser"), str) \
             and isinstance(s.get("state"), dict):
-        return {"key": s["key"], "parser": s["parser"], "state": s["state"]}
+        held = s.get("held", "")
+        if not (isinstance(held, str) and len(held) <= MAX_HELD and (not held or held.endswith("\n"))):
+            return None
+        return {"key": s["key"], "parser": s["parser"], "state": s["state"], "held": held}
     return None
 
 

@@ -114,6 +114,9 @@ class Store:
     #: Counter and histogram series whose labels the guard admitted unchanged, by (metric, backend,
     #: source, the event's own labels): their next events skip the checks (one per series).
     _admitted: dict[tuple[str, str, str, tuple[str, ...]], tuple[Family, Key]] = field(default_factory=dict)
+    #: Counter and histogram series changed since the last ``changes`` (for ``--state-file``): one set
+    #: add per event, a few tens of nanoseconds.
+    _dirty: set[Key] = field(default_factory=set)
 
     def register(self, families: Iterable[Family]) -> None:
         """Add a plugin's own families (validated at load)."""
@@ -213,6 +216,7 @@ class Store:
             if hit is not None and not isinstance(one, tuple) and \
                     (type(one) is float or (type(one) is int and one < 1 << 53)) and 0.0 <= one < INF:
                 known, key = hit  # a series met before, its labels admitted unchanged: no checks again
+                self._dirty.add(key)
                 if known.kind == "counter":
                     self.counters[key] = self.counters.get(key, 0.0) + one
                     return
@@ -248,6 +252,8 @@ class Store:
         full = (ev.backend or backend, source, *ev.labels)
         labels = self._guard(ev.metric, full, fam)
         key = (ev.metric, labels)
+        if kind != "gauge":
+            self._dirty.add(key)
         if labels is full and kind != "gauge" and type(ev) is Event and type(ev.labels) is tuple:
             self._admitted[(ev.metric, full[0], source, ev.labels)] = (fam, key)
         if kind == "counter":
@@ -339,6 +345,26 @@ class Store:
                 "histograms": [[name, list(labels), list(h.buckets), h.sum, h.count]
                                for (name, labels), h in self.histograms.items()],
             }
+
+    def changes(self) -> dict[str, list[list[object]]]:
+        """The counters and histograms changed since the last call, in ``dump``'s form; the engine's
+        own ``logmetrics_*`` are left out as there. The first call gives those changed since start."""
+        with self.lock:
+            dirty, self._dirty = self._dirty, set()
+            counters, histograms = self.counters, self.histograms
+            out_c: list[list[object]] = []
+            out_h: list[list[object]] = []
+            for key in dirty:
+                name, labels = key
+                value = counters.get(key)
+                if value is not None:
+                    if not name.startswith("logmetrics_"):
+                        out_c.append([name, list(labels), value])
+                    continue
+                h = histograms.get(key)
+                if h is not None:
+                    out_h.append([name, list(labels), list(h.buckets), h.sum, h.count])
+            return {"counters": out_c, "histograms": out_h}
 
     def load(self, data: dict[str, list[list[object]]]) -> int:
         """Take back what ``dump`` gave; series of families no longer known, or malformed, are left out.

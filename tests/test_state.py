@@ -54,7 +54,7 @@ def test_counters_go_on_and_lines_written_while_down_count(tmp_path: Path) -> No
     """A restart continues the counters and reads what was appended while it was down, once."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
     first_run(d, state, lines(10), 10)
-    assert json.loads(state.read_text())["positions"][0]["offset"] == (d / "vllm.log").stat().st_size
+    assert st.read(str(state))["positions"][0]["offset"] == (d / "vllm.log").stat().st_size
     append(d / "vllm.log", lines(5))
     got = run_until(d, state, 15)
     assert total(got, "http_requests_total") == 15
@@ -119,7 +119,7 @@ def test_a_corrupt_state_file_is_set_aside(tmp_path: Path) -> None:
         assert srv.stop() == 0
     (aside,) = tmp_path.glob("state.json.bad-*")
     assert aside.read_text() == "{not json"
-    assert json.loads(state.read_text())["version"] == 1
+    assert st.read(str(state))["version"] == 1
     assert any("cannot be used whole (not JSON" in line for line in srv.startup)
 
 

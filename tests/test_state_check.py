@@ -163,19 +163,21 @@ def test_a_failed_save_is_retried_at_the_next_poll_and_reported_once(
         runner: Runner, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Failures are counted each time, warned once per episode, retried at once; a save that works
     again ends the episode and the failure that made the exit status non-zero."""
-    blocker = tmp_path / "state.json.tmp"
+    blocker = tmp_path / "state.json-wal"  # the database's log cannot be opened (which stops root too)
     blocker.mkdir()
     caplog.set_level(logging.WARNING)
     runner.poll()
     runner.save_state()
-    runner._maybe_save(busy=True)  # long before SAVE_EVERY: a retry
-    runner._maybe_save(busy=False)
+    runner.save_state()  # at the next poll: a retry
+    runner.save_state()
     failures = [s for s in runner._extra() if s[0] == "logmetrics_state_save_failures_total"]
     assert failures == [("logmetrics_state_save_failures_total", (), 3.0)]
     assert runner.save_failure() is not None and blocker.is_dir()
     blocker.rmdir()
-    runner._maybe_save(busy=True)
-    assert runner.save_failure() is None and json.loads((tmp_path / "state.json").read_text())["version"] == 1
+    runner.save_state()
+    assert runner.save_failure() is None
+    runner.close()  # (the database stays locked while it is open)
+    assert st.read(str(tmp_path / "state.json"))["version"] == 1
     warned = [r.getMessage() for r in caplog.records]
     assert sum("cannot save state file" in m for m in warned) == 1
     assert any("saved again, after 3 failed attempts" in m for m in warned)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from logmetrics import state as st
 from tests.helpers import Server, access_line, append, total
 
 ARGS = ("--poll-interval", "0.05")
@@ -59,8 +61,9 @@ def test_a_kill_before_the_first_periodic_save_loses_nothing(tmp_path: Path) -> 
     append(d / "vllm.log", lines(100, 1000))
     srv = Server(str(d), "--state-file", str(state), *ARGS)
     try:
-        got = srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 1100)
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 1100)
         assert total(got, "http_requests_total") == 1100
+        assert total(got, "logmetrics_lines_read_total") == 100  # the 1,000 were committed as they were read
     finally:
         assert srv.stop() == 0
 
@@ -79,7 +82,7 @@ def test_the_malformed_state_of_the_issue_starts_with_one_line_and_no_traceback(
     assert len(reasons) == 1 and "counter 0" in reasons[0] and "set aside as" in reasons[0]
     (aside,) = tmp_path.glob("state.json.bad-*")
     assert aside.read_text() == bad
-    assert json.loads(state.read_text())["inputs"] == [str(d)]
+    assert st.read(str(state))["inputs"] == [str(d)]
 
 
 def test_a_damaged_store_keeps_the_valid_positions(tmp_path: Path) -> None:
@@ -89,13 +92,14 @@ def test_a_damaged_store_keeps_the_valid_positions(tmp_path: Path) -> None:
     (d / "vllm.log").write_text("")
     counted_run(d, state, lines(10), 10)
     append(d / "vllm.log", lines(5, 10))  # written while down
-    data = json.loads(state.read_text())
+    data = st.read(str(state))
     data["store"]["counters"] = [5]
-    state.write_text(json.dumps(data))
+    state.write_text(json.dumps(data))  # (the older JSON form, which is still read)
     srv = Server(str(d), "--state-file", str(state), *ARGS)
     try:
-        got = srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 5)
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 5)
         assert total(got, "http_requests_total") == 5  # counters start again from 0 (a reset), none skipped
+        assert total(got, "logmetrics_lines_read_total") == 5
     finally:
         assert srv.stop() == 0
     assert "1 read position kept" in stderr_of(srv)
@@ -115,8 +119,9 @@ def test_an_unreadable_state_reads_the_files_changed_since_it_was_written(tmp_pa
     os.utime(state, (saved, saved))  # as if damaged when it was last written
     srv = Server(str(d), "--state-file", str(state), *ARGS)
     try:
-        got = srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 15)
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 15)
         assert total(got, "http_requests_total") == 15  # the 5 written while down are not skipped
+        assert total(got, "logmetrics_lines_read_total") == 15
     finally:
         assert srv.stop() == 0
     assert "are read from their start" in stderr_of(srv)
@@ -130,19 +135,19 @@ def test_a_state_of_other_inputs_is_refused_unless_adopted(tmp_path: Path) -> No
     other.mkdir()
     (d / "vllm.log").write_text("")
     counted_run(d, state, lines(4), 4)
-    before = state.read_text()
+    before = state.read_bytes()
     out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", "--state-file",
                           str(state), str(d), str(other)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "--state-adopt" in out.stderr and f"new: {other}" in out.stderr
-    assert state.read_text() == before
+    assert state.read_bytes() == before
     srv = Server(str(d), str(other), "--state-file", str(state), "--state-adopt", *ARGS)
     try:
         append(d / "vllm.log", lines(1, 4))
         assert requests(srv, 5) == 5
     finally:
         assert srv.stop() == 0
-    assert json.loads(state.read_text())["inputs"] == sorted([str(d), str(other)])
+    assert st.read(str(state))["inputs"] == sorted([str(d), str(other)])
 
 
 def test_a_second_process_cannot_use_the_same_state_file(tmp_path: Path) -> None:
@@ -159,17 +164,20 @@ def test_a_second_process_cannot_use_the_same_state_file(tmp_path: Path) -> None
         assert srv.stop() == 0
 
 
+def no_room() -> None:
+    """In the child: files can grow to 64 bytes at most (a full disk, which stops root too)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+
 def test_a_failed_save_is_retried_reported_once_counted_and_fails_the_exit(tmp_path: Path) -> None:
-    """A save that cannot be written (the .tmp path is a directory, which stops root too): counted in
+    """A state that cannot be written (no room for the database's log): counted in
     logmetrics_state_save_failures_total, retried, one warning, exit code 3; a restart on the older
     state reads again from its positions, so no counter goes down."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
     d.mkdir()
     (d / "vllm.log").write_text("")
     counted_run(d, state, lines(10), 10)
-    blocker = tmp_path / "state.json.tmp"
-    blocker.mkdir()
-    srv = Server(str(d), "--state-file", str(state), *ARGS)
+    srv = Server(str(d), "--state-file", str(state), *ARGS, preexec_fn=no_room)
     try:
         append(d / "vllm.log", lines(5, 10))
         got = srv.wait_for(lambda s: total(s, "logmetrics_state_save_failures_total") >= 3
@@ -180,11 +188,11 @@ def test_a_failed_save_is_retried_reported_once_counted_and_fails_the_exit(tmp_p
     err = stderr_of(srv)
     assert sum("cannot save state file" in line for line in err.splitlines()) == 1
     assert "the last save of --state-file" in err.splitlines()[-1]
-    blocker.rmdir()
     srv = Server(str(d), "--state-file", str(state), *ARGS)
     try:
-        got = srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= 5)
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 15)
         assert total(got, "http_requests_total") == 15  # not below what was served before the restart
+        assert total(got, "logmetrics_lines_read_total") == 5  # read again from the last good commit
         assert total(got, "logmetrics_state_save_failures_total") == 0
     finally:
         assert srv.stop() == 0
