@@ -114,6 +114,8 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_rotations_total", "counter", ("source",),
        "File rotations followed (rename or delete and recreate)."),
     _f("logmetrics_truncations_total", "counter", ("source",), "File truncations followed (copytruncate)."),
+    _f("logmetrics_state_commits_total", "counter", (),
+       "Transactions committed to the --state-file: one per poll that changed anything."),
     _f("logmetrics_state_save_failures_total", "counter", (),
        "Saves of the --state-file that failed (a full disk, say); each is retried at the next poll, and the "
        "exit code is 3 if the last one failed."),

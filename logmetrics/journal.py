@@ -132,15 +132,16 @@ class Journal:
         """True until a commit succeeded, and again after one failed: the next one writes everything."""
         return self._con is None
 
-    def commit(self, delta: Delta) -> None:
-        """Write ``delta`` (everything if ``needs_full``) as one transaction; on any failure nothing
-        of it is kept, the exception is raised, and the next commit must be a full one."""
+    def commit(self, delta: Delta) -> bool:
+        """Write ``delta`` (everything if ``needs_full``) as one transaction; False if nothing changed
+        (nothing is written then). On any failure nothing of it is kept, the exception is raised, and
+        the next commit must be a full one."""
         full = self._con is None
         try:
             if full:
                 self._open()
             assert self._con is not None
-            self._write(self._con, delta, full)
+            return self._write(self._con, delta, full)
         except BaseException:
             self.close()
             self._positions, self._streams = {}, {}
@@ -166,7 +167,7 @@ class Journal:
             os.replace(new, path)
         self._con = _connect(path)
 
-    def _write(self, con: sqlite3.Connection, delta: Delta, full: bool) -> None:
+    def _write(self, con: sqlite3.Connection, delta: Delta, full: bool) -> bool:
         dumps = orjson.dumps
         positions = {p.stream: p for p in delta.positions}
         moved = [p for s, p in positions.items() if self._positions.get(s) != p]
@@ -174,6 +175,9 @@ class Journal:
         streams = {k: json.dumps(v, separators=(",", ":")) for k, v in delta.streams.items()}  # (raises on a
         streams = {k: v for k, v in streams.items() if self._streams.get(k) != v}  # state that is not JSON)
         gone_streams = [(k,) for k in self._streams if k not in delta.live and k not in delta.streams]
+        if not (full or moved or gone_positions or streams or gone_streams
+                or delta.store.get("counters") or delta.store.get("histograms")):
+            return False
         con.execute("BEGIN")
         try:
             if full:
@@ -200,6 +204,7 @@ class Journal:
         for (key,) in gone_streams:
             self._streams.pop(key, None)
         self._streams.update(streams)
+        return True
 
     def close(self) -> None:
         """Close the database (its write-ahead log is folded in and removed when it can be)."""

@@ -166,6 +166,7 @@ class Runner:
         self.journal = journal.Journal(opts.state_file) if opts.state_file is not None else None
         self._save_error: str | None = None  # why the last save failed, None if it did not
         self._save_failures = 0  # logmetrics_state_save_failures_total
+        self._commits = 0  # logmetrics_state_commits_total
         self._failed_in_a_row = 0
         self._cut_warned: set[str] = set()  # sources whose cut lines were reported
         if opts.state_file is not None:
@@ -244,7 +245,8 @@ class Runner:
                               self.tailer.positions() if self.tailer is not None else [],
                               {str(r["key"]): r for r in streams}, self.engine.stream_keys())
         try:
-            self.journal.commit(delta)
+            if self.journal.commit(delta):
+                self._commits += 1
         except (OSError, sqlite3.Error, TypeError, ValueError) as exc:  # TypeError, ValueError: a parser
             self._save_failures += 1  # state that is not JSON
             self._failed_in_a_row += 1
@@ -266,7 +268,8 @@ class Runner:
 
     def _extra(self) -> list[Sample]:
         cpu, mem = self.procs.samples() if self.opts.listen is not None else ([], [])
-        own: list[Sample] = ([("logmetrics_state_save_failures_total", (), float(self._save_failures))]
+        own: list[Sample] = ([("logmetrics_state_commits_total", (), float(self._commits)),
+                              ("logmetrics_state_save_failures_total", (), float(self._save_failures))]
                              if self.opts.state_file is not None else [])
         return source_samples(self.stats, self.engine.source_label) + cpu + mem + own
 

@@ -1,0 +1,173 @@
+"""--state-file commits at every poll: what was read is kept across a SIGKILL, held-back text too,
+and a commit writes only what changed. Real processes on real files, and the journal alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+from logmetrics import state as st
+from logmetrics.journal import Delta, Journal
+from logmetrics.sources import Position
+from tests.helpers import Samples, Server, access_line, append, total
+
+START = "INFO 04-10 03:30:00 [api_server.py:912] vLLM API server version 0.8.5\n"
+TRACEBACK_HEAD = ('ERROR:    Exception in ASGI application\nTraceback (most recent call last):\n'
+                  '  File "/srv/app/server.py", line 409, in run_asgi\n')
+TRACEBACK_TAIL = "    result = await app(scope, receive, send)\nValueError: broken pipe\n"
+
+
+def lines(n: int, first: int = 0) -> str:
+    """``n`` access lines."""
+    return "".join(access_line(first + i) for i in range(n))
+
+
+def write_and_commit(srv: Server, path: Path, text: str) -> Samples:
+    """Append ``text`` to ``path`` and wait until its lines are read and a commit followed (nothing
+    else changes meanwhile, so that commit holds them); the scrape then."""
+    before = total(srv.samples(), "logmetrics_state_commits_total")
+    read = total(srv.samples(), "logmetrics_lines_read_total")
+    append(path, text)
+    n = read + text.count("\n")
+    return srv.wait_for(lambda s: total(s, "logmetrics_lines_read_total") >= n
+                        and total(s, "logmetrics_state_commits_total") > before)
+
+
+def kill(srv: Server) -> None:
+    """SIGKILL, and wait for the process to be gone."""
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait(timeout=10)
+
+
+def test_lines_of_a_file_deleted_before_a_kill_are_counted(tmp_path: Path) -> None:
+    """Defect 2: write to a file, delete it, SIGKILL at once, restart: its lines were committed as read."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        write_and_commit(srv, d / "vllm.log", lines(50))
+        (d / "vllm.log").unlink()
+    finally:
+        kill(srv)
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 50)
+        assert total(got, "http_requests_total") == 50
+    finally:
+        assert srv.stop() == 0
+
+
+def test_a_record_held_back_across_a_kill_counts_once_whole(tmp_path: Path) -> None:
+    """A traceback whose first lines were read (and held back, uncounted) when the kill came: after
+    the restart its last lines join them and it counts as one error of the right kind."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "5")  # holds a record 5 s
+    try:
+        seen = write_and_commit(srv, d / "vllm.log", lines(2) + TRACEBACK_HEAD)
+        assert total(seen, "backend_errors_total") == 0  # held back, not counted yet
+    finally:
+        kill(srv)
+    append(d / "vllm.log", TRACEBACK_TAIL)
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        got = srv.wait_for(lambda s: total(s, "backend_errors_total") >= 1 and total(s, "http_requests_total") >= 2)
+        assert total(got, "logmetrics_lines_read_total") == 2  # only the tail was read again
+        assert total(got, "backend_errors_total") == 1  # one record: counted whole, at once
+        assert total(got, "backend_errors_total", error_type="asgi") == 1
+        assert total(got, "http_requests_total") == 2
+    finally:
+        assert srv.stop() == 0
+
+
+def test_lines_of_a_stream_still_sniffed_survive_a_kill(tmp_path: Path) -> None:
+    """Access lines alone do not tell the backend, so a stream holds them; killed then, they are
+    counted after the restart once a telling line comes."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    d.mkdir()
+    (d / "app.log").write_text("")
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        seen = write_and_commit(srv, d / "app.log", lines(3))
+        assert total(seen, "http_requests_total") == 0  # held while the backend is not known
+    finally:
+        kill(srv)
+    append(d / "app.log", START)
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 3)
+        assert total(got, "http_requests_total", backend="vllm") == 3
+        assert total(got, "logmetrics_lines_read_total") == 1
+    finally:
+        assert srv.stop() == 0
+
+
+def delta(at: float, counters: list[list[object]], positions: list[Position]) -> Delta:
+    """A delta of counters and positions only."""
+    return Delta(at, ["/logs"], {"counters": counters, "histograms": []}, positions, {}, set())
+
+
+def rows(path: Path, table: str) -> int:
+    """How many rows ``table`` holds in the database at ``path``."""
+    con = sqlite3.connect(path)
+    try:
+        return int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_a_commit_writes_what_changed_and_nothing_when_nothing_did(tmp_path: Path) -> None:
+    """Counters given once stay; a position that did not move is not written again; a delta with no
+    change writes nothing; what is read back passes the state check whole."""
+    path = tmp_path / "state.db"
+    j = Journal(str(path))
+    a, b = Position("/logs/a", "/logs/a", 1, 2, b"h", 10), Position("/logs/b", "/logs/b", 1, 3, b"g", 5)
+    assert j.commit(delta(1.0, [["llm_embeddings_total", ["x", "/logs/a", "m"], 1.0]], [a, b]))
+    assert j.commit(delta(2.0, [["llm_embeddings_total", ["x", "/logs/b", "m"], 2.0]], [a, b]))
+    assert not j.commit(delta(3.0, [], [a, b]))
+    assert j.commit(delta(4.0, [], [a]))  # b is no longer followed
+    j.close()
+    assert rows(path, "counters") == 2 and rows(path, "positions") == 1
+    back = st.load(str(path), ["/logs"])
+    assert back is not None and back.saved_at == 4.0 and back.positions == [a]
+    assert sorted(v for _, _, v in back.store["counters"]) == [1.0, 2.0]  # type: ignore[type-var]  # (floats)
+
+
+def test_a_json_state_file_is_taken_over_and_kept_beside(tmp_path: Path) -> None:
+    """The first commit on a JSON state file replaces it with the database and keeps it as PATH.v1."""
+    path = tmp_path / "state.json"
+    pos = Position("/logs/a", "/logs/a", 1, 2, b"h", 10)
+    st.save(str(path), st.State(5.0, {"counters": [["llm_embeddings_total", ["x", "/logs/a", "m"], 7.0]]},
+                                [pos], [], ["/logs"]))
+    old = path.read_bytes()
+    loaded = st.load(str(path), ["/logs"])
+    assert loaded is not None
+    j = Journal(str(path))
+    assert j.needs_full
+    j.commit(Delta(6.0, ["/logs"], loaded.store, loaded.positions, {}, set()))
+    j.close()
+    assert (tmp_path / "state.json.v1").read_bytes() == old and json.loads(old)["version"] == 1
+    back = st.load(str(path), ["/logs"])
+    assert back is not None and back.positions == [pos] and back.store["counters"][0][2] == 7.0
+
+
+def test_a_database_set_aside_takes_its_log_along(tmp_path: Path) -> None:
+    """An unusable state database is refused with a reason, and set aside with its -wal file, which
+    would otherwise be read into the next database at that path."""
+    path = tmp_path / "state.db"
+    path.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    try:
+        st.load(str(path))
+    except st.StateError as exc:
+        assert "not a readable state database" in str(exc) and exc.kept is not None
+    else:
+        raise AssertionError("a damaged database was loaded")
+    (tmp_path / "state.db-wal").write_bytes(b"junk")
+    aside = st.set_aside(str(path))
+    assert aside is not None and not path.exists() and not (tmp_path / "state.db-wal").exists()
+    assert Path(aside + "-wal").read_bytes() == b"junk"
