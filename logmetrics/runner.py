@@ -237,9 +237,7 @@ class Runner:
         path = self.journal.path
         full = self.journal.needs_full
         changed = self.engine.take_changed()
-        rows = self.store.changes()
-        if full:
-            rows = self.store.dump()
+        rows = self.store.changes(everything=full)
         streams = self.engine.stream_states(None if full else changed)
         delta = journal.Delta(self._polled_at, self.inputs, rows,
                               self.tailer.positions() if self.tailer is not None else [],

@@ -88,6 +88,14 @@ class Histogram:
 
 
 @dataclass
+class Changes:
+    """Counter values and histograms (buckets, sum, count) by series, for the state file."""
+
+    counters: list[tuple[Key, float]] = field(default_factory=list)
+    histograms: list[tuple[Key, list[int], float, int]] = field(default_factory=list)
+
+
+@dataclass
 class Snapshot:
     """A consistent copy of the store's values for one scrape."""
 
@@ -346,25 +354,24 @@ class Store:
                                for (name, labels), h in self.histograms.items()],
             }
 
-    def changes(self) -> dict[str, list[list[object]]]:
-        """The counters and histograms changed since the last call, in ``dump``'s form; the engine's
-        own ``logmetrics_*`` are left out as there. The first call gives those changed since start."""
+    def changes(self, everything: bool = False) -> Changes:
+        """The counters and histograms changed since the last call (every one, with ``everything``),
+        for ``--state-file``; the engine's own ``logmetrics_*`` are left out, as in ``dump``."""
         with self.lock:
             dirty, self._dirty = self._dirty, set()
             counters, histograms = self.counters, self.histograms
-            out_c: list[list[object]] = []
-            out_h: list[list[object]] = []
-            for key in dirty:
-                name, labels = key
+            keys = list(counters) + list(histograms) if everything else dirty
+            out = Changes()
+            for key in keys:
                 value = counters.get(key)
                 if value is not None:
-                    if not name.startswith("logmetrics_"):
-                        out_c.append([name, list(labels), value])
+                    if not key[0].startswith("logmetrics_"):
+                        out.counters.append((key, value))
                     continue
                 h = histograms.get(key)
                 if h is not None:
-                    out_h.append([name, list(labels), list(h.buckets), h.sum, h.count])
-            return {"counters": out_c, "histograms": out_h}
+                    out.histograms.append((key, list(h.buckets), h.sum, h.count))
+            return out
 
     def load(self, data: dict[str, list[list[object]]]) -> int:
         """Take back what ``dump`` gave; series of families no longer known, or malformed, are left out.

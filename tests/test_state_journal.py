@@ -12,6 +12,7 @@ from pathlib import Path
 from logmetrics import state as st
 from logmetrics.journal import Delta, Journal
 from logmetrics.sources import Position
+from logmetrics.store import Changes, Key, Store
 from tests.helpers import Samples, Server, access_line, append, total
 
 START = "INFO 04-10 03:30:00 [api_server.py:912] vLLM API server version 0.8.5\n"
@@ -107,9 +108,9 @@ def test_lines_of_a_stream_still_sniffed_survive_a_kill(tmp_path: Path) -> None:
         assert srv.stop() == 0
 
 
-def delta(at: float, counters: list[list[object]], positions: list[Position]) -> Delta:
+def delta(at: float, counters: list[tuple[Key, float]], positions: list[Position]) -> Delta:
     """A delta of counters and positions only."""
-    return Delta(at, ["/logs"], {"counters": counters, "histograms": []}, positions, {}, set())
+    return Delta(at, ["/logs"], Changes(counters), positions, {}, set())
 
 
 def rows(path: Path, table: str) -> int:
@@ -127,15 +128,18 @@ def test_a_commit_writes_what_changed_and_nothing_when_nothing_did(tmp_path: Pat
     path = tmp_path / "state.db"
     j = Journal(str(path))
     a, b = Position("/logs/a", "/logs/a", 1, 2, b"h", 10), Position("/logs/b", "/logs/b", 1, 3, b"g", 5)
-    assert j.commit(delta(1.0, [["llm_embeddings_total", ["x", "/logs/a", "m"], 1.0]], [a, b]))
-    assert j.commit(delta(2.0, [["llm_embeddings_total", ["x", "/logs/b", "m"], 2.0]], [a, b]))
-    assert not j.commit(delta(3.0, [], [a, b]))
-    assert j.commit(delta(4.0, [], [a]))  # b is no longer followed
+    ka, kb = ("llm_embeddings_total", ("x", "/logs/a", "m")), ("llm_embeddings_total", ("x", "/logs/b", "m"))
+    assert j.commit(delta(1.0, [(ka, 1.0)], [a, b]))
+    assert j.commit(delta(2.0, [(kb, 2.0)], [a, b]))
+    assert j.commit(delta(3.0, [(ka, 5.0)], [a, b]))  # an update of a series committed before
+    assert not j.commit(delta(4.0, [], [a, b]))
+    assert j.commit(delta(5.0, [], [a]))  # b is no longer followed
     j.close()
     assert rows(path, "counters") == 2 and rows(path, "positions") == 1
     back = st.load(str(path), ["/logs"])
-    assert back is not None and back.saved_at == 4.0 and back.positions == [a]
-    assert sorted(v for _, _, v in back.store["counters"]) == [1.0, 2.0]  # type: ignore[type-var]  # (floats)
+    assert back is not None and back.saved_at == 5.0 and back.positions == [a]
+    assert back.store["counters"] == [["llm_embeddings_total", ["x", "/logs/a", "m"], 5.0],
+                                      ["llm_embeddings_total", ["x", "/logs/b", "m"], 2.0]]
 
 
 def test_a_json_state_file_is_taken_over_and_kept_beside(tmp_path: Path) -> None:
@@ -147,9 +151,11 @@ def test_a_json_state_file_is_taken_over_and_kept_beside(tmp_path: Path) -> None
     old = path.read_bytes()
     loaded = st.load(str(path), ["/logs"])
     assert loaded is not None
+    store = Store()
+    store.load(loaded.store)
     j = Journal(str(path))
     assert j.needs_full
-    j.commit(Delta(6.0, ["/logs"], loaded.store, loaded.positions, {}, set()))
+    j.commit(Delta(6.0, ["/logs"], store.changes(everything=True), loaded.positions, {}, set()))
     j.close()
     assert (tmp_path / "state.json.v1").read_bytes() == old and json.loads(old)["version"] == 1
     back = st.load(str(path), ["/logs"])
