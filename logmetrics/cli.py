@@ -157,9 +157,11 @@ def cli(verbose: int) -> None:
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True,
               metavar="SECONDS", help="How often files are checked for new data, rotation and truncation.")
 @click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
-              help="Keep counters, read positions and parser state in PATH (saved at start, every 10 s and at "
-                   "exit), so that a restart goes on where it stopped: lines written meanwhile are counted, none "
-                   "twice. It is locked (PATH.lock) against a second logmetrics. Exit code 3 if the last save failed.")
+              help="Keep counters, read positions and parser state in PATH, a database committed at every poll "
+                   "that changed anything, so that a restart (even after kill -9) goes on where it stopped: lines "
+                   "written meanwhile are counted, none twice. A JSON state file of an earlier version is taken "
+                   "over (kept as PATH.v1). It is locked (PATH.lock) against a second logmetrics. Exit code 3 if "
+                   "the last commit failed.")
 @click.option("--state-adopt", is_flag=True,
               help="Go on with a --state-file saved for other PATH arguments (after adding or removing one): its "
                    "counters and read positions carry over, and the new PATH arguments are recorded. Without it "

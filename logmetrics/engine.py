@@ -125,21 +125,21 @@ class Engine:
                 self._records(stream, *stream.assembler.flush())
                 self._changed.add(key)
             parser = stream.parser
-            if parser is not None and type(parser).tick is not Parser.tick:
-                self._tick(stream, parser, now)
-                self._changed.add(key)
+            if parser is not None and type(parser).tick is not Parser.tick and self._tick(stream, parser, now):
+                self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
 
-    def _tick(self, stream: Stream, parser: Parser, now: float) -> None:
-        """A parser's time-driven events (``Parser.tick``), applied like a batch's."""
+    def _tick(self, stream: Stream, parser: Parser, now: float) -> bool:
+        """A parser's time-driven events (``Parser.tick``), applied like a batch's; whether there were any."""
         try:
             events = list(parser.tick(now))
         except PLUGIN_ERRORS as exc:
             self._raised(parser, exc)
-            return
+            return False
         if events:
             if stream.model is not None:
                 events = self._relabel(events, stream.model)
             self.store.apply(events, parser.name, stream.source)
+        return bool(events)
 
     def finish(self, path: str | None = None) -> None:
         """End of input (of one raw stream, or of all): flush envelopes, route, flush records."""

@@ -10,8 +10,10 @@ import sqlite3
 from pathlib import Path
 
 from logmetrics import state as st
+from logmetrics.engine import Engine
 from logmetrics.journal import Delta, Journal
-from logmetrics.sources import Position
+from logmetrics.plugins import discover
+from logmetrics.sources import Chunk, Position
 from logmetrics.store import Changes, Key, Store
 from tests.helpers import Samples, Server, access_line, append, total
 
@@ -177,3 +179,24 @@ def test_a_database_set_aside_takes_its_log_along(tmp_path: Path) -> None:
     aside = st.set_aside(str(path))
     assert aside is not None and not path.exists() and not (tmp_path / "state.db-wal").exists()
     assert Path(aside + "-wal").read_bytes() == b"junk"
+
+
+def test_held_text_goes_into_the_stream_states_and_back() -> None:
+    """A record held back and a sniffed stream's lines are in ``stream_states``; an engine given them
+    counts the record once, whole, with its rest, and routes the held lines once a telling line comes."""
+    first = Engine(discover(), Store(), hold=60.0)
+    first.feed(Chunk("/logs/vllm.log", (lines(1) + TRACEBACK_HEAD).encode(), 1.0))
+    first.feed(Chunk("/logs/app.log", lines(2).encode(), 1.0))
+    states = {str(s["key"]): s for s in first.stream_states()}
+    assert states["/logs/vllm.log"]["held"] == TRACEBACK_HEAD
+    assert states["/logs/app.log"]["parser"] == "" and states["/logs/app.log"]["held"] == lines(2)
+    store = Store()
+    second = Engine(discover(), store, hold=60.0)
+    second.restore_streams(list(states.values()))
+    second.feed(Chunk("/logs/vllm.log", TRACEBACK_TAIL.encode(), 2.0))
+    second.feed(Chunk("/logs/app.log", START.encode(), 2.0))
+    second.idle(force=True)
+    errors = {k: v for k, v in store.counters.items() if k[0] == "backend_errors_total"}
+    assert list(errors.values()) == [1.0] and next(iter(errors))[1][3] == "asgi"
+    requests = sum(v for k, v in store.counters.items() if k[0] == "http_requests_total" and k[1][1] == "/logs/app.log")
+    assert requests == 2
