@@ -70,7 +70,7 @@ def test_a_record_held_back_across_a_kill_counts_once_whole(tmp_path: Path) -> N
     d, state = tmp_path / "logs", tmp_path / "state.json"
     d.mkdir()
     (d / "vllm.log").write_text("")
-    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "5")  # holds a record 5 s
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "20")  # holds a record 20 s
     try:
         seen = write_and_commit(srv, d / "vllm.log", lines(2) + TRACEBACK_HEAD)
         assert total(seen, "backend_errors_total") == 0  # held back, not counted yet
