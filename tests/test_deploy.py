@@ -63,7 +63,7 @@ def test_the_daemonset_is_hardened_and_reads_the_pods_log_read_only() -> None:
     assert set(c["resources"]) == {"requests", "limits"}
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/var/log/pods"]["readOnly"] is True
-    assert "--state-file=/var/lib/logmetrics/state.json" in c["args"] and "/var/log/pods" in c["args"]
+    assert "--state-file=/var/lib/logmetrics/state.db" in c["args"] and "/var/log/pods" in c["args"]
     port = next(p for p in c["ports"] if p["name"] == "metrics")
     assert f"--listen=:{port['containerPort']}" in c["args"]
 
