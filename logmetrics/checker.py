@@ -89,7 +89,18 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
         else:
             names = (os.path.basename(path), path)
         where = path if service is None else f"{path} [service {service}]"
-        reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top))
+        try:
+            reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top))
+        except UserError as exc:
+            if len(streams) == 1:
+                raise
+            # one stream of several that no parser takes ('Attaching to ...' before compose's
+            # prefixed lines): said, as watch -v says it, and the others reported
+            lines = text.count("\n")
+            reports.append(f"no parser on {where}: {lines} line{'s' * (lines != 1)}, counted unmatched "
+                           f"({str(exc).split(': ', 1)[-1]})\n")
+    if not any(r.startswith("parser ") for r in reports):
+        raise UserError(f"{path}: no parser takes any of its {len(streams)} streams")
     return "\n".join(reports)
 
 

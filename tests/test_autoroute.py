@@ -140,8 +140,10 @@ def test_check_says_why_no_parser_fits(tmp_path: Path) -> None:
 
 
 def test_check_reads_a_compose_file_per_service_as_watch_does(tmp_path: Path) -> None:
-    """docker compose logs of two services: check routes and reports each service by itself."""
+    """docker compose logs of two services: check routes and reports each service by itself, and says
+    which lines no parser takes (compose's 'Attaching to') without failing."""
     (tmp_path / "stack.log").write_text(
+        "Attaching to api-1, ui-1\n"
         'api-1  | INFO:     10.0.0.5:51234 - "POST /openai/v1/chat/completions HTTP/1.1" 200 OK\n'
         "ui-1   | Listening on http://0.0.0.0:3000\n"
         'api-1  | INFO:     10.0.0.5:51236 - "GET /openai/v1/models HTTP/1.1" 200 OK\n')
@@ -152,6 +154,7 @@ def test_check_reads_a_compose_file_per_service_as_watch_does(tmp_path: Path) ->
                      "parser ui (entry point logmetrics_parsers.ui"], out.stdout
     assert "[service api-1]: 2 lines, 2 records, 2 matched" in out.stdout
     assert "[service ui-1]: 1 lines, 1 records, 1 matched" in out.stdout
+    assert out.stdout.startswith("no parser on stack.log: 1 line, counted unmatched (")  # compose's own line
 
 
 def test_check_says_how_many_series_it_does_not_list(tmp_path: Path) -> None:
