@@ -140,7 +140,7 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = path
         self._con: sqlite3.Connection | None = None
-        self._positions: dict[str, Position] = {}  # as last committed, by stream
+        self._positions: dict[str, Position] = {}  # as last committed, by file ("dev:ino")
         self._streams: dict[str, str] = {}  # the JSON last committed, by key
         self._ids: dict[Key, int] = {}  # the row of each series committed
         self._next = self._pending_next = 0  # the id of the next new series (committed, in the transaction)
@@ -187,8 +187,10 @@ class Journal:
 
     def _write(self, con: sqlite3.Connection, delta: Delta, full: bool) -> bool:
         dumps = orjson.dumps
-        positions = {p.stream: p for p in delta.positions}
-        moved = [p for s, p in positions.items() if self._positions.get(s) != p]
+        # by file, not by stream: a rotated stream has two files open for a while (the one drained
+        # and its successor), and both positions must survive a restart
+        positions = {f"{p.dev}:{p.ino}": p for p in delta.positions}
+        moved = [(k, p) for k, p in positions.items() if self._positions.get(k) != p]
         gone_positions = [(s,) for s in self._positions if s not in positions]
         streams = {k: json.dumps(v, separators=(",", ":")) for k, v in delta.streams.items()}  # (raises on a
         streams = {k: v for k, v in streams.items() if self._streams.get(k) != v}  # state that is not JSON)
@@ -210,7 +212,7 @@ class Journal:
             self._series(con, ids, "histograms", [(key, (dumps(b).decode(), total, n))
                                                   for key, b, total, n in store.histograms])
             con.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)",
-                            [(p.stream, json.dumps(position_row(p), separators=(",", ":"))) for p in moved])
+                            [(k, json.dumps(position_row(p), separators=(",", ":"))) for k, p in moved])
             con.executemany("DELETE FROM positions WHERE key = ?", gone_positions)
             con.executemany("INSERT OR REPLACE INTO streams VALUES (?, ?)", list(streams.items()))
             con.executemany("DELETE FROM streams WHERE key = ?", gone_streams)

@@ -64,6 +64,36 @@ def test_lines_of_a_file_deleted_before_a_kill_are_counted(tmp_path: Path) -> No
         assert srv.stop() == 0
 
 
+def test_a_rotated_file_and_its_successor_both_keep_their_positions_across_a_kill(tmp_path: Path) -> None:
+    """A kill while a rotated file is still drained beside its successor: both positions were
+    committed (one per file, not per stream), so the successor is not read again from its start."""
+    d, state = tmp_path / "logs", tmp_path / "state.db"
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    args = (str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    srv = Server(*args)
+    try:
+        write_and_commit(srv, d / "vllm.log", lines(100))
+    finally:
+        kill(srv)
+    (d / "vllm.log").rename(d / "vllm.log.1")  # rotated while down
+    (d / "vllm.log").write_text(lines(50, 100))
+    srv = Server(*args)
+    try:  # both files are read on; the rotated one stays open (drained) for 5 s more
+        srv.wait_for(lambda s: total(s, "http_requests_total") == 150 and total(s, "logmetrics_open_files") == 2
+                     and total(s, "logmetrics_state_commits_total") >= 2)
+    finally:
+        kill(srv)
+    append(d / "vllm.log", lines(5, 150))
+    srv = Server(*args)
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 155)
+        assert total(got, "logmetrics_lines_read_total") == 5  # the new lines only: nothing read again
+        assert total(got, "http_requests_total") == 155
+    finally:
+        assert srv.stop() == 0
+
+
 def test_a_record_held_back_across_a_kill_counts_once_whole(tmp_path: Path) -> None:
     """A traceback whose first lines were read (and held back, uncounted) when the kill came: after
     the restart its last lines join them and it counts as one error of the right kind."""
