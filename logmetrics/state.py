@@ -83,6 +83,9 @@ def _read(path: str) -> tuple[Any, float | None]:
             try:
                 return journal.read(path), mtime
             except sqlite3.Error as exc:
+                if "locked" in str(exc):  # another process holds it (through another name: a link)
+                    raise StateError("in use by another logmetrics or program (the database is locked); two "
+                                     "processes cannot share one state file") from None
                 raise StateError(f"not a readable state database ({str(exc)[:80]})", check(None, mtime).state) \
                     from None
         with open(path, "rb") as f:
@@ -126,7 +129,7 @@ class StateLock:
     """An exclusive lock on ``<path>.lock``, held for the life of the process (``flock``)."""
 
     def __init__(self, path: str) -> None:
-        self.path = f"{path}.lock"
+        self.path = f"{os.path.realpath(path)}.lock"  # one lock whatever symlink names the file
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

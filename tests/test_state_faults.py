@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from logmetrics import state as st
 from tests.helpers import Server, access_line, append, total
 
@@ -160,6 +162,24 @@ def test_a_second_process_cannot_use_the_same_state_file(tmp_path: Path) -> None
                               "--state-file", str(state), str(d)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2
         assert out.stderr.count("\n") == 1 and f"pid {srv.proc.pid}" in out.stderr
+    finally:
+        assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_second_process_cannot_use_the_state_file_through_a_link(tmp_path: Path, link: str) -> None:
+    """A second logmetrics given a symbolic or hard link to a state file in use exits 2, and the
+    state file and its link are left alone (not set aside as damaged)."""
+    d, state, alias = tmp_path / "logs", tmp_path / "state.db", tmp_path / "alias.db"
+    d.mkdir()
+    srv = Server(str(d), "--state-file", str(state), *ARGS)
+    try:
+        (alias.symlink_to if link == "symlink" else alias.hardlink_to)(state)
+        out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0",
+                              "--state-file", str(alias), str(d)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert "in use by another logmetrics" in out.stderr and out.stderr.count("\n") == 1
+        assert sorted(p.name for p in tmp_path.glob("*.bad-*")) == []
     finally:
         assert srv.stop() == 0
 
