@@ -1,0 +1,323 @@
+"""The randomized fault suite's harness: a writer appends numbered uvicorn access lines to several
+files while the plan's faults happen (``tests.fault_plan``), with one logmetrics process (started
+again after each kill, on the same --state-file) following a session of trials.
+
+Each trial writes into its own directory under the watched one, so its files are sources of their
+own (the source of a rotated file is the path of the stream it belongs to), and its counts are
+``http_requests_total`` per source. The counts of a session's earlier trials must not move either.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.fault_plan import LOST_COUNTER, Fault, Plan, Verdict, make_plan
+
+LINE = 'INFO:     127.0.0.1:{} - "GET /v1/models HTTP/1.1" 200 OK\n'
+ARGS = ("--parser", "vllm", "--poll-interval", "0.05")
+TICK = 0.01  # seconds between the writer's batches
+EARLIER = "of an earlier trial"
+_SAMPLE = re.compile(r'^(\w+)\{(?:[^}]*,)?source="([^"]*)"[^}]*\} (\S+)$', re.M)
+
+Counts = dict[tuple[str, str], float]  # (family, source) -> value summed over other labels
+
+
+class Logmetrics:
+    """One 'logmetrics watch' on ``root`` with ``state``; started again by ``restart``."""
+
+    def __init__(self, root: Path, state: Path, log: Path) -> None:
+        self.root, self.state, self.log = root, state, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.start()
+
+    def start(self) -> None:
+        """Start and wait for the address it serves on."""
+        with open(self.log, "ab") as err:
+            at = err.tell()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", str(self.root),
+                 "--state-file", str(self.state), *ARGS],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(self.log, "rb") as f:
+                f.seek(at)
+                text = f.read().decode(errors="replace")
+            if "serving metrics at " in text:
+                self.url = text.split("serving metrics at ", 1)[1].split()[0]
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        raise AssertionError(f"logmetrics did not start: {text[-500:]!r}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` and wait; the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def counts(self, timeout: float = 10.0) -> Counts:
+        """Per (family, source), the sum of its samples; retried while the server cannot answer (out
+        of descriptors, say) until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as resp:
+                    text = resp.read().decode()
+                break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        out: Counts = {}
+        for name, source, value in _SAMPLE.findall(text):
+            out[(name, source)] = out.get((name, source), 0.0) + float(value)
+        return out
+
+    def limit_files(self, free: int) -> None:
+        """Lower the process' open-file (soft) limit to its open descriptors + ``free``."""
+        assert self.proc is not None
+        n = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        hard = resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE, (n + free, hard))
+
+    def unlimit_files(self) -> None:
+        """Give the open-file limit back (logmetrics raises it to the hard limit at start)."""
+        assert self.proc is not None
+        hard = resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Writer(threading.Thread):
+    """Appends numbered lines to ``paths`` at ``rate`` lines/s in all; a fault holds ``lock``, so it
+    happens between two whole batches, and ``reopen`` makes the writer open the path again."""
+
+    def __init__(self, paths: list[Path], rate: int) -> None:
+        super().__init__(daemon=True)
+        self.paths, self.rate = paths, rate
+        self.lock = threading.Lock()
+        self.written = [0] * len(paths)
+        self.fds: list[int | None] = [None] * len(paths)
+        self.halt = threading.Event()
+
+    def reopen(self, i: int, create: bool = True) -> None:
+        """Close file ``i`` and open (or create) its path again, as a logger does after a rotation.
+        Call with ``lock`` held."""
+        fd = self.fds[i]
+        if fd is not None:
+            os.close(fd)
+        self.fds[i] = os.open(self.paths[i], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if create else None
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        done = 0
+        while not self.halt.wait(TICK):
+            want = int(self.rate * (time.monotonic() - t0))
+            with self.lock:
+                for n in range(done, want):
+                    i = n % len(self.paths)
+                    fd = self.fds[i]
+                    if fd is None:
+                        self.reopen(i)
+                        fd = self.fds[i]
+                        assert fd is not None
+                    os.write(fd, LINE.format(self.written[i]).encode())
+                    self.written[i] += 1
+            done = max(done, want)
+
+    def finish(self) -> None:
+        """Stop and close every file."""
+        self.halt.set()
+        self.join()
+        with self.lock:
+            for i in range(len(self.paths)):
+                self.reopen(i, create=False)
+
+
+def _shift(path: Path, keep: int = 3) -> None:
+    """logrotate's numbered shift: x.log.<keep> removed, each x.log.<n> renamed x.log.<n+1>."""
+    Path(f"{path}.{keep}").unlink(missing_ok=True)
+    for n in range(keep - 1, 0, -1):
+        if Path(f"{path}.{n}").exists():
+            os.rename(f"{path}.{n}", f"{path}.{n + 1}")
+
+
+class Trial:
+    """One plan's files, writer and faults, under ``logs`` (watched) and ``targets`` (not)."""
+
+    def __init__(self, plan: Plan, logs: Path, targets: Path) -> None:
+        self.plan = plan
+        self.dir = logs / f"t{plan.seed}"
+        self.targets = targets / f"t{plan.seed}"
+        self.dir.mkdir(parents=True)
+        self.targets.mkdir(parents=True)
+        self.paths = [self.dir / f"f{i}.log" for i in range(plan.files)]
+        self.serial = 0
+        if plan.symlinked:
+            self.paths[0].symlink_to(self._new_target())
+        for p in self.paths:
+            p.touch()
+        self.writer = Writer(self.paths, plan.rate)
+        self.notes: list[str] = []
+
+    def _new_target(self) -> Path:
+        self.serial += 1
+        target = self.targets / f"f0-{self.serial}.log"
+        target.touch()
+        return target
+
+    def file_fault(self, fault: Fault, lm: Logmetrics) -> None:
+        """A fault on one file (not a kill), made while the writer waits."""
+        path = self.paths[fault.file]
+        self.serial += 1
+        with self.writer.lock:
+            if fault.kind == "rename":
+                os.rename(path, f"{path}-{self.serial}")
+            elif fault.kind == "shift":
+                _shift(path)
+                os.rename(path, f"{path}.1")
+            elif fault.kind == "copytruncate":
+                shutil.copyfile(path, f"{path}-{self.serial}")
+                os.truncate(path, 0)
+            elif fault.kind == "delete":
+                path.unlink()
+            elif fault.kind == "symlink":
+                tmp = self.targets / "link"  # made outside the watched directory, moved in at once
+                tmp.symlink_to(self._new_target())
+                os.replace(tmp, path)
+            elif fault.kind == "fdlimit":
+                lm.limit_files(int(fault.arg))
+            self.writer.reopen(fault.file)
+
+    def source(self, i: int) -> str:
+        """The source label of file ``i``."""
+        return str(self.paths[i])
+
+
+def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2,
+                report: Callable[[Verdict], None] | None = None) -> list[Verdict]:
+    """Run the trials of ``seeds`` one after another with one logmetrics (restarted by kills) and one
+    state file; each trial's verdict, also handed to ``report`` as it comes."""
+    verdicts: list[Verdict] = []
+    with tempfile.TemporaryDirectory(prefix="lm-faults-") as tmp:
+        root = Path(tmp)
+        logs, targets = root / "logs", root / "targets"
+        logs.mkdir()
+        lm = Logmetrics(logs, root / "state.json", root / "stderr.log")
+        before: Counts = {}
+        try:
+            for seed in seeds:
+                plan = make_plan(seed, kinds, max_kills)
+                try:
+                    verdict, before = _trial(plan, lm, logs, targets, before)
+                except (OSError, AssertionError) as err:  # the trial could not run: a failure of its own
+                    verdict = Verdict(plan, [], [], [], [f"the trial broke off: {err!r}"])
+                    if lm.proc is not None and lm.proc.poll() is not None:
+                        lm.start()
+                if any(EARLIER in note for note in verdict.notes):
+                    verdict.notes.append(f"replay the session: scripts/fault-trials --first-seed {seeds[0]} "
+                                         f"--trials {len(seeds)} --per-process {len(seeds)} --kinds {','.join(kinds)}")
+                verdicts.append(verdict)
+                if report is not None:
+                    report(verdict)
+        finally:
+            code = lm.stop()
+        if code != 0 and verdicts:
+            verdicts[-1].notes.append(f"exit code {code} at the end")
+    return verdicts
+
+
+def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts) -> tuple[Verdict, Counts]:
+    """One trial on the running ``lm``: its verdict and the last counts."""
+    trial = Trial(plan, logs, targets)
+    declared = [0.0] * plan.files
+    limited = False
+    t0 = time.monotonic()
+    trial.writer.start()
+    try:
+        for fault in plan.faults:
+            wait = t0 + fault.at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # the plan's time of the fault, not a barrier
+            if fault.kind in ("sigkill", "sigterm"):
+                _add_declared(trial, lm, declared)
+                code = lm.stop(signal.SIGKILL if fault.kind == "sigkill" else signal.SIGTERM)
+                if fault.kind == "sigterm" and code != 0:
+                    trial.notes.append(f"exit code {code} after SIGTERM")
+                time.sleep(fault.arg)  # down for the plan's time while the writer goes on
+                lm.start()
+                limited = False
+            else:
+                trial.file_fault(fault, lm)
+                limited = limited or fault.kind == "fdlimit"
+        wait = t0 + plan.duration - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+    finally:
+        trial.writer.finish()
+        if limited:
+            lm.unlimit_files()
+    got = _settle(trial, lm, declared)
+    for key, value in before.items():
+        if got.get(key, 0.0) != value and key[0] != LOST_COUNTER:
+            trial.notes.append(f"{key[0]}{{source={key[1]!r}}} {EARLIER} went {value:g} -> {got.get(key, 0):g}")
+    counted = [got.get(("http_requests_total", trial.source(i)), 0.0) for i in range(plan.files)]
+    streams = {trial.source(i) for i in range(plan.files)}
+    for (name, source), value in got.items():
+        if name == "http_requests_total" and source.startswith(f"{trial.dir}/") and source not in streams:
+            trial.notes.append(f"{value:g} counted under source {os.path.basename(source)!r}, no stream of its own")
+            counted[0] += value  # counted beyond what was written, whichever file it came from
+    total = [d + got.get((LOST_COUNTER, trial.source(i)), 0.0) for i, d in enumerate(declared)]
+    mine = {k: v for k, v in got.items() if k[0] == "http_requests_total"}
+    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes), mine | {
+        k: v for k, v in before.items() if k not in mine}
+
+
+def _add_declared(trial: Trial, lm: Logmetrics, declared: list[float]) -> None:
+    """Before a kill: add what this run of logmetrics declared lost (its logmetrics_* counters start
+    again from 0 with the next one)."""
+    try:
+        got = lm.counts(timeout=2.0)
+    except OSError:
+        trial.notes.append("no scrape before a kill: a declared loss may be missed")
+        return
+    for i in range(trial.plan.files):
+        declared[i] += got.get((LOST_COUNTER, trial.source(i)), 0.0)
+
+
+def _settle(trial: Trial, lm: Logmetrics, declared: list[float]) -> Counts:
+    """Scrape until every file is counted exactly, or until nothing moved for 1 s (then the counts
+    are what they will stay), at most 20 s."""
+    deadline = time.monotonic() + 20
+    last: Counts = {}
+    still = time.monotonic()
+    while True:
+        got = lm.counts()
+        exact = all(got.get(("http_requests_total", trial.source(i)), 0.0)
+                    == w - declared[i] - got.get((LOST_COUNTER, trial.source(i)), 0.0)
+                    for i, w in enumerate(trial.writer.written))
+        if got != last:
+            last, still = got, time.monotonic()
+        if exact or time.monotonic() - still >= 1.0 or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
