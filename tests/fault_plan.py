@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 KINDS = ("rename", "shift", "copytruncate", "delete", "symlink", "fdlimit", "sigkill", "sigterm")
 KILLS = frozenset({"sigkill", "sigterm"})
 
-# Fault kinds that the state and identity fixes under way have yet to make exact, with the defect of
-# issue 8 they hit; the normal test command runs the others, scripts/fault-trials runs them all.
-PENDING: dict[str, int] = {}
+# Fault kinds that trials still find inexact, with what goes wrong; the normal test command runs the
+# others, scripts/fault-trials runs them all. Alone, a SIGKILL is exact; with a rotation, delete or
+# symlink flip in the same trial, lines are lost or counted twice.
+PENDING: dict[str, str] = {
+    "sigkill": "issue 8, defects 2 and 4: files deleted, renamed over or re-linked since the last save",
+    "copytruncate": "a copy made between the truncation check and the directory scan is read again as a new file",
+}
 
 LOST_COUNTER = "logmetrics_lines_lost_total"  # lines declared lost, by source; absent counts as 0
 
@@ -52,6 +56,7 @@ class Plan:
 
     seed: int
     kinds: tuple[str, ...]
+    max_kills: int
     files: int
     rate: int
     duration: float
@@ -65,7 +70,7 @@ class Plan:
 
     def replay(self) -> str:
         """The command that runs this plan again."""
-        return f"scripts/fault-trials --seed {self.seed} --kinds {','.join(self.kinds)}"
+        return f"scripts/fault-trials --seed {self.seed} --kinds {','.join(self.kinds)} --max-kills {self.max_kills}"
 
 
 def make_plan(seed: int, kinds: tuple[str, ...], max_kills: int = 2) -> Plan:
@@ -100,7 +105,7 @@ def make_plan(seed: int, kinds: tuple[str, ...], max_kills: int = 2) -> Plan:
         elif kind == "fdlimit":
             arg = float(rnd.randint(3, 6))  # descriptors left free
         faults.append(Fault(at, kind, target, arg))
-    return Plan(seed, tuple(kinds), files, rate, duration, symlinked, tuple(faults))
+    return Plan(seed, tuple(kinds), max_kills, files, rate, duration, symlinked, tuple(faults))
 
 
 @dataclass

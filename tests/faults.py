@@ -26,7 +26,8 @@ from pathlib import Path
 
 from tests.fault_plan import LOST_COUNTER, Fault, Plan, Verdict, make_plan
 
-LINE = 'INFO:     127.0.0.1:{} - "GET /v1/models HTTP/1.1" 200 OK\n'
+LINE = 'INFO:     {}:{} - "GET /v1/models HTTP/1.1" 200 OK\n'  # client address, line number
+ALIKE = "127.0.0.1"  # the client of every file with ``alike``: all files then start with the same bytes
 ARGS = ("--parser", "vllm", "--poll-interval", "0.05")
 TICK = 0.01  # seconds between the writer's batches
 EARLIER = "of an earlier trial"
@@ -112,9 +113,10 @@ class Writer(threading.Thread):
     """Appends numbered lines to ``paths`` at ``rate`` lines/s in all; a fault holds ``lock``, so it
     happens between two whole batches, and ``reopen`` makes the writer open the path again."""
 
-    def __init__(self, paths: list[Path], rate: int) -> None:
+    def __init__(self, paths: list[Path], rate: int, clients: list[str] | None = None) -> None:
         super().__init__(daemon=True)
         self.paths, self.rate = paths, rate
+        self.clients = clients or [ALIKE] * len(paths)
         self.lock = threading.Lock()
         self.written = [0] * len(paths)
         self.fds: list[int | None] = [None] * len(paths)
@@ -141,7 +143,7 @@ class Writer(threading.Thread):
                         self.reopen(i)
                         fd = self.fds[i]
                         assert fd is not None
-                    os.write(fd, LINE.format(self.written[i]).encode())
+                    os.write(fd, LINE.format(self.clients[i], self.written[i]).encode())
                     self.written[i] += 1
             done = max(done, want)
 
@@ -165,7 +167,7 @@ def _shift(path: Path, keep: int = 3) -> None:
 class Trial:
     """One plan's files, writer and faults, under ``logs`` (watched) and ``targets`` (not)."""
 
-    def __init__(self, plan: Plan, logs: Path, targets: Path) -> None:
+    def __init__(self, plan: Plan, logs: Path, targets: Path, alike: bool = False) -> None:
         self.plan = plan
         self.dir = logs / f"t{plan.seed}"
         self.targets = targets / f"t{plan.seed}"
@@ -177,7 +179,9 @@ class Trial:
             self.paths[0].symlink_to(self._new_target())
         for p in self.paths:
             p.touch()
-        self.writer = Writer(self.paths, plan.rate)
+        seed = plan.seed % 65536
+        clients = None if alike else [f"10.{i}.{seed >> 8}.{seed & 255}" for i in range(plan.files)]
+        self.writer = Writer(self.paths, plan.rate, clients)
         self.notes: list[str] = []
 
     def _new_target(self) -> Path:
@@ -214,10 +218,12 @@ class Trial:
         return str(self.paths[i])
 
 
-def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2,
+def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2, alike: bool = False,
                 report: Callable[[Verdict], None] | None = None) -> list[Verdict]:
     """Run the trials of ``seeds`` one after another with one logmetrics (restarted by kills) and one
-    state file; each trial's verdict, also handed to ``report`` as it comes."""
+    state file; each trial's verdict, also handed to ``report`` as it comes. Each file's lines start
+    with bytes of its own, unless ``alike`` (then every file of every trial starts with the same
+    bytes, as the start-up banners of one backend do; the files of each trial are named alike)."""
     verdicts: list[Verdict] = []
     with tempfile.TemporaryDirectory(prefix="lm-faults-") as tmp:
         root = Path(tmp)
@@ -229,14 +235,16 @@ def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2,
             for seed in seeds:
                 plan = make_plan(seed, kinds, max_kills)
                 try:
-                    verdict, before = _trial(plan, lm, logs, targets, before)
+                    verdict, before = _trial(plan, lm, logs, targets, before, alike)
                 except (OSError, AssertionError) as err:  # the trial could not run: a failure of its own
                     verdict = Verdict(plan, [], [], [], [f"the trial broke off: {err!r}"])
                     if lm.proc is not None and lm.proc.poll() is not None:
                         lm.start()
                 if any(EARLIER in note for note in verdict.notes):
                     verdict.notes.append(f"replay the session: scripts/fault-trials --first-seed {seeds[0]} "
-                                         f"--trials {len(seeds)} --per-process {len(seeds)} --kinds {','.join(kinds)}")
+                                         f"--trials {len(seeds)} --per-process {len(seeds)} --kinds {','.join(kinds)} "
+                                         f"--max-kills {max_kills}"
+                                         + (" --alike" if alike else ""))
                 verdicts.append(verdict)
                 if report is not None:
                     report(verdict)
@@ -247,9 +255,10 @@ def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2,
     return verdicts
 
 
-def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts) -> tuple[Verdict, Counts]:
+def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts,
+           alike: bool) -> tuple[Verdict, Counts]:
     """One trial on the running ``lm``: its verdict and the last counts."""
-    trial = Trial(plan, logs, targets)
+    trial = Trial(plan, logs, targets, alike)
     declared = [0.0] * plan.files
     limited = False
     t0 = time.monotonic()
