@@ -287,8 +287,8 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
         if limited:
             lm.unlimit_files()
     got = _settle(trial, lm, declared)
-    for key, value in before.items():
-        if got.get(key, 0.0) != value and key[0] != LOST_COUNTER:
+    for key, value in before.items():  # the streams of the session's earlier trials
+        if got.get(key, 0.0) != value:
             trial.notes.append(f"{key[0]}{{source={key[1]!r}}} {EARLIER} went {value:g} -> {got.get(key, 0):g}")
     counted = [got.get(("http_requests_total", trial.source(i)), 0.0) for i in range(plan.files)]
     streams = {trial.source(i) for i in range(plan.files)}
@@ -297,9 +297,10 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
             trial.notes.append(f"{value:g} counted under source {os.path.basename(source)!r}, no stream of its own")
             counted[0] += value  # counted beyond what was written, whichever file it came from
     total = [d + got.get((LOST_COUNTER, trial.source(i)), 0.0) for i, d in enumerate(declared)]
-    mine = {k: v for k, v in got.items() if k[0] == "http_requests_total"}
-    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes), mine | {
-        k: v for k, v in before.items() if k not in mine}
+    # the streams' counts from now on: each change is reported once, by the trial it happened in
+    after = {key: got.get(key, 0.0) for key in before} | {
+        ("http_requests_total", source): got.get(("http_requests_total", source), 0.0) for source in streams}
+    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes), after
 
 
 def _add_declared(trial: Trial, lm: Logmetrics, declared: list[float]) -> None:
