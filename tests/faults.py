@@ -295,7 +295,9 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
     for (name, source), value in got.items():
         if name == "http_requests_total" and source.startswith(f"{trial.dir}/") and source not in streams:
             trial.notes.append(f"{value:g} counted under source {os.path.basename(source)!r}, no stream of its own")
-            counted[0] += value  # counted beyond what was written, whichever file it came from
+            name = os.path.basename(source)  # a file's rotated copy or renamed self: f1.log.1, f1.log-3
+            owner = next((i for i in range(plan.files) if name.startswith(f"f{i}.log")), 0)
+            counted[owner] += value  # counted beyond what was written
     total = [d + got.get((LOST_COUNTER, trial.source(i)), 0.0) for i, d in enumerate(declared)]
     # the streams' counts from now on: each change is reported once, by the trial it happened in
     after = {key: got.get(key, 0.0) for key in before} | {
