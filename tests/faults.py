@@ -229,7 +229,7 @@ def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2, al
         root = Path(tmp)
         logs, targets = root / "logs", root / "targets"
         logs.mkdir()
-        lm = Logmetrics(logs, root / "state.json", root / "stderr.log")
+        lm = Logmetrics(logs, root / "state.db", root / "stderr.log")
         before: Counts = {}
         try:
             for seed in seeds:
