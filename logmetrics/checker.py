@@ -20,7 +20,7 @@ from logmetrics.events import Event
 from logmetrics.layouts import Layouts
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, split_records
-from logmetrics.routing import route
+from logmetrics.routing import SNIFF_LINES, route_text
 from logmetrics.store import Store
 
 SHAPES = (
@@ -107,7 +107,7 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
 def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], entries: dict[str, ParserEntry],
                    *, parser: str | None, top: int) -> str:
     """The report on one stream's text."""
-    found = route(entries, parser, names, text.splitlines()[:200])
+    found = route_text(entries, parser, names, text, SNIFF_LINES)
     entry = found.entry
     if entry is None:
         raise UserError(f"{path}: {found.why}")

@@ -26,8 +26,8 @@ from logmetrics.events import Event
 from logmetrics.layouts import Layouts
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import MAX_RECORD_CHARS, Batch, Record, RecordAssembler, split_records
+from logmetrics.routing import SNIFF_LINES, WEAK_SNIFF_LINES, Route, route_text
 from logmetrics.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
-from logmetrics.routing import Route, route
 from logmetrics.routing import choose as choose  # re-exported: where it was defined before
 from logmetrics.sources import Chunk
 from logmetrics.store import Store, safe_label
@@ -47,7 +47,12 @@ HOLD_SECONDS = 0.25
 #: for at most this long and this many lines, then routed on what was seen (a busy vLLM server's
 #: log can start with hundreds of access lines that a gateway prints too, before its first stats line).
 WEAK_HOLD_SECONDS = 15.0
-WEAK_HOLD_LINES = 5000
+WEAK_HOLD_LINES = WEAK_SNIFF_LINES
+
+
+def stream_key(path: str, service: str | None) -> str:
+    """The key of a raw stream, or of one compose service (journald unit) inside it."""
+    return path if service is None else f"{path}\0{service}"
 
 
 @dataclass
@@ -74,7 +79,7 @@ class Engine:
     """Routes chunks to streams and parsers and applies the resulting events to the store."""
 
     def __init__(self, parsers: dict[str, ParserEntry], store: Store, *, parser: str | None = None,
-                 source: str | None = None, envelope: str = "auto", sniff_lines: int = 200,
+                 source: str | None = None, envelope: str = "auto", sniff_lines: int = SNIFF_LINES,
                  max_line_bytes: int = 1 << 20, lines_truncated: dict[str, int] | None = None,
                  labels: Sequence[StaticLabel] = (), hold: float = HOLD_SECONDS) -> None:
         self.parsers = parsers
@@ -115,10 +120,10 @@ class Engine:
     def idle(self, force: bool = False) -> None:
         """The input went quiet: the held-back records of streams quiet for ``hold`` seconds (of
         all streams, with ``force``) are complete now, and time-outs may be due."""
-        now = time.time()
-        quiet = time.monotonic() - self.hold
+        now, mono = time.time(), time.monotonic()
+        quiet = mono - self.hold
         for key, stream in self.streams.items():
-            if stream.weak and not stream.routed and time.monotonic() - stream.held_since >= WEAK_HOLD_SECONDS:
+            if stream.weak and not stream.routed and mono - stream.held_since >= WEAK_HOLD_SECONDS:
                 self._route(stream, final=False)  # waited long enough for a telling line
                 self._changed.add(key)
             if stream.assembler.pending and (force or stream.fed_at <= quiet):
@@ -183,12 +188,10 @@ class Engine:
             texts.setdefault(piece.service, []).append(piece.text)
         for service, text in texts.items():
             stream = self._stream(path, service)
-            self._changed.add(path if service is None else f"{path}\0{service}")
+            self._changed.add(stream_key(path, service))
             whole = "".join(text)
             if not stream.routed:
                 found = self._choose(stream, whole)
-                if found.weak:
-                    found = self._choose(stream, whole, WEAK_HOLD_LINES)
                 if found.entry is None:
                     continue
                 self._route_to(stream, found)
@@ -272,7 +275,7 @@ class Engine:
         return safe_label(layout.source if layout is not None else path)
 
     def _stream(self, path: str, service: str | None) -> Stream:
-        key = path if service is None else f"{path}\0{service}"
+        key = stream_key(path, service)
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = Stream(self.source_label(path, service), path)
@@ -302,7 +305,7 @@ class Engine:
 
     def _piece(self, path: str, piece: Piece) -> None:
         stream = self._stream(path, piece.service)
-        self._changed.add(path if piece.service is None else f"{path}\0{piece.service}")
+        self._changed.add(stream_key(path, piece.service))
         stream.time = piece.time
         self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
         self.store.set_self("logmetrics_last_line_timestamp_seconds", (stream.source,), piece.time)
@@ -317,16 +320,13 @@ class Engine:
 
     def _route(self, stream: Stream, *, final: bool) -> None:
         found = self._choose(stream)
-        held_bytes = sum(map(len, stream.held))
-        if not final and held_bytes < SNIFF_MAX_CHARS:
+        stream.weak = found.weak
+        if not final and sum(map(len, stream.held)) < SNIFF_MAX_CHARS:
             if found.entry is None and stream.held_lines < self.sniff_lines:
                 return
-            if found.weak:
-                found = self._choose(stream, window=WEAK_HOLD_LINES)  # a telling line further on?
-                stream.weak = found.weak
-                if (found.weak and stream.held_lines < WEAK_HOLD_LINES
-                        and time.monotonic() - stream.held_since < WEAK_HOLD_SECONDS):
-                    return
+            if (found.weak and stream.held_lines < WEAK_HOLD_LINES
+                    and time.monotonic() - stream.held_since < WEAK_HOLD_SECONDS):
+                return  # wait for a line that tells whose the stream is
         self._route_to(stream, found)
 
     def _route_to(self, stream: Stream, found: Route) -> None:
@@ -362,14 +362,10 @@ class Engine:
             return layout.names if stream.source == layout.source else (*layout.names, stream.source)
         return (os.path.basename(stream.path), stream.source, stream.path)
 
-    def _choose(self, stream: Stream, first: str | None = None, window: int = 0) -> Route:
-        """The route of ``stream`` from its names and its first ``window`` lines (``sniff_lines``)."""
-        names = self._names(stream)
-        window = window or self.sniff_lines
-        if first is None:
-            first = "".join(stream.held[:8] if window == self.sniff_lines else stream.held)
-        lines = first.split("\n", window)[:window]
-        return route(self.parsers, self.forced, names, lines)
+    def _choose(self, stream: Stream, first: str | None = None) -> Route:
+        """The route of ``stream`` from its names and its first lines (``first``, else what it holds)."""
+        text = "".join(stream.held) if first is None else first
+        return route_text(self.parsers, self.forced, self._names(stream), text, self.sniff_lines)
 
     def _text(self, stream: Stream, text: str, lines: int | None) -> None:
         if stream.parser is None:

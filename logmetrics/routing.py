@@ -17,9 +17,13 @@ from logmetrics.plugins import PLUGIN_ERRORS, ParserEntry
 log = logging.getLogger(__name__)
 
 SNIFF_MIN_SCORE = 0.3
+#: How many first lines of a stream its sniff looks at.
+SNIFF_LINES = 200
 #: A sniff score from which a stream is routed at once. Below it (lines any of several backends
 #: print, such as bare uvicorn access lines), the engine reads on for a telling line for a while.
 CONFIDENT = 0.5
+#: How many lines a weak sniff looks at again, for a line that tells whose the stream is.
+WEAK_SNIFF_LINES = 5000
 _SNIFF_FAILED: set[str] = set()  # parsers whose sniff raised, reported once each
 
 
@@ -71,6 +75,16 @@ def route(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str,
     best_seen = f"best: {ranked[0][1].name} {ranked[0][0]:.2f}" if ranked else "none scored"
     return Route(None, "none", score=0.0, why=f"no parser claims {tried} and no sniff scored above {SNIFF_MIN_SCORE} "
                                f"({best_seen}); name one with --parser NAME (see 'logmetrics parsers')")
+
+
+def route_text(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...], text: str,
+               window: int) -> Route:
+    """``route`` on the first ``window`` lines of ``text``; a weak sniff looks again at its first
+    ``WEAK_SNIFF_LINES`` lines (what ``watch`` and ``check`` both do)."""
+    found = route(parsers, forced, names, text.split("\n", window)[:window])
+    if found.weak and WEAK_SNIFF_LINES > window:
+        found = route(parsers, forced, names, text.split("\n", WEAK_SNIFF_LINES)[:WEAK_SNIFF_LINES])
+    return found
 
 
 def choose(parsers: dict[str, ParserEntry], forced: str | None, names: tuple[str, ...],
