@@ -11,7 +11,7 @@ import pytest
 
 from logmetrics import state as st
 from logmetrics.identity import FP_BYTES, fingerprint, is_fingerprint
-from logmetrics.sources import Position
+from logmetrics.sources import Chunk, FileTailer, Position
 from logmetrics.statecheck import check
 from tests.test_sources import Tail, append, data, drain, line, lines, streams
 from tests.test_sources import tail as tail  # tailers over real paths, closed after the test
@@ -55,17 +55,25 @@ def test_fingerprint_covers_the_bytes_just_before_an_offset(tmp_path: Path) -> N
     assert not is_fingerprint("0" * 31) and not is_fingerprint("G" * 32) and not is_fingerprint(5)
 
 
-def test_a_retired_file_missed_by_one_listing_is_not_read_again(tmp_path: Path, tail: Tail) -> None:
-    """A rotated file read to its end, missing from one listing (a rename racing it), is not read again."""
-    log = tmp_path / "b.log"
+def rotated(tmp_path: Path, tail: Tail, name: str, before: bytes,
+            after: bytes) -> tuple[FileTailer, Path, list[Chunk]]:
+    """A tailer (retiring drained files at once) that read ``before`` from ``name``, then saw it renamed
+    to ``name.1`` and a new ``name`` holding ``after``: the tailer, the path and the chunks read."""
+    log = tmp_path / name
     log.write_bytes(b"")
     t = tail(tmp_path, rotate_wait=0.0)
     t.poll()
-    append(log, lines(0, 10))
+    append(log, before)
     got = drain(t)
-    log.rename(tmp_path / "b.log.1")  # rotation; the old file is retired once drained
-    log.write_bytes(lines(10, 12))
+    log.rename(tmp_path / f"{name}.1")  # rotation; the old file is retired once drained
+    log.write_bytes(after)
     got += drain(t)
+    return t, log, got
+
+
+def test_a_retired_file_missed_by_one_listing_is_not_read_again(tmp_path: Path, tail: Tail) -> None:
+    """A rotated file read to its end, missing from one listing (a rename racing it), is not read again."""
+    t, log, got = rotated(tmp_path, tail, "b.log", lines(0, 10), lines(10, 12))
     got += drain(t)
     (tmp_path / "b.log.1").rename(tmp_path.parent / f"{tmp_path.name}-aside")  # gone from this listing
     got += drain(t)
@@ -78,15 +86,7 @@ def test_a_retired_file_missed_by_one_listing_is_not_read_again(tmp_path: Path, 
 
 def test_a_retired_files_inode_reused_by_a_new_file_is_read_as_new(tmp_path: Path, tail: Tail) -> None:
     """A new file that gets a retired file's inode, with as many bytes as were read of it, is read whole."""
-    log = tmp_path / "a.log"
-    log.write_bytes(b"")
-    t = tail(tmp_path, rotate_wait=0.0)
-    t.poll()
-    append(log, lines(200, 210))
-    got = drain(t)
-    log.rename(tmp_path / "a.log.1")
-    log.write_bytes(b"")
-    got += drain(t)
+    t, log, got = rotated(tmp_path, tail, "a.log", lines(200, 210), b"")
     old = tmp_path / "a.log.1"
     ino = os.stat(old).st_ino
     old.unlink()
@@ -98,15 +98,7 @@ def test_a_retired_files_inode_reused_by_a_new_file_is_read_as_new(tmp_path: Pat
 
 def test_a_retired_file_touched_is_not_read_again(tmp_path: Path, tail: Tail) -> None:
     """A retired file whose modification time changes but whose content does not gives no line."""
-    log = tmp_path / "a.log"
-    log.write_bytes(b"")
-    t = tail(tmp_path, rotate_wait=0.0)
-    t.poll()
-    append(log, lines(0, 5))
-    got = drain(t)
-    log.rename(tmp_path / "a.log.1")
-    log.write_bytes(b"")
-    got += drain(t)
+    t, log, got = rotated(tmp_path, tail, "a.log", lines(0, 5), b"")
     os.utime(tmp_path / "a.log.1", (time.time() + 5, time.time() + 5))
     got += drain(t)
     append(tmp_path / "a.log.1", line(5))  # a writer that still had it open
