@@ -115,6 +115,9 @@ class Verdict:
     counted: list[float]
     declared: list[float]
     notes: list[str] = field(default_factory=list)  # other failures: exit codes, earlier trials changed
+    #: lines counted, but under a rotated file's own name instead of its stream's (a label split:
+    #: the counts are exact). An open defect, reported apart: see counts_exact
+    splits: list[str] = field(default_factory=list)
 
     def rows(self) -> list[tuple[int, float, float]]:
         """Per file: (written, counted, declared lost)."""
@@ -133,11 +136,16 @@ class Verdict:
 
     @property
     def exact(self) -> bool:
-        """Every file counted exactly, and nothing else went wrong."""
+        """Every file counted exactly under its own stream, and nothing else went wrong."""
+        return self.counts_exact and not self.splits
+
+    @property
+    def counts_exact(self) -> bool:
+        """Every line counted once (some maybe under a rotated file's own name), nothing else wrong."""
         return not self.lost and not self.extra and not self.notes
 
     def __str__(self) -> str:
         files = ", ".join(f"file {i}: wrote {w} counted {c:g} declared lost {d:g}"
                           for i, (w, c, d) in enumerate(self.rows()))
-        notes = "".join(f"; {n}" for n in self.notes)
+        notes = "".join(f"; {n}" for n in (*self.notes, *self.splits))
         return f"{self.plan}\n  {files}{notes}\n  replay: {self.plan.replay()}"

@@ -183,6 +183,7 @@ class Trial:
         clients = None if alike else [f"10.{i}.{seed >> 8}.{seed & 255}" for i in range(plan.files)]
         self.writer = Writer(self.paths, plan.rate, clients)
         self.notes: list[str] = []
+        self.splits: list[str] = []  # lines counted under a rotated file's own name (Verdict.splits)
 
     def _new_target(self) -> Path:
         self.serial += 1
@@ -294,7 +295,7 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
     streams = {trial.source(i) for i in range(plan.files)}
     for (name, source), value in got.items():
         if name == "http_requests_total" and source.startswith(f"{trial.dir}/") and source not in streams:
-            trial.notes.append(f"{value:g} counted under source {os.path.basename(source)!r}, no stream of its own")
+            trial.splits.append(f"{value:g} counted under source {os.path.basename(source)!r}, no stream of its own")
             name = os.path.basename(source)  # a file's rotated copy or renamed self: f1.log.1, f1.log-3
             owner = next((i for i in range(plan.files) if name.startswith(f"f{i}.log")), 0)
             counted[owner] += value  # counted beyond what was written
@@ -302,7 +303,7 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
     # the streams' counts from now on: each change is reported once, by the trial it happened in
     after = {key: got.get(key, 0.0) for key in before} | {
         ("http_requests_total", source): got.get(("http_requests_total", source), 0.0) for source in streams}
-    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes), after
+    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes, trial.splits), after
 
 
 def _add_declared(trial: Trial, lm: Logmetrics, declared: list[float]) -> None:
