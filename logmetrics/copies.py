@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from logmetrics.tailfile import TailFile, read_head
 
@@ -23,6 +25,7 @@ COPY_WAIT = 10.0  # seconds a look-alike of a followed file waits for the trunca
 TAIL_CHECK = 256  # bytes compared at the end of a presumed copy with the original at the same place
 _COPY_SUFFIX = re.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
 _DATE_BEFORE_EXT = re.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -70,6 +73,13 @@ def copy_name(path: str, original: str) -> bool:
     if not ext or not name.endswith(ext) or not name.startswith(stem):
         return False
     return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
+
+
+def nearest_first(path: str, streams: list[_T], stream: Callable[[_T], str]) -> list[_T]:
+    """``streams`` with those in ``path``'s own directory first: logs of the same name sit in many
+    directories (``0.log`` of every container), and logrotate keeps a copy beside its original."""
+    here = os.path.dirname(path)
+    return sorted(streams, key=lambda s: os.path.dirname(stream(s)) != here)
 
 
 def starts_like(head: bytes, original: bytes) -> bool:

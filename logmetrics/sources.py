@@ -26,7 +26,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from logmetrics.copies import COPY_WAIT, Cut, Known, copy_name, is_copy, same_tail, starts_like, still_copy
+from logmetrics.copies import (
+    COPY_WAIT,
+    Cut,
+    Known,
+    copy_name,
+    is_copy,
+    nearest_first,
+    same_tail,
+    starts_like,
+    still_copy,
+)
 from logmetrics.descriptors import Descriptors, out_of_descriptors
 from logmetrics.identity import forget_absent, same_file
 from logmetrics.tailfile import (
@@ -101,6 +111,10 @@ class Position:
     head: bytes  # the file's first bytes then: the same content must start with them
     offset: int  # the start of the first line not yet handed out
     fp: str | None = None  # its fingerprint at ``offset`` (``logmetrics.identity``); None: not known
+
+
+def _stream(item: Cut | TailFile | Position) -> str:
+    return item.stream
 
 
 def _validate(path: str, wait_for_missing: bool) -> bool:
@@ -343,8 +357,11 @@ class FileTailer:
                 original = self._files.get(self._active.get(known.stream, (-1, -1)))
                 if still_copy(path, known, original, size, self._copy_wait):
                     return  # still a copy of what was (or is being) read from its original
-                del self._known[ident]  # not a copy after all: a new file
-                known, proven_new = None, True
+                del self._known[ident]  # not a copy of that file after all
+                # No truncation came in time: a new file. Or its content parted from that file's (a copy
+                # seen empty, as cp creates it, looks like any file): it may still be another one's copy.
+                proven_new = time.monotonic() - known.since >= self._copy_wait
+                known = None
             elif size == known.offset and st.st_mtime_ns == known.mtime_ns:
                 return  # retired, and unchanged since it was last found the same
         if self._first:
@@ -365,12 +382,13 @@ class FileTailer:
                 return
             # else another file under its inode (deleted, and the inode reused), or written over: new
         if not self._first and not proven_new and ident not in self._start_at_end:
-            for cut in cuts:  # logrotate's copy of a file just truncated: holds what we had not read yet
+            for cut in nearest_first(path, cuts, _stream):  # logrotate's copy of a file just truncated:
+                # it holds what we had not read yet
                 if is_copy(head, cut.head) and copy_name(path, cut.stream):
                     cuts.remove(cut)
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
                     return
-            for f in self._files.values():
+            for f in nearest_first(path, list(self._files.values()), _stream):
                 if f.draining or not copy_name(path, f.stream):  # no size test: the original may be
                     continue  # longer now than at its last look, or cut since (the content decides)
                 if starts_like(head, f.head) and same_tail(fd, f, size):
@@ -428,7 +446,8 @@ class FileTailer:
                 self._follow_resumed(fd, ident, head, path, path, 0, size)
                 return True
             # elsewhere, another file that got the saved file's inode after it was deleted: a new file
-        for pos in self._resume.values():  # logrotate's copy of a saved file, made while we were down
+        for pos in nearest_first(path, list(self._resume.values()), _stream):  # logrotate's copy of a saved
+            # file, made while we were down
             if is_copy(head, pos.head) and copy_name(path, pos.stream):
                 self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
                 return True

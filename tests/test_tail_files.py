@@ -373,3 +373,29 @@ def test_copytruncate_round_after_round_over_the_same_copy(tmp_path: Path, tail:
     assert sorted(data(got).splitlines(keepends=True)) == [line(i) for i in range(15)]
     assert streams(got) == {str(log)}
     assert t.stats.truncations[str(log)] == 3
+
+
+def test_a_copy_seen_empty_is_the_copy_of_the_file_beside_it(tmp_path: Path, tail: Tail) -> None:
+    """cp creates the copy empty: seen so, it matches any x.log; the x.log in its own directory is its original."""
+    a, b = tmp_path / "a" / "x.log", tmp_path / "b" / "x.log"
+    for path in (a, b):
+        path.parent.mkdir()
+        path.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(a, lines(0, 5))
+    append(b, lines(100, 105))
+    got += drain(t)
+    copy = b.parent / "x.log-1"
+    copy.write_bytes(b"")  # cp has created the copy, not written it yet
+    got += drain(t)
+    append(b, line(105))  # not read yet: only the copy will hold it
+    copy.write_bytes(b.read_bytes())
+    with open(b, "r+b") as fh:
+        fh.truncate(0)
+    append(b, line(106))
+    got += drain(t)
+    assert data(got, a) == lines(0, 5)
+    assert sorted(data(got, b).splitlines(keepends=True)) == [line(i) for i in range(100, 107)]
+    assert streams(got) == {str(a), str(b)}
+    assert t.stats.truncations[str(b)] == 1
