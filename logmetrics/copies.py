@@ -75,6 +75,15 @@ def copy_name(path: str, original: str) -> bool:
     return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
 
 
+def originals(path: str) -> list[str]:
+    """The paths in ``path``'s directory that it is named like a rotated copy of (``copy_name``)."""
+    here, name = os.path.split(path)
+    stem, ext = os.path.splitext(name)
+    cuts = [i for i, ch in enumerate(name) if ch in ".-_" and i]
+    out = [name[:i] for i in cuts] + [stem[:i] + ext for i in cuts if i < len(stem)]
+    return [os.path.join(here, o) for o in dict.fromkeys(out) if copy_name(path, os.path.join(here, o))]
+
+
 def nearest_first(path: str, streams: list[_T], stream: Callable[[_T], str]) -> list[_T]:
     """``streams`` with those in ``path``'s own directory first: logs of the same name sit in many
     directories (``0.log`` of every container), and logrotate keeps a copy beside its original."""

@@ -33,6 +33,7 @@ from logmetrics.copies import (
     copy_name,
     is_copy,
     nearest_first,
+    originals,
     same_tail,
     starts_like,
     still_copy,
@@ -117,6 +118,15 @@ def _stream(item: Cut | TailFile | Position) -> str:
     return item.stream
 
 
+def _ident_at(path: str) -> Ident | None:
+    """The identity of the file now at ``path``, None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _validate(path: str, wait_for_missing: bool) -> bool:
     """Check a PATH argument; False: it does not exist yet (and ``wait_for_missing`` says to wait)."""
     if is_glob(path):
@@ -183,6 +193,7 @@ class FileTailer:
         self._first = True
         self._vanished: list[str] = []  # streams whose last file was closed, not yet reported
         self._at_end: list[tuple[str, int]] = []  # files started at their end, and that offset, not yet reported
+        self._rotated: set[str] = set()  # streams found rotated in this poll's listing
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
         self._resumed_at: float | None = None  # when they were saved
         self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
@@ -306,6 +317,7 @@ class FileTailer:
         present: set[str] = set()
         idents: set[Ident] = set()
         self._walk_incomplete = False
+        self._rotated.clear()
         for path in discover(self._paths, self._walk_error):
             try:
                 st = os.stat(path)
@@ -339,6 +351,7 @@ class FileTailer:
         if current is not None and current != ident:  # replaced: drain the old one first
             self._drain(self._files[current])
             del self._active[path]
+            self._rotated.add(path)
         f = self._files.get(ident)
         if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
             if f.stream == path and path not in self._active:
@@ -405,8 +418,20 @@ class FileTailer:
             self._follow_from(fd, ident, head, path, at if at <= size else 0, size)
         elif not self._from_beginning and not proven_new and mtime < self._started - OLD_MARGIN:
             self._follow_from(fd, ident, head, path, size, size)  # there at start, but not seen then
+        elif (owner := self._rotated_into(path)) is not None:
+            # its stream was rotated twice between two looks: this file came and went at its path unseen
+            self._follow(fd, ident, head, path, owner, 0, size)
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _rotated_into(self, path: str) -> str | None:
+        """The stream that a new file at ``path`` was rotated out of unseen: one named as ``path``'s
+        original whose own file was replaced since the last look, else None (a file of its own)."""
+        for stream in originals(path):
+            ident = self._active.get(stream)
+            if stream in self._rotated or (ident is not None and _ident_at(stream) != ident):
+                return stream
+        return None
 
     def _follow_from(self, fd: int, ident: Ident, head: bytes, path: str, at: int, size: int) -> None:
         """Follow a file that was there at start from ``at`` (its end then), or from its start."""
@@ -451,8 +476,14 @@ class FileTailer:
             if is_copy(head, pos.head) and copy_name(path, pos.stream):
                 self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
                 return True
-        if path in {p.stream for p in self._resume.values()}:  # the successor of a rotated file
+        at_path = {p.stream: (p.dev, p.ino) for p in self._resume.values() if p.path == p.stream}
+        if path in at_path:  # the successor of a rotated file
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
+        for stream in originals(path):
+            if stream in at_path and _ident_at(stream) != at_path[stream]:
+                # written at the stream's path and rotated away while we were down
+                self._follow_resumed(fd, ident, head, path, stream, 0, size)
+                return True
         self._follow(fd, ident, head, path, path, 0, size, active=True)
         return True
 

@@ -26,9 +26,7 @@ KILLS = frozenset({"sigkill", "sigterm"})
 
 # Fault kinds that trials still find inexact, with what goes wrong; the normal test command runs the
 # others, scripts/fault-trials runs them all.
-PENDING: dict[str, str] = {
-    "copytruncate": "logrotate's copy is at times read again as a new file, counted under its own name",
-}
+PENDING: dict[str, str] = {}
 
 LOST_COUNTER = "logmetrics_lines_lost_total"  # lines declared lost, by source; absent counts as 0
 
@@ -116,7 +114,7 @@ class Verdict:
     declared: list[float]
     notes: list[str] = field(default_factory=list)  # other failures: exit codes, earlier trials changed
     #: lines counted, but under a rotated file's own name instead of its stream's (a label split:
-    #: the counts are exact). An open defect, reported apart: see counts_exact
+    #: the counts are exact, the series are not); reported apart, see counts_exact
     splits: list[str] = field(default_factory=list)
 
     def rows(self) -> list[tuple[int, float, float]]:

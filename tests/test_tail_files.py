@@ -399,3 +399,46 @@ def test_a_copy_seen_empty_is_the_copy_of_the_file_beside_it(tmp_path: Path, tai
     assert sorted(data(got, b).splitlines(keepends=True)) == [line(i) for i in range(100, 107)]
     assert streams(got) == {str(a), str(b)}
     assert t.stats.truncations[str(b)] == 1
+
+
+def _shift_twice(log: Path, first: int) -> None:
+    """logrotate's numbered shift twice before the next look: the file made between is never seen at ``log``."""
+    for n in range(2):
+        if log.with_name("x.log.1").exists():
+            os.rename(log.with_name("x.log.1"), log.with_name("x.log.2"))
+        os.rename(log, log.with_name("x.log.1"))
+        log.write_bytes(lines(first + 10 * n, first + 10 * n + 3))
+
+
+def test_a_file_rotated_out_unseen_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
+    """x.log shifted twice between two polls: the file that was at x.log meanwhile is read under x.log."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 3))
+    got += drain(t)
+    append(log, lines(3, 5))  # not read yet: read from x.log.2
+    _shift_twice(log, 100)
+    got += drain(t)
+    assert sorted(data(got, log).splitlines(keepends=True)) == sorted(
+        [line(i) for i in range(5)] + [line(i) for i in (100, 101, 102, 110, 111, 112)])
+    assert streams(got) == {str(log)}
+
+
+def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
+    """x.log shifted twice while logmetrics was down: every line is read once, all under x.log."""
+    log = tmp_path / "x.log"
+    log.write_bytes(lines(0, 3))
+    first = tail(tmp_path, from_beginning=True)
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time() - 1.0  # before any write below, by the clock
+    first.close()
+    append(log, lines(3, 5))
+    _shift_twice(log, 100)
+    second = tail(tmp_path)
+    second.resume(positions, saved_at)
+    got += drain(second)
+    assert sorted(data(got, log).splitlines(keepends=True)) == sorted(
+        [line(i) for i in range(5)] + [line(i) for i in (100, 101, 102, 110, 111, 112)])
+    assert streams(got) == {str(log)}
