@@ -109,6 +109,10 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_requests_timed_out_total", "counter", ("parser",),
        "Requests a parser counted as running from their start line whose finish line never came within "
        "its time-out: dropped from llm_requests_running so that the gauge never leaks."),
+    _f("logmetrics_bytes_lost_total", "counter", ("source",),
+       "Bytes known to have been written to a file and never read, because the file was deleted (while "
+       "closed for want of descriptors) or truncated with no copy of it found: a lower bound of the loss. "
+       "Warned once per source."),
     _f("logmetrics_read_errors_total", "counter", ("source",),
        "Files that could not be read (reported once each)."),
     _f("logmetrics_rotations_total", "counter", ("source",),

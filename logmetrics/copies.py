@@ -52,6 +52,7 @@ class Cut:
     offset: int
     pending: bytes
     since: float = 0.0  # when it was found: its copy may show up a few polls later (out of descriptors)
+    unread: int = 0  # bytes the file was known to hold past ``offset`` before the cut: lost if no copy comes
 
 
 def is_copy(head: bytes, original: bytes) -> bool:

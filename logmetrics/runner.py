@@ -79,6 +79,7 @@ def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Samp
                          ("logmetrics_rotations_total", stats.rotations),
                          ("logmetrics_truncations_total", stats.truncations),
                          ("logmetrics_read_errors_total", stats.read_errors),
+                         ("logmetrics_bytes_lost_total", stats.bytes_lost),
                          ("logmetrics_lag_bytes", stats.lag_bytes)):
         summed: dict[str, float] = {}  # several files may have one label (a container's 0.log and 1.log)
         for stream, v in list(values.items()):

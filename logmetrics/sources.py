@@ -79,6 +79,7 @@ class SourceStats:
     rotations: dict[str, int] = field(default_factory=dict)
     truncations: dict[str, int] = field(default_factory=dict)
     read_errors: dict[str, int] = field(default_factory=dict)
+    bytes_lost: dict[str, int] = field(default_factory=dict)
     open_files: int = 0
     files_waiting: int = 0
     lag_bytes: dict[str, int] = field(default_factory=dict)
@@ -255,6 +256,9 @@ class FileTailer:
         self._fds.new_poll()
         self._waiting = set()
         now = time.monotonic()
+        for cut in self._cuts:
+            if now - cut.since >= self._copy_wait and cut.unread:  # no copy came: what it held is gone
+                self._lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
         self._cuts = cuts = [c for c in self._cuts if now - c.since < self._copy_wait]
         self._check_open_files(cuts)
         self._scan(cuts)
@@ -284,6 +288,7 @@ class FileTailer:
                 self._check_cut(f, cuts)
 
     def _check_cut(self, f: TailFile, cuts: list[Cut]) -> None:
+        unread = max(0, f.size - f.handed_out())  # known there at the last look, not handed out yet
         try:
             if not f.truncated():
                 return
@@ -295,7 +300,7 @@ class FileTailer:
                 del self._files[f.ident]
                 return
             pending = f.cutter.reset()
-            cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic())
+            cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic(), unread)
             f.seek(0)
             f.head = read_head(f.fd)
         except OSError as err:
@@ -306,6 +311,13 @@ class FileTailer:
         for known in self._known.values():
             if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
                 known.offset, known.pending = cut.offset, pending
+                cut.unread = 0  # the copy holds it
+
+    def _lost(self, stream: str, nbytes: int, why: str) -> None:
+        """Count ``nbytes`` of ``stream`` as lost (logmetrics_bytes_lost_total), warned once per stream."""
+        if stream not in self.stats.bytes_lost:
+            log.warning("%s %s: %d bytes of it are lost (counted in logmetrics_bytes_lost_total)", stream, why, nbytes)
+        self.stats.bytes_lost[stream] = self.stats.bytes_lost.get(stream, 0) + nbytes
 
     def _walk_error(self, err: OSError) -> None:
         if out_of_descriptors(err):
@@ -338,6 +350,20 @@ class FileTailer:
             return  # what was not listed may still be there: decide at the next poll
         for stream in [s for s in self._active if s not in present]:
             self._drain(self._files[self._active.pop(stream)])
+        if self._first and self._resumed_at is not None:
+            for p in self._resume.values():
+                if p.path == p.stream and (p.dev, p.ino) not in idents:
+                    log.warning("%s was deleted or moved away while logmetrics was down: what was written to it "
+                                "after the last commit is not counted", p.stream)
+        for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
+            # closed for want of descriptors, then deleted: what it held past the offset is gone
+            del self._files[f.ident]
+            if self._active.get(f.stream) == f.ident:
+                del self._active[f.stream]
+            if f.size > f.offset:
+                self._lost(f.stream, f.size - f.offset, "was deleted while closed for want of descriptors")
+            if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
+                self._vanished.append(f.stream)
         forget_absent(self._known, idents, time.monotonic())
 
     def _drain(self, f: TailFile) -> None:

@@ -28,7 +28,7 @@ KILLS = frozenset({"sigkill", "sigterm"})
 # others, scripts/fault-trials runs them all.
 PENDING: dict[str, str] = {}
 
-LOST_COUNTER = "logmetrics_lines_lost_total"  # lines declared lost, by source; absent counts as 0
+LOST_COUNTER = "logmetrics_bytes_lost_total"  # bytes declared lost, by source; absent counts as 0
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,9 @@ class Verdict:
 
     @property
     def extra(self) -> int:
-        """Lines counted beyond what was written and not declared lost (counted twice, or a loss
-        declared that did not happen)."""
-        return int(sum(max(0.0, c - (w - d)) for w, c, d in self.rows()))
+        """Lines counted beyond what was written (counted twice). What is declared lost is an upper
+        bound in lines (logmetrics declares bytes), so it does not lower this."""
+        return int(sum(max(0.0, c - w) for w, c, _ in self.rows()))
 
     @property
     def exact(self) -> bool:

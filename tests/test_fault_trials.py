@@ -62,7 +62,7 @@ def test_every_kind_is_drawn_and_kills_are_capped() -> None:
 
 
 def test_a_verdict_counts_lost_and_extra_lines_outside_the_declared_ones() -> None:
-    """Lost: written minus declared minus counted; extra: counted beyond written minus declared."""
+    """Lost: written minus declared minus counted; extra: counted beyond what was written."""
     plan = make_plan(1, ENABLED)
     v = Verdict(plan, [10, 10, 10], [10.0, 7.0, 12.0], [0.0, 2.0, 0.0])
     assert (v.lost, v.extra, v.exact) == (1, 2, False)

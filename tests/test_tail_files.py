@@ -442,3 +442,44 @@ def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, t
     assert sorted(data(got, log).splitlines(keepends=True)) == sorted(
         [line(i) for i in range(5)] + [line(i) for i in (100, 101, 102, 110, 111, 112)])
     assert streams(got) == {str(log)}
+
+
+
+def test_bytes_cut_away_unread_with_no_copy_are_counted_lost(tmp_path: Path, tail: Tail) -> None:
+    """A file truncated with a backlog it was known to hold and no copy found: the backlog is counted lost."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True, read_size=1024, poll_budget=1024, copy_wait=0.0)
+    t.poll()
+    backlog = lines(0, 400)
+    append(log, backlog)
+    first = data(t.poll())  # one budget's worth: the rest is known to be there, not read
+    assert 0 < len(first) < len(backlog)
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, line(1000))
+    got = drain(t)
+    assert data(got, log) == line(1000)
+    assert t.stats.bytes_lost == {str(log): len(backlog) - len(first)}
+
+
+def test_a_file_deleted_while_closed_for_descriptors_is_let_go_and_counted(tmp_path: Path, tail: Tail) -> None:
+    """A parked file that grew and was deleted before it got a descriptor: its unread bytes lost, its stream goes on."""
+    a, b, c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
+    for path in (a, b, c):
+        path.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True, max_open=2, read_size=1024, poll_budget=1024)
+    drain(t)
+    append(b, lines(0, 2000))  # b and c keep their descriptors while they have a backlog
+    append(c, lines(0, 2000))
+    t.poll()
+    append(a, lines(5000, 5003))
+    t.poll()  # a changed, but waits for a descriptor
+    assert t.stats.files_waiting >= 1
+    a.unlink()
+    got = drain(t, rounds=1000)
+    assert data(got, a) == b""
+    assert t.stats.bytes_lost == {str(a): len(lines(5000, 5003))}
+    a.write_bytes(line(6000))  # the stream goes on with a new file
+    got = drain(t)
+    assert data(got, a) == line(6000)
