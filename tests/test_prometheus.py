@@ -51,11 +51,12 @@ def access(n: int, path: str = CHAT, status: str = "200 OK", method: str = "POST
     return [ACCESS.format(port=40000 + i, method=method, path=path, status=status) for i in range(n)]
 
 
-def binary(name: str) -> str:
-    """Path of a Prometheus binary; skip without it, except in CI where it must be installed."""
+def binary(name: str, package: str = "prometheus") -> str:
+    """Path of a Prometheus binary (of Debian's ``package``); skip without it, except in CI where it
+    must be installed."""
     path = shutil.which(name)
     if path is None:
-        msg = f"{name} not on PATH (Debian package 'prometheus'; scripts/test installs it)"
+        msg = f"{name} not on PATH (Debian package '{package}'; scripts/test installs it)"
         if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
             pytest.fail(f"{msg}: CI must run the integration tests")
         pytest.skip(msg)
@@ -187,12 +188,13 @@ def family_names(text: str, openmetrics: bool = False) -> set[str]:
 class Prometheus:
     """A real Prometheus server scraping one target every second, with its own tmp storage."""
 
-    def __init__(self, exe: str, workdir: Path, target: str, job: str) -> None:
+    def __init__(self, exe: str, workdir: Path, target: str, job: str, extra: str = "") -> None:
+        """``extra``: more top-level configuration (rule_files, alerting), as YAML text."""
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-            f"scrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+            f"scrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n" + extra
         )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
