@@ -99,6 +99,29 @@ def test_every_alert_has_a_severity_a_summary_and_a_runbook_hint() -> None:
             assert "Runbook" in rule["annotations"]["description"], rule["alert"]
 
 
+def anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown file's headings get: lower case, spaces to dashes, punctuation dropped."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)}
+
+
+def test_every_runbook_url_is_a_section_of_the_operating_guide() -> None:
+    """Each alert's runbook_url is docs/operating.md#<its name>, a heading of that guide."""
+    doc = anchors((ROOT / "docs" / "operating.md").read_text())
+    alerts = [r for g in rule_groups() for r in g["rules"] if "alert" in r]
+    assert alerts
+    for rule in alerts:
+        url = rule["annotations"].get("runbook_url", "")
+        assert url == f"docs/operating.md#{rule['alert'].lower()}", rule["alert"]
+        assert url.split("#")[1] in doc, f"{rule['alert']}: no section {url} in docs/operating.md"
+
+
+def test_the_anchor_check_sees_a_missing_section() -> None:
+    """A heading gives its anchor; a name without a heading gives none."""
+    assert anchors("## Runbook\n### LLMHighErrorRatio\n") == {"runbook", "llmhigherrorratio"}
+    assert "llmenginestalled" not in anchors("### LLMHighErrorRatio\n")
+
+
 def test_recorded_names_follow_the_convention() -> None:
     """Recorded names are level:metric:operations."""
     for group in rule_groups():
