@@ -292,10 +292,11 @@ class FileTailer:
         try:
             if not f.truncated():
                 return
-            if self._active.get(f.stream) != f.ident:
-                # Not its stream's file but a rotated copy being drained, written over (cp x.log x.log.1
-                # again): what it holds now is a new copy, for the copy evidence to place, not lines of
-                # the stream to read again from the start.
+            if self._active.get(f.stream) != f.ident and not f.own:
+                # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
+                # is a new copy, for the copy evidence to place, not lines of the stream to read again
+                # from the start. (The stream's own file, cut and then renamed before this look, is cut
+                # like the stream's file: its copy holds what was not read.)
                 self._fds.release(f)
                 del self._files[f.ident]
                 return
@@ -382,6 +383,7 @@ class FileTailer:
         if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
             if f.stream == path and path not in self._active:
                 f.draining = False
+                f.own = True
                 self._active[path] = ident
             if f.fd < 0 and size != f.offset:
                 self._unpark(f, path, size, cuts)
@@ -585,6 +587,7 @@ class FileTailer:
         f.cutter.skipping = skip
         f.cutter.pending += pending
         self._files[ident] = f
+        f.own = active
         if active:
             self._active[stream] = ident
             if stream not in self._streams:

@@ -483,3 +483,22 @@ def test_a_file_deleted_while_closed_for_descriptors_is_let_go_and_counted(tmp_p
     a.write_bytes(line(6000))  # the stream goes on with a new file
     got = drain(t)
     assert data(got, a) == line(6000)
+
+
+def test_a_copytruncate_seen_only_after_a_rename_reads_the_copy_from_the_cut(tmp_path: Path, tail: Tail) -> None:
+    """The stream's file renamed, then found cut (its copy made) only at a later look: the copy is read from the cut."""
+    log, rotated, copy = tmp_path / "x.log", tmp_path / "x.log.1", tmp_path / "x.log-1"
+    log.write_bytes(lines(0, 5))
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    os.rename(log, rotated)
+    log.write_bytes(b"")
+    got += drain(t)  # x.log.1 drained, read to its end
+    append(rotated, lines(5, 8))  # written after that look: only the copy will hold them
+    shutil.copyfile(rotated, copy)
+    with open(rotated, "r+b") as fh:
+        fh.truncate(0)
+    append(rotated, line(100))
+    got += drain(t)
+    assert sorted(data(got, log).splitlines(keepends=True)) == [*(line(i) for i in range(8)), line(100)]
+    assert streams(got) == {str(log)}
