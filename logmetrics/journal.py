@@ -35,12 +35,13 @@ from logmetrics.statecheck import VERSION, position_row
 from logmetrics.store import Changes, Key
 
 MAGIC = b"SQLite format 3\x00"
-TABLES = ("counters", "histograms", "positions", "streams")
+TABLES = ("counters", "gauges", "histograms", "positions", "streams")
 #: A series is a row with a number for its id (an update by id costs a third of one by its labels),
 #: its key (the JSON of its family name and label values) and its value(s).
 SCHEMA = [*(f"CREATE TABLE IF NOT EXISTS {t} (key TEXT PRIMARY KEY, row TEXT NOT NULL) WITHOUT ROWID"
             for t in ("meta", "positions", "streams")),
-          "CREATE TABLE IF NOT EXISTS counters (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value REAL NOT NULL)",
+          *(f"CREATE TABLE IF NOT EXISTS {t} (id INTEGER PRIMARY KEY, key TEXT NOT NULL, value REAL NOT NULL)"
+            for t in ("counters", "gauges")),
           "CREATE TABLE IF NOT EXISTS histograms (id INTEGER PRIMARY KEY, key TEXT NOT NULL, buckets TEXT NOT NULL, "
           "sum REAL NOT NULL, count INTEGER NOT NULL)"]
 #: The files SQLite keeps beside the database while it is open (and after a crash).
@@ -99,12 +100,13 @@ def read(path: str) -> dict[str, object]:
         parts = {t: [_row(r) for (r,) in con.execute(f"SELECT row FROM {t} ORDER BY key")]  # (constant names)
                  for t in ("positions", "streams")}
         counters = [_series(k, v) for k, v in con.execute("SELECT key, value FROM counters ORDER BY id")]
+        gauges = [_series(k, v) for k, v in con.execute("SELECT key, value FROM gauges ORDER BY id")]
         histograms = [_series(k, _row(b), s, n)
                       for k, b, s, n in con.execute("SELECT key, buckets, sum, count FROM histograms ORDER BY id")]
     finally:
         con.close()
     data: dict[str, object] = {k: meta[k] for k in ("version", "saved_at", "inputs") if k in meta}
-    data.update(store={"counters": counters, "histograms": histograms},
+    data.update(store={"counters": counters, "gauges": gauges, "histograms": histograms},
                 positions=parts["positions"], streams=parts["streams"])
     return data
 
@@ -128,7 +130,7 @@ class Delta:
 
     saved_at: float
     inputs: list[str]
-    store: Changes  # changed counters and histograms
+    store: Changes  # changed counters, gauges and histograms
     positions: list[Position]  # every read position now; the journal keeps what moved
     streams: dict[str, dict[str, object]]  # the state of the streams fed, by key
     live: set[str] = field(default_factory=set)  # every stream key still known: others are deleted
@@ -196,7 +198,8 @@ class Journal:
         streams = {k: v for k, v in streams.items() if self._streams.get(k) != v}  # state that is not JSON)
         gone_streams = [(k,) for k in self._streams if k not in delta.live and k not in delta.streams]
         store = delta.store
-        if not (full or moved or gone_positions or streams or gone_streams or store.counters or store.histograms):
+        if not (full or moved or gone_positions or streams or gone_streams or store.counters or store.histograms
+                or store.gauges or store.gauges_gone):
             return False
         ids: dict[Key, int] = {} if full else self._ids  # (a failure forgets them all: the next commit is full)
         self._pending_next = 0 if full else self._next
@@ -209,6 +212,9 @@ class Journal:
                 ("version", str(VERSION)), ("saved_at", repr(delta.saved_at)),
                 ("inputs", json.dumps(delta.inputs))])
             self._series(con, ids, "counters", [(key, (value,)) for key, value in store.counters])
+            self._series(con, ids, "gauges", [(key, (value,)) for key, value in store.gauges])
+            dropped = [key for key in store.gauges_gone if key in ids]
+            con.executemany("DELETE FROM gauges WHERE id = ?", [(ids[key],) for key in dropped])
             self._series(con, ids, "histograms", [(key, (dumps(b).decode(), total, n))
                                                   for key, b, total, n in store.histograms])
             con.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)",
@@ -221,6 +227,8 @@ class Journal:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
             raise
+        for series in dropped:
+            del ids[series]
         self._ids, self._next = ids, self._pending_next
         self._positions = positions
         for (key,) in gone_streams:
@@ -233,7 +241,7 @@ class Journal:
         """Update the series of ``rows`` known by id; insert the others (and learn their ids)."""
         old = [(*values, ids[key]) for key, values in rows if key in ids]
         if old:
-            sets = "value = ?" if table == "counters" else "buckets = ?, sum = ?, count = ?"
+            sets = "buckets = ?, sum = ?, count = ?" if table == "histograms" else "value = ?"
             con.executemany(f"UPDATE {table} SET {sets} WHERE id = ?", old)  # (constant names)
         new = [(key, values) for key, values in rows if key not in ids]
         if new:

@@ -79,20 +79,29 @@ def _is_amount(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
+def _is_number(v: object) -> bool:
+    """A value a gauge may hold: a finite number."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _labels(v: object) -> bool:
     return isinstance(v, list) and len(v) <= MAX_LABELS and all(isinstance(x, str) for x in v)
 
 
 def _store_problem(store: object) -> str | None:
-    """Why the saved counters and histograms cannot be used, or None."""
+    """Why the saved counters, gauges and histograms cannot be used, or None."""
     if not isinstance(store, dict):
         return "store is not an object"
     for key in store:
-        if key not in ("counters", "histograms"):
+        if key not in ("counters", "gauges", "histograms"):
             return f"store has an unknown part {key[:40]!r}"
-    counters, histograms = store.get("counters", []), store.get("histograms", [])
-    if not isinstance(counters, list) or not isinstance(histograms, list):
-        return "store's counters and histograms are not lists"
+    counters, histograms, gauges = store.get("counters", []), store.get("histograms", []), store.get("gauges", [])
+    if not isinstance(counters, list) or not isinstance(histograms, list) or not isinstance(gauges, list):
+        return "store's counters, gauges and histograms are not lists"
+    for i, row in enumerate(gauges):
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and _labels(row[1])
+                and _is_number(row[2])):
+            return f"gauge {i} is not [name, labels, value]"
     for i, row in enumerate(counters):
         if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and _labels(row[1])
                 and _is_amount(row[2])):

@@ -89,10 +89,13 @@ class Histogram:
 
 @dataclass
 class Changes:
-    """Counter values and histograms (buckets, sum, count) by series, for the state file."""
+    """Counter values, gauge values and histograms (buckets, sum, count) by series, for the state
+    file; ``gauges_gone``: gauges forgotten (their source gone)."""
 
     counters: list[tuple[Key, float]] = field(default_factory=list)
     histograms: list[tuple[Key, list[int], float, int]] = field(default_factory=list)
+    gauges: list[tuple[Key, float]] = field(default_factory=list)
+    gauges_gone: list[Key] = field(default_factory=list)
 
 
 @dataclass
@@ -122,9 +125,10 @@ class Store:
     #: Counter and histogram series whose labels the guard admitted unchanged, by (metric, backend,
     #: source, the event's own labels): their next events skip the checks (one per series).
     _admitted: dict[tuple[str, str, str, tuple[str, ...]], tuple[Family, Key]] = field(default_factory=dict)
-    #: Counter and histogram series changed since the last ``changes`` (for ``--state-file``): one set
-    #: add per event, a few tens of nanoseconds.
+    #: Series changed since the last ``changes`` (for ``--state-file``): one set add per event, a few
+    #: tens of nanoseconds; and the gauges forgotten since.
     _dirty: set[Key] = field(default_factory=set)
+    _gone: set[Key] = field(default_factory=set)
 
     def register(self, families: Iterable[Family]) -> None:
         """Add a plugin's own families (validated at load)."""
@@ -260,8 +264,7 @@ class Store:
         full = (ev.backend or backend, source, *ev.labels)
         labels = self._guard(ev.metric, full, fam)
         key = (ev.metric, labels)
-        if kind != "gauge":
-            self._dirty.add(key)
+        self._dirty.add(key)
         if labels is full and kind != "gauge" and type(ev) is Event and type(ev.labels) is tuple:
             self._admitted[(ev.metric, full[0], source, ev.labels)] = (fam, key)
         if kind == "counter":
@@ -304,6 +307,7 @@ class Store:
         gauges = self.gauges
         for key in [k for k in gauges if k[0] != READY and k[1][:2] == (backend, source)]:
             gauges[key] = 0.0
+            self._dirty.add(key)
 
     def set_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
         """Set one of the engine's own gauges (``logmetrics_*``)."""
@@ -327,6 +331,8 @@ class Store:
             stale = [key for key in self.gauges if len(key[1]) >= 2 and key[1][1] == source]
             for key in stale:
                 del self.gauges[key]
+                if not key[0].startswith("logmetrics_"):
+                    self._gone.add(key)
         return len(stale)
 
     def add_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
@@ -345,23 +351,26 @@ class Store:
                 counters[key] = counters.get(key, 0.0) + value
 
     def dump(self) -> dict[str, list[list[object]]]:
-        """Counters and histograms as plain JSON values, for ``--state-file`` (not ``logmetrics_*``)."""
+        """Counters, gauges and histograms as plain JSON values, for ``--state-file`` (not ``logmetrics_*``)."""
         with self.lock:
             return {
                 "counters": [[name, list(labels), value] for (name, labels), value in self.counters.items()
                              if not name.startswith("logmetrics_")],
+                "gauges": [[name, list(labels), value] for (name, labels), value in self.gauges.items()
+                           if not name.startswith("logmetrics_")],
                 "histograms": [[name, list(labels), list(h.buckets), h.sum, h.count]
                                for (name, labels), h in self.histograms.items()],
             }
 
     def changes(self, everything: bool = False) -> Changes:
-        """The counters and histograms changed since the last call (every one, with ``everything``),
-        for ``--state-file``; the engine's own ``logmetrics_*`` are left out, as in ``dump``."""
+        """The series changed since the last call (every one, with ``everything``), and the gauges
+        forgotten, for ``--state-file``; the engine's own ``logmetrics_*`` are left out, as in ``dump``."""
         with self.lock:
             dirty, self._dirty = self._dirty, set()
-            counters, histograms = self.counters, self.histograms
-            keys = list(counters) + list(histograms) if everything else dirty
-            out = Changes()
+            gone, self._gone = self._gone, set()
+            counters, histograms, gauges = self.counters, self.histograms, self.gauges
+            keys = [*counters, *histograms, *gauges] if everything else dirty
+            out = Changes(gauges_gone=[] if everything else [k for k in gone if k not in gauges])
             for key in keys:
                 value = counters.get(key)
                 if value is not None:
@@ -371,6 +380,10 @@ class Store:
                 h = histograms.get(key)
                 if h is not None:
                     out.histograms.append((key, list(h.buckets), h.sum, h.count))
+                    continue
+                value = gauges.get(key)
+                if value is not None and not key[0].startswith("logmetrics_"):
+                    out.gauges.append((key, value))
             return out
 
     def load(self, data: dict[str, list[list[object]]]) -> int:
@@ -385,6 +398,11 @@ class Store:
                 key = self._key(row, 3)
                 if key is not None and isinstance(row[2], int | float) and 0 <= row[2] < INF:
                     self.counters[key] = self.counters.get(key, 0.0) + float(row[2])
+                    restored += 1
+            for row in data.get("gauges", []):
+                key = self._key(row, 3)
+                if key is not None and isinstance(row[2], int | float) and -INF < row[2] < INF:
+                    self.gauges[key] = float(row[2])
                     restored += 1
             for row in data.get("histograms", []):
                 key = self._key(row, 5)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from logmetrics import state as st
 from logmetrics.engine import Engine
+from logmetrics.events import Event
 from logmetrics.journal import Delta, Journal
 from logmetrics.plugins import discover
 from logmetrics.sources import Chunk, Position
@@ -172,6 +173,46 @@ def test_a_commit_writes_what_changed_and_nothing_when_nothing_did(tmp_path: Pat
     assert back is not None and back.saved_at == 5.0 and back.positions == [a]
     assert back.store["counters"] == [["llm_embeddings_total", ["x", "/logs/a", "m"], 5.0],
                                       ["llm_embeddings_total", ["x", "/logs/b", "m"], 2.0]]
+
+
+def test_gauges_are_committed_updated_and_dropped_with_their_source(tmp_path: Path) -> None:
+    """A gauge set, changed, then forgotten with its source is committed each time; what is read back holds it."""
+    path = tmp_path / "state.db"
+    j = Journal(str(path))
+    store = Store()
+    store.apply([Event("backend_ready", ("m",), 1), Event("llm_requests_running", ("m",), 4)], "vllm", "/logs/a")
+    store.apply([Event("backend_ready", ("m",), 1)], "vllm", "/logs/b")
+    assert j.commit(Delta(1.0, ["/logs"], store.changes(), [], {}, set()))
+    store.apply([Event("llm_requests_running", ("m",), 2)], "vllm", "/logs/a")
+    assert store.drop_gauges("/logs/b") == 1
+    assert j.commit(Delta(2.0, ["/logs"], store.changes(), [], {}, set()))
+    assert not j.commit(Delta(3.0, ["/logs"], store.changes(), [], {}, set()))
+    j.close()
+    assert rows(path, "gauges") == 2
+    back = st.load(str(path), ["/logs"])
+    assert back is not None
+    assert sorted(back.store["gauges"]) == [["backend_ready", ["vllm", "/logs/a", "m"], 1.0],
+                                            ["llm_requests_running", ["vllm", "/logs/a", "m"], 2.0]]
+
+
+def test_readiness_survives_a_kill_before_any_new_line(tmp_path: Path) -> None:
+    """backend_ready is back at once after a SIGKILL and restart, with no line written since."""
+    d, state = tmp_path / "logs", tmp_path / "state.db"
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    args = (str(d), "--state-file", str(state), "--poll-interval", "0.05", "--parser", "vllm")
+    srv = Server(*args)
+    try:
+        append(d / "vllm.log", START + "INFO:     Application startup complete.\n")
+        srv.wait_for(lambda s: total(s, "backend_ready") == 1)  # (the last line is held a moment: it may go on)
+        write_and_commit(srv, d / "vllm.log", lines(1))  # a commit after the one that holds it
+    finally:
+        kill(srv)
+    srv = Server(*args)
+    try:
+        assert total(srv.samples(), "backend_ready") == 1
+    finally:
+        assert srv.stop() == 0
 
 
 def test_a_json_state_file_is_taken_over_and_kept_beside(tmp_path: Path) -> None:

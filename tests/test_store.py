@@ -120,7 +120,7 @@ def test_openmetrics_by_accept_header() -> None:
 
 
 def test_dump_and_load_round_trip_and_skip_malformed_rows() -> None:
-    """Counters and histograms come back from a dump; rows that no longer fit are left out."""
+    """Counters, gauges and histograms come back from a dump; rows that no longer fit are left out."""
     store = Store()
     store.apply([Event("llm_prompt_tokens_total", ("m",), 7), Event("llm_request_duration_seconds", ("m",), 0.5),
                  Event("llm_requests_running", ("m",), 3)], "p", "s")
@@ -129,12 +129,13 @@ def test_dump_and_load_round_trip_and_skip_malformed_rows() -> None:
     data["counters"] += [["gone_total", ["p", "s"], 1], ["llm_prompt_tokens_total", ["p"], 1],
                          ["llm_prompt_tokens_total", ["p", "s", "m"], "x"]]
     data["histograms"].append(["llm_request_duration_seconds", ["p", "s", "m2"], [1, 2], 1.0, 3])
+    data["gauges"] += [["llm_requests_running", ["p", "s", "m2"], float("nan")], ["llm_requests_running", ["p"], 1]]
     again = Store()
-    assert again.load(data) == 2
+    assert again.load(data) == 3
     assert again.counters == {("llm_prompt_tokens_total", ("p", "s", "m")): 7}
     hist = again.histograms[("llm_request_duration_seconds", ("p", "s", "m"))]
     assert (hist.count, hist.sum, sum(hist.buckets)) == (1, 0.5, 1)
-    assert again.gauges == {}
+    assert again.gauges == {("llm_requests_running", ("p", "s", "m")): 3}
 
 
 def test_values_a_family_cannot_take_are_refused_and_counted(caplog: pytest.LogCaptureFixture) -> None:
