@@ -165,11 +165,11 @@ def rounds(name: str, n: int, run: Callable[[str | None], tuple[float, float, fl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lines", type=int, default=1_000_000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--lines", type=int, default=1_000_000, help="lines of the backlog and series corpora")
+    ap.add_argument("--runs", type=int, default=3, help="rounds, each with and without the state file")
     ap.add_argument("--rate", type=int, default=20_000, help="lines/s written in the live measure")
     ap.add_argument("--seconds", type=float, default=10.0, help="length of the live measure")
-    ap.add_argument("--only", choices=("backlog", "series", "live"))
+    ap.add_argument("--only", choices=("backlog", "series", "live"), help="run this measure alone")
     a = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     if a.only in (None, "backlog"):
