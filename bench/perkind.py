@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parser", help="name of an installed parser")
-    ap.add_argument("log", type=Path)
+    ap.add_argument("log", type=Path, help="the log file to read")
     ap.add_argument("--top", type=int, default=12, help="kinds to show (default 12)")
     args = ap.parse_args(argv)
     entries = discover()
