@@ -50,6 +50,16 @@ def rate(metric: str, *extra: str, by: str = "") -> str:
     return f"sum{grouping} (rate({S.sel(metric, *extra)}{RATE}))"
 
 
+#: A counter of logmetrics' own that has a series for every value of a label: a count that only
+#: appears with its first event is shown as 0 beside it, not as no data.
+EVERY = {"parser": "logmetrics_lines_matched_total", "source": "logmetrics_bytes_read_total"}
+
+
+def _or_zero(metric: str, by: str) -> str:
+    """``rate(metric)`` per ``by``, and 0 for each value of ``by`` that it has not counted yet."""
+    return f"{rate(metric, by=by)}\nor {rate(EVERY[by], by=by)} * 0"
+
+
 def ratio(numerator: str, denominator: str) -> str:
     """A ratio that shows nothing, not NaN, without traffic."""
     return f"{numerator}\n/ ({denominator} > 0)"
@@ -265,21 +275,24 @@ def logmetrics_panels() -> list[PanelBuilder]:
               "A source gone silent (logmetrics_last_line_timestamp_seconds).", width=8),
         graph("Parse errors, rejected values, folded labels / s", "suffix:/s",
               [(f"sum by (parser) (rate({S.sel('logmetrics_parse_errors_total')}{RATE}))", "parse errors {{parser}}"),
-               (f"sum by (parser) (rate({S.sel('logmetrics_values_rejected_total')}{RATE}))", "rejected {{parser}}"),
-               (f"sum by (metric) (rate({S.sel('logmetrics_label_overflow_total')}{RATE}))",
+               (_or_zero("logmetrics_values_rejected_total", "parser"), "rejected {{parser}}"),
+               (f"sum by (metric) (rate({S.sel('logmetrics_label_overflow_total')}{RATE})) or on() vector(0)",
                 "folded into __other__ {{metric}}"),
-               (f"sum by (parser) (rate({S.sel('logmetrics_requests_timed_out_total')}{RATE}))",
-                "timed out {{parser}}")],
+               (_or_zero("logmetrics_requests_timed_out_total", "parser"), "timed out {{parser}}")],
               "logmetrics_parse_errors_total, logmetrics_values_rejected_total, logmetrics_label_overflow_total, "
               "logmetrics_requests_timed_out_total."),
         graph("Rotations, truncations, read errors / s", "suffix:/s",
-              [(f"sum by (source) (rate({S.sel(m)}{RATE}))", f"{label} {{{{source}}}}")
+              [(_or_zero(m, "source"), f"{label} {{{{source}}}}")
                for m, label in (("logmetrics_rotations_total", "rotation"),
                                 ("logmetrics_truncations_total", "truncation"),
                                 ("logmetrics_read_errors_total", "read error"),
                                 ("logmetrics_lines_truncated_total", "line cut"))],
               "logmetrics_rotations_total, logmetrics_truncations_total, logmetrics_read_errors_total, "
               "logmetrics_lines_truncated_total."),
+        graph("Bytes lost / s", "Bps",
+              [(_or_zero("logmetrics_bytes_lost_total", "source"), "{{source}}")],
+              "Bytes written and never read: the file was deleted or cut before logmetrics read them "
+              "(logmetrics_bytes_lost_total, a lower bound).", width=8),
         graph("Files followed", "none",
               [(f"sum({S.sel('logmetrics_open_files')})", "open"),
                (f"sum({S.sel('logmetrics_files_waiting')})", "waiting for a descriptor")],
