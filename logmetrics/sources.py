@@ -430,8 +430,10 @@ class FileTailer:
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
                     return
             for f in nearest_first(path, list(self._files.values()), _stream):
-                if f.draining or not copy_name(path, f.stream):  # no size test: the original may be
-                    continue  # longer now than at its last look, or cut since (the content decides)
+                # A drained copy is no original, but the stream's own file is, just rotated: cut, then
+                # renamed or deleted before this look, its cut shows at the next one.
+                if (f.draining and not f.own) or not copy_name(path, f.stream):  # no size test: the
+                    continue  # original may be longer now than at its last look, or cut (the content decides)
                 if starts_like(head, f.head) and same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.copies import copy_name, same_tail
+from logmetrics.copies import Cut, copy_name, same_tail
 from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines, streams
@@ -499,6 +499,37 @@ def test_a_copytruncate_seen_only_after_a_rename_reads_the_copy_from_the_cut(tmp
     with open(rotated, "r+b") as fh:
         fh.truncate(0)
     append(rotated, line(100))
+    got += drain(t)
+    assert sorted(data(got, log).splitlines(keepends=True)) == [*(line(i) for i in range(8)), line(100)]
+    assert streams(got) == {str(log)}
+
+
+@pytest.mark.parametrize("then", ["delete", "rename"])
+def test_a_copytruncate_and_a_rotation_between_the_cut_check_and_the_listing(
+        tmp_path: Path, tail: Tail, then: str) -> None:
+    """cp + truncate + rm (or mv) just after a poll checked for cuts: the copy waits for the cut, read once from it."""
+    log, copy = tmp_path / "x.log", tmp_path / "x.log-1"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 5))
+    got += drain(t)
+    append(log, lines(5, 8))  # not read yet: only the copy will hold them
+    scan = t._scan
+
+    def faults_then_scan(cuts: list[Cut]) -> None:  # the faults land between the two steps of one poll
+        shutil.copyfile(log, copy)
+        with open(log, "r+b") as fh:
+            fh.truncate(0)
+        if then == "delete":
+            log.unlink()
+        else:
+            os.rename(log, tmp_path / "x.log.1")
+        log.write_bytes(line(100))
+        t._scan = scan  # type: ignore[method-assign]  # once
+        scan(cuts)
+
+    t._scan = faults_then_scan  # type: ignore[method-assign]  # a race made to happen, not a mock
     got += drain(t)
     assert sorted(data(got, log).splitlines(keepends=True)) == [*(line(i) for i in range(8)), line(100)]
     assert streams(got) == {str(log)}
