@@ -113,6 +113,7 @@ class Position:
     head: bytes  # the file's first bytes then: the same content must start with them
     offset: int  # the start of the first line not yet handed out
     fp: str | None = None  # its fingerprint at ``offset`` (``logmetrics.identity``); None: not known
+    real: str | None = None  # its real path (symlinks resolved), where ``path`` was a symlink; None: ``path``
 
 
 def _stream(item: Cut | TailFile | Position) -> str:
@@ -226,7 +227,8 @@ class FileTailer:
         out = []
         for f in self._files.values():
             offset = f.handed_out()
-            out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset)))
+            out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset),
+                                f.real if f.real != f.path else None))
         return out
 
     def resume(self, positions: Sequence[Position], saved_at: float) -> None:
@@ -353,10 +355,13 @@ class FileTailer:
             self._drain(self._files[self._active.pop(stream)])
         if self._first and self._resumed_at is not None:
             for p in self._resume.values():
-                if p.path == p.stream and (p.dev, p.ino) not in idents:
+                if (p.dev, p.ino) not in idents and (p.dev, p.ino) not in self._files and not self._resume_real(p) \
+                        and p.path == p.stream:
                     log.warning("%s was deleted or moved away while logmetrics was down: what was written to it "
                                 "after the last commit is not counted", p.stream)
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
+            if self._reopen_real(f):
+                continue  # no listed path leads to it now (a symlink moved on): drained from its real path
             # closed for want of descriptors, then deleted: what it held past the offset is gone
             del self._files[f.ident]
             if self._active.get(f.stream) == f.ident:
@@ -366,6 +371,44 @@ class FileTailer:
             if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
                 self._vanished.append(f.stream)
         forget_absent(self._known, idents, time.monotonic())
+
+    def _reopen_real(self, f: TailFile) -> bool:
+        """Reopen a parked file that no listed path leads to by its real path, to drain it; True if it
+        is still there (reopened, or waiting for a descriptor)."""
+        if f.real == f.path or _ident_at(f.real) != f.ident:
+            return False
+        fd = self._open_fd(f.real)
+        if fd is None:
+            return f.real in self._waiting  # out of descriptors: tried again at the next poll
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != f.ident:
+                self._fds.close(fd)
+                return False
+            os.lseek(fd, f.offset, os.SEEK_SET)
+        except OSError:
+            self._fds.close(fd)
+            return False
+        f.fd, f.path = fd, f.real
+        if self._active.get(f.stream) == f.ident:
+            del self._active[f.stream]
+        self._drain(f)
+        return True
+
+    def _resume_real(self, p: Position) -> bool:
+        """At the first poll after a restart: follow a saved file that no listed path leads to (its
+        symlink moved on while we were down) from its real path, if it is still the same file."""
+        if p.real is None or _ident_at(p.real) != (p.dev, p.ino):
+            return False
+        opened = self._open(p.real)
+        if opened is None:
+            return False
+        fd, size, head = opened
+        if not same_file(fd, size, head, p.head, p.offset, p.fp):
+            self._fds.close(fd)
+            return False
+        self._follow_resumed(fd, (p.dev, p.ino), head, p.real, p.stream, p.offset, size)
+        return True
 
     def _drain(self, f: TailFile) -> None:
         f.draining = True
@@ -590,6 +633,9 @@ class FileTailer:
         f.cutter.pending += pending
         self._files[ident] = f
         f.own = active
+        real = os.path.realpath(path)
+        if real != os.path.abspath(path):  # reached through a symlink
+            f.real = real
         if active:
             self._active[stream] = ident
             if stream not in self._streams:

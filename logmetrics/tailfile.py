@@ -153,13 +153,14 @@ class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
     __slots__ = ("cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "offset", "own", "path",
-                 "replaced", "seq", "size", "stream")
+                 "real", "replaced", "seq", "size", "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
     ) -> None:
         self.stream = stream  # the stream its lines belong to (stable across rotation)
         self.path = path  # where it was found
+        self.real = path  # its real path then (symlinks resolved): where to find it when no listed path leads to it
         self.fd = fd
         self.ident = ident
         self.head = head

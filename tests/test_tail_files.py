@@ -533,3 +533,56 @@ def test_a_copytruncate_and_a_rotation_between_the_cut_check_and_the_listing(
     got += drain(t)
     assert sorted(data(got, log).splitlines(keepends=True)) == [*(line(i) for i in range(8)), line(100)]
     assert streams(got) == {str(log)}
+
+
+def test_a_parked_symlinked_file_is_drained_from_its_real_path_after_the_link_moves(
+        tmp_path: Path, tail: Tail) -> None:
+    """x.log -> a.log, closed for want of descriptors, grows; the link moves to b.log: a.log's lines are read."""
+    logs, targets = tmp_path / "logs", tmp_path / "targets"
+    logs.mkdir()
+    targets.mkdir()
+    link, a, b = logs / "x.log", targets / "a.log", targets / "b.log"
+    a.write_bytes(b"")
+    link.symlink_to(a)
+    busy = [logs / "busy1.log", logs / "busy2.log"]
+    for path in busy:
+        path.write_bytes(b"")
+    t = tail(logs, from_beginning=True, max_open=2, read_size=1024, poll_budget=1024)
+    got = drain(t)
+    for path in busy:  # they keep both descriptors while they have a backlog
+        append(path, lines(0, 2000))
+    got += t.poll()
+    append(a, lines(5000, 5003))
+    got += t.poll()  # a.log grew, but waits for a descriptor
+    assert t.stats.files_waiting >= 1
+    b.write_bytes(line(6000))
+    tmp = logs / "x.tmp"
+    tmp.symlink_to(b)
+    os.replace(tmp, link)  # the link moves on: no listed path leads to a.log now
+    got += drain(t, rounds=1000)
+    assert data(got, link) == lines(5000, 5003) + line(6000)
+    assert t.stats.bytes_lost == {}
+
+
+def test_a_symlinked_file_left_behind_while_down_is_resumed_from_its_real_path(tmp_path: Path, tail: Tail) -> None:
+    """x.log -> a.log read, saved; a.log grows and the link moves to b.log while down: a.log's rest is read once."""
+    logs, targets = tmp_path / "logs", tmp_path / "targets"
+    logs.mkdir()
+    targets.mkdir()
+    link, a, b = logs / "x.log", targets / "a.log", targets / "b.log"
+    a.write_bytes(lines(0, 3))
+    link.symlink_to(a)
+    first = tail(logs, from_beginning=True)
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time() - 1.0  # before any write below, by the clock
+    assert positions[0].real == str(a)
+    first.close()
+    append(a, lines(3, 5))
+    b.write_bytes(line(100))
+    tmp = logs / "x.tmp"
+    tmp.symlink_to(b)
+    os.replace(tmp, link)
+    second = tail(logs)
+    second.resume(positions, saved_at)
+    got += drain(second)
+    assert data(got, link) == lines(0, 5) + line(100)
