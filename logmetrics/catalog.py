@@ -113,6 +113,10 @@ SELF_FAMILIES: tuple[Family, ...] = (
        "Bytes known to have been written to a file and never read, because the file was deleted (while "
        "closed for want of descriptors) or truncated with no copy of it found: a lower bound of the loss. "
        "Warned once per source."),
+    _f("logmetrics_files_lost_total", "counter", ("source",),
+       "Files of a source gone at a restart that the state showed as its current file: deleted or moved "
+       "out of the followed paths while logmetrics was down (or after its last commit). What was written "
+       "to them after that commit is lost, in an amount that cannot be known. Warned on stderr."),
     _f("logmetrics_read_errors_total", "counter", ("source",),
        "Files that could not be read (reported once each)."),
     _f("logmetrics_rotations_total", "counter", ("source",),

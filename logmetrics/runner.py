@@ -80,6 +80,7 @@ def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Samp
                          ("logmetrics_truncations_total", stats.truncations),
                          ("logmetrics_read_errors_total", stats.read_errors),
                          ("logmetrics_bytes_lost_total", stats.bytes_lost),
+                         ("logmetrics_files_lost_total", stats.files_lost),
                          ("logmetrics_lag_bytes", stats.lag_bytes)):
         summed: dict[str, float] = {}  # several files may have one label (a container's 0.log and 1.log)
         for stream, v in list(values.items()):
@@ -341,7 +342,8 @@ class Runner:
             self.engine.idle()
             self.save_state()
             self.waker.wait(self.opts.poll_interval)
-        self.save_state()
+        self.poll()  # what was written up to the stop, a file deleted since the last poll included:
+        self.save_state()  # after a restart nothing would lead to it
 
     def close(self) -> None:
         """Release files and threads."""

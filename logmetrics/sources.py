@@ -80,6 +80,7 @@ class SourceStats:
     truncations: dict[str, int] = field(default_factory=dict)
     read_errors: dict[str, int] = field(default_factory=dict)
     bytes_lost: dict[str, int] = field(default_factory=dict)
+    files_lost: dict[str, int] = field(default_factory=dict)
     open_files: int = 0
     files_waiting: int = 0
     lag_bytes: dict[str, int] = field(default_factory=dict)
@@ -358,7 +359,8 @@ class FileTailer:
                 if (p.dev, p.ino) not in idents and (p.dev, p.ino) not in self._files and not self._resume_real(p) \
                         and p.path == p.stream:
                     log.warning("%s was deleted or moved away while logmetrics was down: what was written to it "
-                                "after the last commit is not counted", p.stream)
+                                "after the last commit is not counted (logmetrics_files_lost_total)", p.stream)
+                    self.stats.files_lost[p.stream] = self.stats.files_lost.get(p.stream, 0) + 1
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):
                 continue  # no listed path leads to it now (a symlink moved on): drained from its real path

@@ -29,6 +29,7 @@ KILLS = frozenset({"sigkill", "sigterm"})
 PENDING: dict[str, str] = {}
 
 LOST_COUNTER = "logmetrics_bytes_lost_total"  # bytes declared lost, by source; absent counts as 0
+LOST_FILES = "logmetrics_files_lost_total"  # files declared lost in an amount not known, by source
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ class Verdict:
     #: lines counted, but under a rotated file's own name instead of its stream's (a label split:
     #: the counts are exact, the series are not); reported apart, see counts_exact
     splits: list[str] = field(default_factory=list)
+    #: files that logmetrics declared lost without an amount (logmetrics_files_lost_total): their
+    #: shortfall is in a declared window, reported apart as ``unmeasured``
+    unmeasured: list[int] = field(default_factory=list)
 
     def rows(self) -> list[tuple[int, float, float]]:
         """Per file: (written, counted, declared lost)."""
@@ -124,7 +128,12 @@ class Verdict:
     @property
     def lost(self) -> int:
         """Lines neither counted nor declared lost."""
-        return int(sum(max(0.0, w - d - c) for w, c, d in self.rows()))
+        return int(sum(max(0.0, w - d - c) for i, (w, c, d) in enumerate(self.rows()) if i not in self.unmeasured))
+
+    @property
+    def in_window(self) -> int:
+        """Lines short in the files declared lost without an amount (a declared window)."""
+        return int(sum(max(0.0, w - d - c) for i, (w, c, d) in enumerate(self.rows()) if i in self.unmeasured))
 
     @property
     def extra(self) -> int:
@@ -135,7 +144,12 @@ class Verdict:
     @property
     def exact(self) -> bool:
         """Every file counted exactly under its own stream, and nothing else went wrong."""
-        return self.counts_exact and not self.splits
+        return self.counts_exact and not self.splits and not self.in_window
+
+    @property
+    def declared_only(self) -> bool:
+        """Not exact only within what logmetrics declared lost without an amount."""
+        return self.counts_exact and not self.splits and bool(self.in_window)
 
     @property
     def counts_exact(self) -> bool:
@@ -146,4 +160,6 @@ class Verdict:
         files = ", ".join(f"file {i}: wrote {w} counted {c:g} declared lost {d:g}"
                           for i, (w, c, d) in enumerate(self.rows()))
         notes = "".join(f"; {n}" for n in (*self.notes, *self.splits))
+        if self.unmeasured:
+            notes += f"; declared lost without an amount: file {', file '.join(map(str, self.unmeasured))}"
         return f"{self.plan}\n  {files}{notes}\n  replay: {self.plan.replay()}"

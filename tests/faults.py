@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.fault_plan import LOST_COUNTER, Fault, Plan, Verdict, make_plan
+from tests.fault_plan import LOST_COUNTER, LOST_FILES, Fault, Plan, Verdict, make_plan
 
 LINE = 'INFO:     {}:{} - "GET /v1/models HTTP/1.1" 200 OK\n'  # client address, line number
 ALIKE = "127.0.0.1"  # the client of every file with ``alike``: all files then start with the same bytes
@@ -184,6 +184,7 @@ class Trial:
         self.writer = Writer(self.paths, plan.rate, clients)
         self.notes: list[str] = []
         self.splits: list[str] = []  # lines counted under a rotated file's own name (Verdict.splits)
+        self.unmeasured: set[int] = set()  # files logmetrics declared lost in an amount it cannot know
 
     def _new_target(self) -> Path:
         self.serial += 1
@@ -304,11 +305,20 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
             name = os.path.basename(source)  # a file's rotated copy or renamed self: f1.log.1, f1.log-3
             owner = next((i for i in range(plan.files) if name.startswith(f"f{i}.log")), 0)
             counted[owner] += value  # counted beyond what was written
+    _note_unmeasured(trial, got)
     total = [d + trial.lines_in(i, got.get((LOST_COUNTER, trial.source(i)), 0.0)) for i, d in enumerate(declared)]
     # the streams' counts from now on: each change is reported once, by the trial it happened in
     after = {key: got.get(key, 0.0) for key in before} | {
         ("http_requests_total", source): got.get(("http_requests_total", source), 0.0) for source in streams}
-    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes, trial.splits), after
+    return Verdict(plan, list(trial.writer.written), counted, total, trial.notes, trial.splits,
+                   sorted(trial.unmeasured)), after
+
+
+def _note_unmeasured(trial: Trial, got: Counts) -> None:
+    """The files that logmetrics declared lost in logmetrics_files_lost_total (amount unknown)."""
+    for i in range(trial.plan.files):
+        if got.get((LOST_FILES, trial.source(i)), 0.0) > 0:
+            trial.unmeasured.add(i)
 
 
 def _add_declared(trial: Trial, lm: Logmetrics, declared: list[float]) -> None:
@@ -319,6 +329,7 @@ def _add_declared(trial: Trial, lm: Logmetrics, declared: list[float]) -> None:
     except OSError:
         trial.notes.append("no scrape before a kill: a declared loss may be missed")
         return
+    _note_unmeasured(trial, got)
     for i in range(trial.plan.files):
         declared[i] += trial.lines_in(i, got.get((LOST_COUNTER, trial.source(i)), 0.0))
 

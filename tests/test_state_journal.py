@@ -65,6 +65,29 @@ def test_lines_of_a_file_deleted_before_a_kill_are_counted(tmp_path: Path) -> No
         assert srv.stop() == 0
 
 
+def test_the_current_file_deleted_while_down_is_counted_as_a_file_lost(tmp_path: Path) -> None:
+    """x.log read and committed, SIGKILL, x.log replaced by a new file: the restart counts and names the old one lost."""
+    d, state = tmp_path / "logs", tmp_path / "state.db"
+    d.mkdir()
+    (d / "x.log").write_text("")
+    args = (str(d), "--state-file", str(state), "--poll-interval", "0.05", "--parser", "vllm")
+    srv = Server(*args)
+    try:
+        write_and_commit(srv, d / "x.log", lines(20))
+    finally:
+        kill(srv)
+    (d / "x.new").write_text(lines(3, 100))  # made first, so that it cannot get the old file's inode
+    os.replace(d / "x.new", d / "x.log")
+    srv = Server(*args)
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 23)
+        assert total(got, "logmetrics_files_lost_total", source=str(d / "x.log")) == 1
+        assert total(got, "http_requests_total") == 23
+    finally:
+        assert srv.stop() == 0
+    assert "x.log was deleted or moved away while logmetrics was down" in "".join(srv.startup)
+
+
 def test_a_rotated_file_and_its_successor_both_keep_their_positions_across_a_kill(tmp_path: Path) -> None:
     """A kill while a rotated file is still drained beside its successor: both positions were
     committed (one per file, not per stream), so the successor is not read again from its start."""
