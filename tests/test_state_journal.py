@@ -66,7 +66,7 @@ def test_lines_of_a_file_deleted_before_a_kill_are_counted(tmp_path: Path) -> No
 
 
 def test_the_current_file_deleted_while_down_is_counted_as_a_file_lost(tmp_path: Path) -> None:
-    """x.log read and committed, SIGKILL, x.log replaced by a new file: the restart counts and names the old one lost."""
+    """x.log read and committed, SIGKILL, x.log replaced by a new file: the restart counts the old one lost."""
     d, state = tmp_path / "logs", tmp_path / "state.db"
     d.mkdir()
     (d / "x.log").write_text("")
