@@ -30,6 +30,7 @@ LINE = 'INFO:     {}:{} - "GET /v1/models HTTP/1.1" 200 OK\n'  # client address,
 ALIKE = "127.0.0.1"  # the client of every file with ``alike``: all files then start with the same bytes
 ARGS = ("--parser", "vllm", "--poll-interval", "0.05")
 TICK = 0.01  # seconds between the writer's batches
+SEEN_WAIT = 2.0  # seconds a fault that removes a file waits for logmetrics to have found it
 EARLIER = "of an earlier trial"
 _SAMPLE = re.compile(r'^(\w+)\{(?:[^}]*,)?source="([^"]*)"[^}]*\} (\S+)$', re.M)
 
@@ -94,6 +95,25 @@ class Logmetrics:
         for name, source, value in _SAMPLE.findall(text):
             out[(name, source)] = out.get((name, source), 0.0) + float(value)
         return out
+
+    def holds(self, path: Path) -> bool:
+        """Whether the process has the file now at ``path`` open (so it has found it); True if there
+        is no file there or the process cannot be looked at."""
+        assert self.proc is not None
+        fds = f"/proc/{self.proc.pid}/fd"
+        try:
+            st = os.stat(path)
+            names = os.listdir(fds)
+        except OSError:
+            return True
+        for name in names:
+            try:
+                other = os.stat(f"{fds}/{name}")
+            except OSError:
+                continue
+            if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                return True
+        return False
 
     def limit_files(self, free: int) -> None:
         """Lower the process' open-file (soft) limit to its open descriptors + ``free``."""
@@ -193,8 +213,15 @@ class Trial:
         return target
 
     def file_fault(self, fault: Fault, lm: Logmetrics) -> None:
-        """A fault on one file (not a kill), made while the writer waits."""
+        """A fault on one file (not a kill), made while the writer waits. A fault that takes the file
+        out of the followed paths (delete, a symlink moved on, the numbered shift that ends in a
+        removal) first waits, up to ``SEEN_WAIT`` seconds, until logmetrics has found the file: one
+        that comes and goes between two polls is seen by no poller, a window of its own."""
         path = self.paths[fault.file]
+        if fault.kind in ("delete", "symlink", "shift"):
+            deadline = time.monotonic() + SEEN_WAIT
+            while not lm.holds(path) and time.monotonic() < deadline:
+                time.sleep(0.005)
         self.serial += 1
         with self.writer.lock:
             if fault.kind == "rename":
