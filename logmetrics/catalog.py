@@ -127,6 +127,11 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_state_save_failures_total", "counter", (),
        "Saves of the --state-file that failed (a full disk, say); each is retried at the next poll, and the "
        "exit code is 3 if the last one failed."),
+    _f("logmetrics_config_reloads_total", "counter", ("result",),
+       "Reloads of the --config file on SIGHUP, by result (success, failure: the file was refused and the "
+       "running configuration kept). Only with --config."),
+    _f("logmetrics_config_last_reload_success_timestamp_seconds", "gauge", (),
+       "Unix time the --config file was last read with success (at start, or at a SIGHUP). Only with --config."),
     _f("logmetrics_label_overflow_total", "counter", ("metric", "label"),
        "Label values folded into __other__ by the cardinality guard."),
     _f("logmetrics_open_files", "gauge", (), "Files currently followed (open, or closed while idle)."),

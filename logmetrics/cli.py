@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
+import dataclasses
 import logging
 import os
 import re
@@ -10,19 +10,24 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
-from logmetrics import __version__, catalog
+from logmetrics import __version__, catalog, config
+from logmetrics.config import LISTEN_FORMS as LISTEN_FORMS  # re-exported: where it was defined before
+from logmetrics.config import STATIC_LABELS as STATIC_LABELS  # re-exported: where it was defined before
 from logmetrics.envelopes import MODES
 from logmetrics.errors import EXIT_STATE_NOT_SAVED, StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry, PluginError, discover
 from logmetrics.procs import ProcessRule
 from logmetrics.store import safe_label
 
+if TYPE_CHECKING:
+    from logmetrics.runner import Options
+
 DEFAULT_LISTEN = "0.0.0.0:9877"
-LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::1]:9877)"
-STATIC_LABELS = ("model",)  # labels an operator may set per input (--label); the others come from the log
 
 
 def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
@@ -52,18 +57,7 @@ def _check_state_file(path: str) -> None:
 
 def _listen(value: str) -> tuple[str, int]:
     """``--listen`` as (host, port); host "" means every interface, IPv6 and IPv4."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
-        raise UserError(f"--listen expects {LISTEN_FORMS}, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise UserError(f"--listen: {host!r} in brackets is not an IPv6 address, in {value!r}") from None
-    elif ":" in host or "[" in host or "]" in host:
-        raise UserError(f"--listen expects {LISTEN_FORMS}; an IPv6 address goes in brackets, got {value!r}")
-    return host, int(port)
+    return config.parse_listen(value)
 
 
 def _label(spec: str) -> tuple[str | None, str, str]:
@@ -77,6 +71,11 @@ def _label(spec: str) -> tuple[str | None, str, str]:
         raise UserError(f"--label {spec!r}: only {', '.join(STATIC_LABELS)} can be set per input; "
                         f"{name!r} comes from the log")
     return (glob if colon else None), name, value
+
+
+def _rules(pairs: Sequence[tuple[str, str]]) -> tuple[ProcessRule, ...]:
+    """The ``[[process]]`` rules of a configuration file (checked there) as ``--process`` rules."""
+    return tuple((safe_label(backend), re.compile(pattern)) for backend, pattern in pairs)
 
 
 def _processes(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[ProcessRule, ...]:
@@ -134,7 +133,16 @@ def cli(verbose: int) -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.argument("paths", nargs=-1, metavar="PATH...")
+@click.option("--config", "config_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="Read inputs (with their parser, envelope, source and model), process rules, listen, "
+                   "state_file, web_config, label_limits, poll_interval, from_beginning and max_line_bytes from "
+                   "this TOML file (see 'Configuration file' in the README; check one with 'logmetrics "
+                   "check-config'). A flag given on the command line wins over the file, the file over the "
+                   "default; PATH arguments and --process rules add to the file's. SIGHUP reads it again: "
+                   "inputs are added and dropped with no reset of counters or read positions; a file that is "
+                   "not valid is refused and the running configuration stays. web_config is kept for the HTTP "
+                   "server's TLS and authentication, which this version does not serve yet.")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics and /healthz: HOST:PORT, [IPV6]:PORT, or :PORT for every "
                    "interface (IPv6 and IPv4, as [::]:PORT where the OS allows). Port 0 picks a free port.")
@@ -171,9 +179,9 @@ def cli(verbose: int) -> None:
                    "reported once per source (8 MiB holds a vLLM request line with a 700k-token prompt).")
 @click.option("--process", "processes", multiple=True, metavar="BACKEND=PATTERN", callback=_processes,
               help=PROCESS_HELP)
-def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str | None, envelope: str,
-          labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...], oneshot: bool, poll_interval: float,
-          state_file: str | None, state_adopt: bool, max_line_bytes: int,
+def watch(paths: tuple[str, ...], config_file: str | None, listen: str, parser: str | None, source: str | None,
+          envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...], oneshot: bool,
+          poll_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
           processes: tuple[ProcessRule, ...]) -> None:
     """Follow log files and serve their metrics.
 
@@ -186,26 +194,57 @@ def watch(paths: tuple[str, ...], listen: str, parser: str | None, source: str |
       logmetrics watch --oneshot --parser vllm samples/vllm/v1-0.10.log
       logmetrics watch /var/log/llm/ --label 'vllm-a*:model=llama-3-8b' --label 'vllm-b*:model=qwen-7b'
       logmetrics watch /var/log/llm/ --process 'gateway=uvicorn .*my_gateway:app'
+      logmetrics watch --config /etc/logmetrics/logmetrics.toml
     """
     from logmetrics.runner import Options, run
 
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+    entries = _entries(plugins, parser)
+    static = tuple(_label(spec) for spec in labels)
+    if source is not None and not source.strip():
+        raise UserError("--source needs a name; leave it out for the file path, 'stdin' or the compose service")
+
+    def options() -> Options:
+        """The flags over the --config file (read now) over the defaults."""
+        cfg = config.load(config_file, entries) if config_file is not None else config.Config(file="")
+        inputs = tuple(dataclasses.replace(i, parser=None if parser is not None else i.parser,
+                                           envelope=None if given("envelope") else i.envelope,
+                                           source=None if source is not None else i.source) for i in cfg.inputs)
+        every = tuple(dict.fromkeys((*paths, *(i.path for i in inputs))))
+        if not every:
+            raise UserError("no input: give PATH arguments, or [[input]] tables in the --config file"
+                            if config_file else "missing PATH argument (a file, a directory, a glob or '-')")
+        file_listen = cfg.listen if cfg.listen is not None and not given("listen") else listen
+        return Options(
+            paths=every, listen=None if oneshot else _listen(file_listen), parser=parser, source=source,
+            envelope=envelope, from_beginning=from_beginning or bool(cfg.from_beginning) or oneshot,
+            poll_interval=poll_interval if given("poll_interval") or cfg.poll_interval is None else cfg.poll_interval,
+            max_line_bytes=(max_line_bytes if given("max_line_bytes") or cfg.max_line_bytes is None
+                            else cfg.max_line_bytes),
+            state_file=state_file if state_file is not None else cfg.state_file, state_adopt=state_adopt,
+            labels=static, processes=processes + _rules(cfg.processes), config=config_file, inputs=inputs,
+            web_config=cfg.web_config, label_limits=cfg.label_limits)
+
+    opts = options()
+    _check_watch(opts, oneshot)
+    run(opts, entries, options if config_file is not None else None)
+
+
+def _check_watch(opts: Options, oneshot: bool) -> None:
+    """Refuse, at start, flags that do not go together (from the command line or the file)."""
+    state_file, state_adopt, processes = opts.state_file, opts.state_adopt, opts.processes
     if oneshot and state_file:
         raise UserError("--state-file is for a running watch; --oneshot always reads its inputs whole")
     if state_adopt and not state_file:
         raise UserError("--state-adopt goes with --state-file")
     if oneshot and processes:
         raise UserError("--process is for a running watch; --oneshot reports no process metrics")
-    if source is not None and not source.strip():
-        raise UserError("--source needs a name; leave it out for the file path, 'stdin' or the compose service")
     if state_file:
         _check_state_file(state_file)
-    static = tuple(_label(spec) for spec in labels)
-    entries = _entries(plugins, parser)
-    opts = Options(paths=paths, listen=None if oneshot else _listen(listen), parser=parser, source=source,
-                   envelope=envelope, from_beginning=from_beginning or oneshot, poll_interval=poll_interval,
-                   max_line_bytes=max_line_bytes, state_file=state_file, state_adopt=state_adopt,
-                   labels=static, processes=processes)
-    run(opts, entries)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -233,6 +272,16 @@ def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple
 
     entries = _entries(plugins, parser)
     click.echo(report(file, entries, parser=parser, envelope=envelope, top=top), nl=False)
+
+
+@cli.command("check-config", context_settings=CONTEXT)
+@click.argument("file", type=click.Path(dir_okay=False))
+@plugin_option
+def check_config(file: str, plugins: tuple[str, ...]) -> None:
+    """Check the configuration FILE (as 'watch --config FILE' reads it) without starting.
+
+    Exit code 0 with a one-line summary, or 2 with FILE:LINE: what is wrong."""
+    click.echo(config.summary(config.load(file, _entries(plugins, None))))
 
 
 @cli.command(context_settings=CONTEXT)

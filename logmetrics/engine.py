@@ -10,6 +10,12 @@ image) only, not by its path: a sidecar in a pod named ``vllm-0`` is not read as
 Static labels (``--label [GLOB:]model=NAME``) replace the model label of a stream's events: an
 operator's setting wins over what the parser learned. Scoped ones (GLOB matched against the source
 label, the path or the file name) win over unscoped ones; among each, the last one given.
+
+Inputs of the configuration file (``set_inputs``) may set the parser, envelope, source label and
+model of the files they name (the first input that names a file decides); they win over the
+command line's --parser, --envelope and --source (which the command line removes from the inputs
+when it is given) and over an unscoped --label, not over a scoped one. A stream keeps what it was
+given when it was first seen: inputs changed by a reload apply to streams seen after it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from logmetrics.config import Input
 from logmetrics.envelopes import Piece, Unwrapper
 from logmetrics.events import Event
 from logmetrics.layouts import Layouts
@@ -31,6 +38,7 @@ from logmetrics.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported
 from logmetrics.routing import choose as choose  # re-exported: where it was defined before
 from logmetrics.sources import Chunk
 from logmetrics.store import Store, safe_label
+from logmetrics.tailfile import covers
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +111,40 @@ class Engine:
         for entry in parsers.values():
             store.register(entry.cls.metrics)
         self.labels = list(labels)
+        self.inputs: tuple[Input, ...] = ()  # the configuration file's, in its order
+        self._input_of: dict[str, Input | None] = {}  # raw stream -> the input that names it
         # where the model label sits in each family's own labels, for --label model=...
         self._model_at = {f.name: f.labels.index("model") for f in store.families.values() if "model" in f.labels}
 
     # -- input -------------------------------------------------------------------------------
+    def set_inputs(self, inputs: Sequence[Input]) -> None:
+        """The configuration file's inputs (at start, and at each reload): they apply to new streams."""
+        self.inputs = tuple(inputs)
+        self._input_of = {}
+
+    def _input(self, path: str) -> Input | None:
+        """The first configured input that names the raw stream ``path``, if any."""
+        try:
+            return self._input_of[path]
+        except KeyError:
+            found = None if path == "-" else next((i for i in self.inputs if covers(i.path, path)), None)
+            self._input_of[path] = found
+            return found
+
+    def _envelope(self, path: str) -> str:
+        inp = self._input(path) if self.inputs else None
+        return inp.envelope if inp is not None and inp.envelope is not None else self.envelope
+
+    def _forced(self, path: str) -> str | None:
+        inp = self._input(path) if self.inputs else None
+        return inp.parser if inp is not None and inp.parser is not None else self.forced
+
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of whole lines from a source."""
         unwrapper = self.unwrappers.get(chunk.stream)
         if unwrapper is None:
-            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self.envelope, max_line_bytes=self.max_line_bytes)
+            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self._envelope(chunk.stream),
+                                                                  max_line_bytes=self.max_line_bytes)
         for piece in unwrapper.feed(chunk.data, chunk.time):
             self._piece(chunk.stream, piece)
         if unwrapper.truncated:
@@ -180,7 +213,7 @@ class Engine:
         """What was logged before a file's read position (its head, its last start-up block, in
         file order, whole lines): routes its streams and gives each parser's ``learn`` the text.
         Nothing is counted."""
-        unwrapper = Unwrapper(self.envelope, max_line_bytes=self.max_line_bytes)
+        unwrapper = Unwrapper(self._envelope(path), max_line_bytes=self.max_line_bytes)
         texts: dict[str | None, list[str]] = {}
         now = time.time()
         pieces = [p for part in parts for p in unwrapper.feed(part, now)] + unwrapper.flush()
@@ -269,8 +302,10 @@ class Engine:
         """The ``source`` label of a raw stream (or of one compose service inside it), valid UTF-8
         even for a file name that is not (``vllm-\\xe9.log``): ``--source``, else the service, else
         what the file's layout says (``namespace/pod/container``), else the path."""
-        if self.source or service or path == "-":
-            return safe_label(self.source or service or "stdin")
+        inp = self._input(path) if self.inputs else None
+        source = inp.source if inp is not None and inp.source is not None else self.source
+        if source or service or path == "-":
+            return safe_label(source or service or "stdin")
         layout = self.layouts.of(path)
         return safe_label(layout.source if layout is not None else path)
 
@@ -287,7 +322,7 @@ class Engine:
 
     def _preset(self, stream: Stream, name: str, state: dict[str, object], held: str) -> None:
         """A stream seen again: its parser and state from the state file, and the text it held."""
-        if name and self.forced in (None, name):
+        if name and self._forced(stream.path) in (None, name):
             self._route_to(stream, Route(self.parsers[name], "kept", "kept from the state file"))
             assert stream.parser is not None
             try:
@@ -350,6 +385,9 @@ class Engine:
         names = (stream.source, stream.path, os.path.basename(stream.path))
         value = None
         for scoped in (False, True):
+            if scoped and self.inputs:
+                inp = self._input(stream.path)
+                value = inp.model if inp is not None and inp.model is not None else value
             for glob, _name, val in self.labels:
                 if (glob is not None) == scoped and (glob is None or any(fnmatch.fnmatch(n, glob) for n in names)):
                     value = val
@@ -365,7 +403,7 @@ class Engine:
     def _choose(self, stream: Stream, first: str | None = None) -> Route:
         """The route of ``stream`` from its names and its first lines (``first``, else what it holds)."""
         text = "".join(stream.held) if first is None else first
-        return route_text(self.parsers, self.forced, self._names(stream), text, self.sniff_lines)
+        return route_text(self.parsers, self._forced(stream.path), self._names(stream), text, self.sniff_lines)
 
     def _text(self, stream: Stream, text: str, lines: int | None) -> None:
         if stream.parser is None:

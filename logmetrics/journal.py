@@ -146,6 +146,7 @@ class Journal:
         self._streams: dict[str, str] = {}  # the JSON last committed, by key
         self._ids: dict[Key, int] = {}  # the row of each series committed
         self._next = self._pending_next = 0  # the id of the next new series (committed, in the transaction)
+        self._inputs: list[str] | None = None  # the PATH arguments last committed (a reload changes them)
 
     @property
     def needs_full(self) -> bool:
@@ -199,7 +200,7 @@ class Journal:
         gone_streams = [(k,) for k in self._streams if k not in delta.live and k not in delta.streams]
         store = delta.store
         if not (full or moved or gone_positions or streams or gone_streams or store.counters or store.histograms
-                or store.gauges or store.gauges_gone):
+                or store.gauges or store.gauges_gone or delta.inputs != self._inputs):
             return False
         ids: dict[Key, int] = {} if full else self._ids  # (a failure forgets them all: the next commit is full)
         self._pending_next = 0 if full else self._next
@@ -231,6 +232,7 @@ class Journal:
             del ids[series]
         self._ids, self._next = ids, self._pending_next
         self._positions = positions
+        self._inputs = list(delta.inputs)
         for (key,) in gone_streams:
             self._streams.pop(key, None)
         self._streams.update(streams)

@@ -14,12 +14,14 @@ from types import FrameType
 from typing import TextIO
 
 from logmetrics import journal, state
+from logmetrics.config import Input
 from logmetrics.descriptors import raise_open_file_limit
 from logmetrics.engine import HOLD_SECONDS, Engine
 from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.exposition import MetricsServer, host_port, make_registry, text
 from logmetrics.plugins import ParserEntry
 from logmetrics.procs import ProcessRule, ProcessWatcher
+from logmetrics.reload import reload
 from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
 from logmetrics.statecheck import normalised_inputs
 from logmetrics.stdin import StdinSource
@@ -49,6 +51,10 @@ class Options:
     state_adopt: bool = False  # --state-adopt: go on with a state file saved for other PATH arguments
     labels: tuple[tuple[str | None, str, str], ...] = ()  # --label: (GLOB or None, name, value)
     processes: tuple[ProcessRule, ...] = ()  # --process BACKEND=PATTERN, in the order given
+    config: str | None = None  # --config FILE, read again on SIGHUP
+    inputs: tuple[Input, ...] = ()  # the file's inputs (their paths are in ``paths`` too)
+    web_config: str | None = None  # kept and handed on; the HTTP server does not use it yet
+    label_limits: tuple[tuple[str, int], ...] = ()  # label_limits in the file: the store's overrides
 
 
 def tune_allocator() -> None:
@@ -143,15 +149,23 @@ class Progress:
 class Runner:
     """The poll loop over every source; chunks go to the engine on this one thread."""
 
-    def __init__(self, opts: Options, entries: dict[str, ParserEntry]) -> None:
+    def __init__(self, opts: Options, entries: dict[str, ParserEntry],
+                 reloader: Callable[[], Options] | None = None) -> None:
         self.opts = opts
+        self.entries = entries
         self.inputs = normalised_inputs(opts.paths)
         self._lock = self._lock_state(opts.state_file) if opts.state_file is not None else None
         self.store = Store()
+        self.store.limits.update(opts.label_limits)
+        self.reloader = reloader  # reads the --config file again and merges the flags: the new Options
+        self.reload_wanted = False  # set by SIGHUP; the poll loop reloads
+        self.reloads = {"success": 0, "failure": 0}  # logmetrics_config_reloads_total
+        self.reloaded_at = time.time()  # the last successful read of the --config file
         self.stats = SourceStats()
         self.engine = Engine(entries, self.store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                              max_line_bytes=opts.max_line_bytes, lines_truncated=self.stats.lines_truncated,
                              labels=opts.labels, hold=max(HOLD_SECONDS, opts.poll_interval))
+        self.engine.set_inputs(opts.inputs)
         files = [p for p in opts.paths if p != "-"]
         try:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
@@ -271,6 +285,9 @@ class Runner:
         own: list[Sample] = ([("logmetrics_state_commits_total", (), float(self._commits)),
                               ("logmetrics_state_save_failures_total", (), float(self._save_failures))]
                              if self.opts.state_file is not None else [])
+        if self.opts.config is not None:
+            own += [("logmetrics_config_reloads_total", (result,), float(n)) for result, n in self.reloads.items()]
+            own.append(("logmetrics_config_last_reload_success_timestamp_seconds", (), self.reloaded_at))
         return source_samples(self.stats, self.engine.source_label) + cpu + mem + own
 
     def poll(self) -> int:
@@ -331,6 +348,9 @@ class Runner:
         """Poll until asked to stop; quiet periods complete held-back records."""
         stdin_done = False
         while not self.stop.is_set():
+            if self.reload_wanted:
+                self.reload_wanted = False
+                reload(self)
             if self.poll():
                 self.save_state()
                 continue
@@ -356,11 +376,12 @@ class Runner:
             self._lock.close()
 
 
-def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
-    """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM."""
+def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], Options] | None = None) -> None:
+    """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM; SIGHUP
+    reads the --config file again (``reloader``)."""
     tune_allocator()
     raise_open_file_limit()
-    runner = Runner(opts, entries)
+    runner = Runner(opts, entries, reloader)
     try:
         if opts.listen is None:
             runner.drain(Progress(sys.stderr) if sys.stderr.isatty() else None)
@@ -380,8 +401,13 @@ def run(opts: Options, entries: dict[str, ParserEntry]) -> None:
             runner.stop.set()
             runner.waker.wake()
 
+        def hangup(signum: int, frame: FrameType | None) -> None:
+            runner.reload_wanted = True  # the poll loop reloads: nothing more is safe in a handler
+            runner.waker.wake()
+
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGHUP, hangup)
         for src in (runner.tailer, runner.stdin):
             if src is not None:
                 src.watch(runner.waker)

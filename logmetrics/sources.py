@@ -45,6 +45,7 @@ from logmetrics.tailfile import (
     LineCutter,
     TailFile,
     Watcher,
+    covers,
     discover,
     is_glob,
     read_head,
@@ -245,6 +246,45 @@ class FileTailer:
         """
         self._resume = {(p.dev, p.ino): p for p in positions}
         self._resumed_at = saved_at
+
+    def set_paths(self, paths: Sequence[str], *, from_beginning: bool | None = None) -> list[str]:
+        """Follow ``paths`` from now on (the configuration was read again); returns the streams let go.
+
+        The files only dropped PATH arguments named are closed at once, and forgotten: one named
+        again later starts at its end, like a file there at start. The files of new PATH arguments
+        that exist now are read from their end (from their start with ``from_beginning``), like
+        files there at start; files that appear later are read whole. What the kept ones follow,
+        and where, does not change. SourceError (nothing changed) if a new PATH cannot be used.
+        """
+        added = [p for p in paths if p not in self._paths]
+        missing = [p for p in added if not _validate(p, True)]
+        if from_beginning is not None:
+            self._from_beginning = from_beginning
+        self._paths = list(paths)
+        self._args = {os.path.normpath(p) for p in paths if not is_glob(p)}
+        self._missing = [p for p in self._missing if p in self._paths] + missing
+        dropped = sorted({f.stream for f in self._files.values() if not any(covers(p, f.stream) for p in paths)})
+        for f in [f for f in self._files.values() if f.stream in dropped]:
+            self._fds.release(f)
+            del self._files[f.ident]
+        for stream in dropped:
+            self._active.pop(stream, None)
+            self._streams.discard(stream)
+        for ident in [i for i, k in self._known.items() if k.stream in dropped]:
+            del self._known[ident]
+        for path in discover(added, lambda err: None):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            ident = (st.st_dev, st.st_ino)
+            if stat.S_ISREG(st.st_mode) and ident not in self._files:
+                self._start_at_end[ident] = st.st_size
+        if self._watcher is not None:
+            for path in added:
+                if path not in missing:
+                    self._watcher.add_root(watch_root(path))
+        return dropped
 
     # -- polling --------------------------------------------------------------------------------
 

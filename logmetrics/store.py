@@ -117,6 +117,8 @@ class Store:
     gauges: dict[Key, float] = field(default_factory=dict)
     histograms: dict[Key, Histogram] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: distinct values allowed per (family, label) before folding (``label_limits`` in the config file)
+    limits: dict[str, int] = field(default_factory=lambda: dict(LABEL_LIMITS))
     #: the values admitted per (family, label position, backend): a parser's labels have their own
     #: places (one backend's errors never push another's into ``__other__``); backend and source, shared
     _seen: dict[tuple[str, int, str], set[str]] = field(default_factory=dict)
@@ -155,7 +157,7 @@ class Store:
                 if clean in seen:
                     continue
             label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
-            limit = LABEL_LIMITS.get(label, DEFAULT_LIMIT)
+            limit = self.limits.get(label, DEFAULT_LIMIT)
             if label == "route" and "code" in fam.labels and labels[fam.labels.index("code") + 2][:1] not in "123":
                 limit = int(limit * NOISE_SHARE)
             if len(seen) < limit:

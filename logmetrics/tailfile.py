@@ -9,6 +9,7 @@ nothing runs per line in Python unless a line is longer than the cap.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import glob
 import logging
 import os
@@ -290,6 +291,16 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[s
             elif path == arg or (not path.endswith(IGNORED_SUFFIXES) and is_log(path)):
                 found.add(path)
     return sorted(found)
+
+
+def covers(arg: str, path: str) -> bool:
+    """Whether ``path`` is a file that the PATH argument ``arg`` names: the file itself, one under
+    the directory, or one the glob matches (or under a directory it matches; ``*`` may cross ``/``)."""
+    arg, path = os.path.abspath(arg), os.path.abspath(path)
+    if is_glob(arg):
+        return any(fnmatch.fnmatchcase(path, pattern) for pattern in
+                   (arg, arg + "/*", arg.replace("/**/", "/"), arg.replace("/**/", "/") + "/*"))
+    return path == arg or path.startswith(arg.rstrip(os.sep) + os.sep)
 
 
 def _listable(directory: str, onerror: Callable[[OSError], None]) -> bool:
