@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from logmetrics import config
 from tests.test_prometheus import binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,9 +64,15 @@ def test_the_daemonset_is_hardened_and_reads_the_pods_log_read_only() -> None:
     assert set(c["resources"]) == {"requests", "limits"}
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/var/log/pods"]["readOnly"] is True
-    assert "--state-file=/var/lib/logmetrics/state.db" in c["args"] and "/var/log/pods" in c["args"]
+    assert c["args"] == ["watch", "--config=/etc/logmetrics/logmetrics.toml"]
+    assert mounts["/etc/logmetrics"]["readOnly"] is True and "subPath" not in mounts["/etc/logmetrics"]
+    volume = next(v for v in pod["volumes"] if v["name"] == mounts["/etc/logmetrics"]["name"])
+    configmap = manifests()["ConfigMap"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    conf = config.parse(configmap["data"]["logmetrics.toml"], "logmetrics.toml", ["vllm"])
+    assert conf.state_file == "/var/lib/logmetrics/state.db" and [i.path for i in conf.inputs] == ["/var/log/pods"]
     port = next(p for p in c["ports"] if p["name"] == "metrics")
-    assert f"--listen=:{port['containerPort']}" in c["args"]
+    assert conf.listen == f":{port['containerPort']}"
 
 
 def test_the_podmonitor_selects_the_daemonset_pods_by_their_port() -> None:
@@ -96,9 +103,10 @@ def test_promtool_accepts_the_prometheus_configuration() -> None:
 
 
 def test_the_systemd_unit_verifies_and_is_sandboxed(tmp_path: Path) -> None:
-    """systemd-analyze verify accepts the unit (with an existing ExecStart), and it sandboxes the service."""
+    """systemd-analyze verify accepts the unit (with an existing ExecStart), it sandboxes the service, and
+    systemctl reload sends SIGHUP (the --config file is read again)."""
     text = (DEPLOY / "logmetrics.service").read_text()
-    for directive in ("DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=\n",
+    for directive in ("ExecReload=/bin/kill -HUP $MAINPID", "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=\n",
                       "StateDirectory=logmetrics", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"):
         assert directive in text, directive
     analyze = shutil.which("systemd-analyze")
