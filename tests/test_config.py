@@ -305,3 +305,21 @@ def test_check_config_on_hostile_files_exits_0_or_2_without_a_traceback(
     code, out, err = run_cli(["check-config", str(path)], capsys)
     assert ((code, err) == (0, "") and out.startswith(f"{path}: OK")) or (
         code == 2 and err.startswith(f"logmetrics: error: {path}") and err.count("\n") == 1)
+
+
+@pytest.mark.parametrize(("arg", "path", "named"), [
+    ("/logs/a.log", "/logs/a.log", True),
+    ("/logs/a.log", "/logs/a.log.1", False),
+    ("/logs", "/logs/x/y.log", True),
+    ("/logs", "/logs2/y.log", False),
+    ("/logs/*.log", "/logs/a.log", True),
+    ("/logs/*.log", "/logs/a.txt", False),
+    ("/logs/**/*.log", "/logs/a.log", True),
+    ("/logs/**/*.log", "/logs/x/y/a.log", True),
+    ("/logs/pod-*", "/logs/pod-1/c/0.log", True),
+])
+def test_which_files_an_input_names(arg: str, path: str, named: bool) -> None:
+    """covers(): the file itself, the files under a directory, the files a glob (or a directory it matches) names."""
+    from logmetrics.tailfile import covers
+
+    assert covers(arg, path) is named

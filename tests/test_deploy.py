@@ -106,7 +106,8 @@ def test_the_systemd_unit_verifies_and_is_sandboxed(tmp_path: Path) -> None:
     """systemd-analyze verify accepts the unit (with an existing ExecStart), it sandboxes the service, and
     systemctl reload sends SIGHUP (the --config file is read again)."""
     text = (DEPLOY / "logmetrics.service").read_text()
-    for directive in ("ExecReload=/bin/kill -HUP $MAINPID", "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=\n",
+    for directive in ("ExecReload=/bin/kill -HUP $MAINPID",
+                      "DynamicUser=yes", "NoNewPrivileges=yes", "ProtectSystem=strict", "CapabilityBoundingSet=\n",
                       "StateDirectory=logmetrics", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"):
         assert directive in text, directive
     analyze = shutil.which("systemd-analyze")
