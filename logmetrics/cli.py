@@ -225,8 +225,10 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, parser: 
             poll_interval=poll_interval if given("poll_interval") or cfg.poll_interval is None else cfg.poll_interval,
             max_line_bytes=(max_line_bytes if given("max_line_bytes") or cfg.max_line_bytes is None
                             else cfg.max_line_bytes),
-            state_file=state_file if state_file is not None else cfg.state_file, state_adopt=state_adopt,
-            labels=static, processes=processes + _rules(cfg.processes), config=config_file, inputs=inputs,
+            # --oneshot leaves out the file's settings for a running watch (state file, process rules)
+            state_file=state_file if state_file is not None or oneshot else cfg.state_file, state_adopt=state_adopt,
+            labels=static, processes=processes + (() if oneshot else _rules(cfg.processes)), config=config_file,
+            inputs=inputs,
             web_config=cfg.web_config, label_limits=cfg.label_limits)
 
     opts = options()

@@ -140,11 +140,13 @@ def test_the_readme_example_is_the_shipped_file() -> None:
 
 
 def test_flags_win_over_the_file_and_paths_add_to_its_inputs(tmp_path: Path) -> None:
-    """--source on the command line wins over an input's source; a PATH argument adds an input."""
+    """--source on the command line wins over an input's source; a PATH argument adds an input; --oneshot
+    leaves out the file's settings for a running watch."""
     (tmp_path / "a.log").write_text(lines(3))
     (tmp_path / "b.log").write_text(lines(2))
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[[input]]\npath = "a.log"\nparser = "vllm"\nsource = "from-file"\n')
+    cfg.write_text('state_file = "s.db"\n[[process]]\nbackend = "g"\npattern = "x"\n'  # left out by --oneshot
+                   '[[input]]\npath = "a.log"\nparser = "vllm"\nsource = "from-file"\n')
     run = [sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--config", str(cfg)]
     out = subprocess.run(run, capture_output=True, text=True, timeout=60, check=True).stdout
     assert 'http_requests_total{backend="vllm",code="200",method="POST",route="/v1/chat/completions",' \
@@ -323,3 +325,23 @@ def test_which_files_an_input_names(arg: str, path: str, named: bool) -> None:
     from logmetrics.tailfile import covers
 
     assert covers(arg, path) is named
+
+
+def test_an_inputs_model_and_envelope_apply_to_its_files_only(tmp_path: Path) -> None:
+    """labels.model and envelope of an input apply to the files it names; --envelope wins over the input's."""
+    vllm, docker = ROOT / "samples/vllm/v1-0.10.log", ROOT / "samples/vllm/docker-json.log"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[input]]\npath = "{vllm}"\n[input.labels]\nmodel = "mine"\n'
+                   f'[[input]]\npath = "{docker}"\n')
+    run = [sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--config", str(cfg)]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=60, check=True).stdout
+    mine = [line for line in out.splitlines() if f'source="{vllm}"' in line and 'model="' in line]
+    assert mine and all('model="mine"' in line for line in mine)
+    assert 'model="gemma-3-12b"' in out and f'model="mine",source="{docker}"' not in out
+    cfg.write_text(f'[[input]]\npath = "{docker}"\nparser = "vllm"\nenvelope = "none"\n')
+    matched = 'logmetrics_lines_matched_total{parser="vllm"}'
+    out = subprocess.run(run, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"{matched} 3.0" in out  # its JSON lines left wrapped: only the few the parser finds inside
+    out = subprocess.run([*run, "--envelope", "docker-json"], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert f"{matched} 16.0" in out
