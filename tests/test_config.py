@@ -252,8 +252,9 @@ def test_a_reload_records_the_new_inputs_in_the_state_file(tmp_path: Path) -> No
 
 
 TOML_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.just([]) | st.just({}),
+    lambda inner: st.lists(inner, min_size=1, max_size=3) | st.dictionaries(st.text(max_size=8), inner, min_size=1,
+                                                                            max_size=3),
     max_leaves=8)
 KEYS = st.sampled_from([*config.TOP_KEYS, "path", "parser", "labels", "x"])
 
@@ -303,7 +304,7 @@ def test_check_config_on_hostile_files_exits_0_or_2_without_a_traceback(
         text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """check-config on a hostile file: exit 0 with its summary, or 2 with one error line; no traceback."""
     path = tmp_path / "h.toml"
-    path.write_text(text, errors="surrogateescape")
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))  # a lone surrogate: a file that is not UTF-8
     code, out, err = run_cli(["check-config", str(path)], capsys)
     assert ((code, err) == (0, "") and out.startswith(f"{path}: OK")) or (
         code == 2 and err.startswith(f"logmetrics: error: {path}") and err.count("\n") == 1)
