@@ -251,7 +251,7 @@ def test_a_reload_records_the_new_inputs_in_the_state_file(tmp_path: Path) -> No
         assert srv.stop() == 0
 
 
-TOML_VALUES = st.recursive(
+TOML_VALUES: st.SearchStrategy[object] = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.just([]) | st.just({}),
     lambda inner: st.lists(inner, min_size=1, max_size=3) | st.dictionaries(st.text(max_size=8), inner, min_size=1,
                                                                             max_size=3),
