@@ -221,7 +221,7 @@ class Runner:
         series = self.store.load(saved.store)
         self.engine.restore_streams(saved.streams)
         if self.tailer is not None:
-            self.tailer.resume(saved.positions, saved.saved_at)
+            self.tailer.resume(saved.positions, saved.saved_at, saved.inputs)
         log.info("state file %s: %d series and %d read positions restored", path, series, len(saved.positions))
 
     def _foreign(self, path: str, saved: list[str]) -> None:

@@ -122,6 +122,17 @@ def _stream(item: Cut | TailFile | Position) -> str:
     return item.stream
 
 
+def _was_cut(f: TailFile) -> bool:
+    """Whether an open file's content was cut (or replaced) since it was read: shorter than what
+    was read, or not starting with its head any more."""
+    if f.fd < 0:
+        return False
+    try:
+        return os.fstat(f.fd).st_size < f.offset or (bool(f.head) and os.pread(f.fd, len(f.head), 0) != f.head)
+    except OSError:
+        return False
+
+
 def _ident_at(path: str) -> Ident | None:
     """The identity of the file now at ``path``, None if there is none."""
     try:
@@ -199,6 +210,7 @@ class FileTailer:
         self._at_end: list[tuple[str, int]] = []  # files started at their end, and that offset, not yet reported
         self._rotated: set[str] = set()  # streams found rotated in this poll's listing
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
+        self._resumed_inputs: list[str] | None = None  # the PATH arguments they were saved for (None: not known)
         self._resumed_at: float | None = None  # when they were saved
         self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
         self._unchanged: set[Ident] = set()  # files a resumed state shows unchanged since: read from their end
@@ -233,7 +245,7 @@ class FileTailer:
                                 f.real if f.real != f.path else None))
         return out
 
-    def resume(self, positions: Sequence[Position], saved_at: float) -> None:
+    def resume(self, positions: Sequence[Position], saved_at: float, inputs: Sequence[str] | None = None) -> None:
         """Before the first poll: go on from ``positions``, saved at ``saved_at`` (Unix time).
 
         A saved file still there (by identity, starting with the same bytes and with the same
@@ -242,10 +254,12 @@ class FileTailer:
         Another file that got a saved file's inode is a new file, read as if none were saved.
         Other files that changed since ``saved_at`` were written while we were down and are read
         from their start, except logrotate's copy of a saved file, read from that file's position.
-        Unchanged files start at their end as usual.
+        Unchanged files start at their end as usual. Files that none of the saved PATH arguments
+        ``inputs`` named (new ones adopted, ``--state-adopt``) are placed as at a first start.
         """
         self._resume = {(p.dev, p.ino): p for p in positions}
         self._resumed_at = saved_at
+        self._resumed_inputs = None if inputs is None else list(inputs)
 
     def set_paths(self, paths: Sequence[str], *, from_beginning: bool | None = None) -> list[str]:
         """Follow ``paths`` from now on (the configuration was read again); returns the streams let go.
@@ -515,10 +529,16 @@ class FileTailer:
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
                     return
             for f in nearest_first(path, list(self._files.values()), _stream):
-                # A drained copy is no original, but the stream's own file is, just rotated: cut, then
-                # renamed or deleted before this look, its cut shows at the next one.
-                if (f.draining and not f.own) or not copy_name(path, f.stream):  # no size test: the
-                    continue  # original may be longer now than at its last look, or cut (the content decides)
+                if not copy_name(path, f.stream):  # no size test: the original may be longer now than
+                    continue  # at its last look, or cut (the content decides)
+                if f.draining or _ident_at(f.stream) != f.ident:
+                    # A drained copy is no original, but the stream's own file is, just rotated: cut,
+                    # then renamed or deleted before this look (its cut shows at the next one). Not cut,
+                    # it has no copy: a look-alike beside it was rotated too (logs of identical lines).
+                    if not (f.own and _was_cut(f)):
+                        continue
+                elif f.stream in self._rotated:
+                    continue  # the stream's file found new in this look: nothing copied it yet
                 if starts_like(head, f.head) and same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one
@@ -526,6 +546,7 @@ class FileTailer:
                     self._fds.close(fd)
                     return
         if path in self._streams:
+            self._rotated.add(path)
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
             self._follow(fd, ident, head, path, path, 0, size, active=True)
         elif ident in self._start_at_end:
@@ -560,6 +581,9 @@ class FileTailer:
         """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
         self._resume_later.discard(ident)
         saved = self._resume.get(ident)
+        if saved is None and self._resumed_inputs is not None and not any(
+                covers(arg, path) for arg in self._resumed_inputs):
+            return False  # under a PATH argument the state did not have: as at a first start
         if saved is None:
             assert self._resumed_at is not None
             try:

@@ -586,3 +586,62 @@ def test_a_symlinked_file_left_behind_while_down_is_resumed_from_its_real_path(t
     second.resume(positions, saved_at)
     got += drain(second)
     assert data(got, link) == lines(0, 5) + line(100)
+
+
+def test_a_file_made_and_rotated_after_a_look_that_found_no_file_counts_under_its_stream(
+        tmp_path: Path, tail: Tail) -> None:
+    """mv x.log x.log.1, a look finds no x.log, then x.log is made, shifted and made again: all under x.log."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 3))
+    got += drain(t)
+    os.rename(log, tmp_path / "x.log.1")
+    got += drain(t)  # a look with no x.log: the stream is drained
+    log.write_bytes(lines(100, 103))
+    os.rename(tmp_path / "x.log.1", tmp_path / "x.log.2")
+    os.rename(log, tmp_path / "x.log.1")
+    log.write_bytes(lines(200, 202))
+    got += drain(t)
+    assert sorted(data(got, log).splitlines(keepends=True)) == sorted(
+        [*(line(i) for i in range(3)), *(line(i) for i in range(100, 103)), line(200), line(201)])
+    assert streams(got) == {str(log)}
+
+
+@pytest.mark.parametrize("name", ["x.log.1", "x-20240101.log"])
+def test_logs_of_identical_lines_rotated_unseen_are_read_not_held_as_copies(
+        tmp_path: Path, tail: Tail, name: str) -> None:
+    """Logs of byte-identical lines (health probes): one made and rotated between two looks is read, not held."""
+    same = b'INFO:     127.0.0.1:5000 - "GET /health HTTP/1.1" 200 OK\n'
+    log, rotated = tmp_path / "x.log", tmp_path / name
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, same * 5)
+    got += drain(t)
+    os.rename(log, tmp_path / "x.log.old")  # rotated (kept under a name of its own)
+    log.write_bytes(same * 7)  # never seen at x.log:
+    os.rename(log, rotated)  # rotated too before the next look
+    log.write_bytes(same * 9)  # as long as the one rotated, or longer: alike to the end
+    got += drain(t)
+    assert data(got).count(b"\n") == 5 + 7 + 9
+    assert streams(got) == {str(log)}
+
+
+def test_files_under_a_path_the_state_did_not_have_are_placed_as_at_a_first_start(tmp_path: Path, tail: Tail) -> None:
+    """--state-adopt with a new directory and --from-beginning: its files, older than the state, are read whole."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    (old / "a.log").write_bytes(lines(0, 3))
+    (new / "y.log").write_bytes(lines(100, 120))
+    first = tail(old, from_beginning=True)
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time() + 1.0  # saved after every write above
+    first.close()
+    second = tail(old, new, from_beginning=True)
+    second.resume(positions, saved_at, [str(old)])
+    got += drain(second)
+    assert data(got, old / "a.log") == lines(0, 3)
+    assert data(got, new / "y.log") == lines(100, 120)
