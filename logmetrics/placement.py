@@ -1,0 +1,418 @@
+"""Placement: what each file found in a listing is, for ``logmetrics.sources.FileTailer``.
+
+A file found is the same one followed already (maybe renamed), the stream's new file (a rotation),
+logrotate's copy of a followed file (held until its original's truncation shows, then read from
+where the original had been read), one retired before (by identity and fingerprint), one an
+earlier run saved a position for (``--state-file``), a file rotated out of its stream's path before
+it was seen there, or a new file. ``Placement`` holds these decisions; ``FileTailer`` lists the
+files, reads them and keeps the state that both share.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+from typing import TYPE_CHECKING
+
+from logmetrics.copies import (
+    Cut,
+    Known,
+    copy_name,
+    is_copy,
+    nearest_first,
+    originals,
+    same_tail,
+    starts_like,
+    still_copy,
+)
+from logmetrics.descriptors import Descriptors
+from logmetrics.identity import same_file
+from logmetrics.tailfile import Ident, LineCutter, TailFile, Watcher, covers, read_head
+
+if TYPE_CHECKING:
+    from logmetrics.sources import Position, SourceStats
+
+log = logging.getLogger("logmetrics.sources")  # the tailer's messages, under one name
+
+OLD_MARGIN = 1.0  # a file first seen after start but last written this long before start is read from its end
+
+
+def _stream(item: Cut | TailFile | Position) -> str:
+    return item.stream
+
+
+def _was_cut(f: TailFile) -> bool:
+    """Whether an open file's content was cut (or replaced) since it was read: shorter than what
+    was read, or not starting with its head any more."""
+    if f.fd < 0:
+        return False
+    try:
+        return os.fstat(f.fd).st_size < f.offset or (bool(f.head) and os.pread(f.fd, len(f.head), 0) != f.head)
+    except OSError:
+        return False
+
+
+def _ident_at(path: str) -> Ident | None:
+    """The identity of the file now at ``path``, None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class Placement:
+    """The placement decisions of a tailer: the state they read and change is the tailer's own."""
+
+    stats: SourceStats
+    _files: dict[Ident, TailFile]
+    _active: dict[str, Ident]
+    _known: dict[Ident, Known]
+    _streams: set[str]
+    _start_at_end: dict[Ident, int]
+    _rotated: set[str]
+    _resume: dict[Ident, Position]
+    _resumed_inputs: list[str] | None
+    _resumed_at: float | None
+    _resume_later: set[Ident]
+    _unchanged: set[Ident]
+    _first: bool
+    _from_beginning: bool
+    _started: float
+    _copy_wait: float
+    _fds: Descriptors
+    _waiting: set[str]
+    _at_end: list[tuple[str, int]]
+    _seq: int
+    _max_line: int
+    _watcher: Watcher | None
+
+    def _report(self, path: str, err: OSError) -> None:
+        raise NotImplementedError  # the tailer's: counts and logs a file that cannot be read
+
+    def _check_open_files(self, cuts: list[Cut]) -> None:
+        """Find the open files whose content was cut (copytruncate), restart them at 0, add to ``cuts``."""
+        for f in list(self._files.values()):
+            if f.fd >= 0:
+                self._check_cut(f, cuts)
+
+    def _check_cut(self, f: TailFile, cuts: list[Cut]) -> None:
+        unread = max(0, f.size - f.handed_out())  # known there at the last look, not handed out yet
+        try:
+            if not f.truncated():
+                return
+            if self._active.get(f.stream) != f.ident and not f.own:
+                # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
+                # is a new copy, for the copy evidence to place, not lines of the stream to read again
+                # from the start. (The stream's own file, cut and then renamed before this look, is cut
+                # like the stream's file: its copy holds what was not read.)
+                self._fds.release(f)
+                del self._files[f.ident]
+                return
+            pending = f.cutter.reset()
+            cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic(), unread)
+            f.seek(0)
+            f.head = read_head(f.fd)
+        except OSError as err:
+            self._report(f.path, err)
+            return
+        cuts.append(cut)
+        self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
+        for known in self._known.values():
+            if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
+                known.offset, known.pending = cut.offset, pending
+                cut.unread = 0  # the copy holds it
+
+    def _lost(self, stream: str, nbytes: int, why: str) -> None:
+        """Count ``nbytes`` of ``stream`` as lost (logmetrics_bytes_lost_total), warned once per stream."""
+        if stream not in self.stats.bytes_lost:
+            log.warning("%s %s: %d bytes of it are lost (counted in logmetrics_bytes_lost_total)", stream, why, nbytes)
+        self.stats.bytes_lost[stream] = self.stats.bytes_lost.get(stream, 0) + nbytes
+
+    def _reopen_real(self, f: TailFile) -> bool:
+        """Reopen a parked file that no listed path leads to by its real path, to drain it; True if it
+        is still there (reopened, or waiting for a descriptor)."""
+        if f.real == f.path or _ident_at(f.real) != f.ident:
+            return False
+        fd = self._open_fd(f.real)
+        if fd is None:
+            return f.real in self._waiting  # out of descriptors: tried again at the next poll
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != f.ident:
+                self._fds.close(fd)
+                return False
+            os.lseek(fd, f.offset, os.SEEK_SET)
+        except OSError:
+            self._fds.close(fd)
+            return False
+        f.fd, f.path = fd, f.real
+        if self._active.get(f.stream) == f.ident:
+            del self._active[f.stream]
+        self._drain(f)
+        return True
+
+    def _resume_real(self, p: Position) -> bool:
+        """At the first poll after a restart: follow a saved file that no listed path leads to (its
+        symlink moved on while we were down) from its real path, if it is still the same file."""
+        if p.real is None or _ident_at(p.real) != (p.dev, p.ino):
+            return False
+        opened = self._open(p.real)
+        if opened is None:
+            return False
+        fd, size, head = opened
+        if not same_file(fd, size, head, p.head, p.offset, p.fp):
+            self._fds.close(fd)
+            return False
+        self._follow_resumed(fd, (p.dev, p.ino), head, p.real, p.stream, p.offset, size)
+        return True
+
+    def _drain(self, f: TailFile) -> None:
+        f.draining = True
+        f.idle_since = time.monotonic()
+
+    def _place(self, path: str, ident: Ident, st: os.stat_result, cuts: list[Cut]) -> None:
+        """Decide what the file at ``path`` is: the same, a rotation, a copy, already known, or new."""
+        size, mtime = st.st_size, st.st_mtime
+        current = self._active.get(path)
+        if current is not None and current != ident:  # replaced: drain the old one first
+            self._drain(self._files[current])
+            del self._active[path]
+            self._rotated.add(path)
+        f = self._files.get(ident)
+        if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
+            if f.stream == path and path not in self._active:
+                f.draining = False
+                f.own = True
+                self._active[path] = ident
+            if f.fd < 0 and size != f.offset:
+                self._unpark(f, path, size, cuts)
+            return
+        if ((self._first or ident in self._resume_later) and self._resumed_at is not None
+                and self._place_resumed(path, ident)):
+            return
+        known = self._known.get(ident)
+        proven_new = False
+        if known is not None:
+            if known.offset is None:
+                original = self._files.get(self._active.get(known.stream, (-1, -1)))
+                if still_copy(path, known, original, size, self._copy_wait):
+                    return  # still a copy of what was (or is being) read from its original
+                del self._known[ident]  # not a copy of that file after all
+                # No truncation came in time: a new file. Or its content parted from that file's (a copy
+                # seen empty, as cp creates it, looks like any file): it may still be another one's copy.
+                proven_new = time.monotonic() - known.since >= self._copy_wait
+                known = None
+            elif size == known.offset and st.st_mtime_ns == known.mtime_ns:
+                return  # retired, and unchanged since it was last found the same
+        if self._first:
+            self._start_at_end[ident] = size
+        opened = self._open(path)
+        if opened is None:
+            return
+        fd, size, head = opened
+        if known is not None:
+            del self._known[ident]
+            if known.offset is not None and same_file(fd, size, head, known.head, known.offset, known.fp):
+                if size > known.offset:
+                    self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
+                else:  # the same, only touched (or first looked at since it was retired parked)
+                    known.mtime_ns = st.st_mtime_ns
+                    self._known[ident] = known
+                    self._fds.close(fd)
+                return
+            # else another file under its inode (deleted, and the inode reused), or written over: new
+        if not self._first and not proven_new and ident not in self._start_at_end:
+            for cut in nearest_first(path, cuts, _stream):  # logrotate's copy of a file just truncated:
+                # it holds what we had not read yet
+                if is_copy(head, cut.head) and copy_name(path, cut.stream):
+                    cuts.remove(cut)
+                    self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
+                    return
+            for f in nearest_first(path, list(self._files.values()), _stream):
+                if not copy_name(path, f.stream):  # no size test: the original may be longer now than
+                    continue  # at its last look, or cut (the content decides)
+                if f.draining or _ident_at(f.stream) != f.ident:
+                    # A drained copy is no original, but the stream's own file is, just rotated: cut,
+                    # then renamed or deleted before this look (its cut shows at the next one). Not cut,
+                    # it has no copy: a look-alike beside it was rotated too (logs of identical lines).
+                    if not (f.own and _was_cut(f)):
+                        continue
+                elif f.stream in self._rotated:
+                    continue  # the stream's file found new in this look: nothing copied it yet
+                if starts_like(head, f.head) and same_tail(fd, f, size):
+                    # a copy made before the truncation (or still being written): held back until the
+                    # truncation comes, or read as a new file once it proves to be one
+                    self._known[ident] = Known(f.stream, head, None, since=time.monotonic(), size=size)
+                    self._fds.close(fd)
+                    return
+        if path in self._streams:
+            self._rotated.add(path)
+            self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
+            self._follow(fd, ident, head, path, path, 0, size, active=True)
+        elif ident in self._start_at_end:
+            at = self._start_at_end.pop(ident)
+            self._follow_from(fd, ident, head, path, at if at <= size else 0, size)
+        elif not self._from_beginning and not proven_new and mtime < self._started - OLD_MARGIN:
+            self._follow_from(fd, ident, head, path, size, size)  # there at start, but not seen then
+        elif (owner := self._rotated_into(path)) is not None:
+            # its stream was rotated twice between two looks: this file came and went at its path unseen
+            self._follow(fd, ident, head, path, owner, 0, size)
+        else:
+            self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _rotated_into(self, path: str) -> str | None:
+        """The stream that a new file at ``path`` was rotated out of unseen: one named as ``path``'s
+        original whose own file was replaced since the last look, else None (a file of its own)."""
+        for stream in originals(path):
+            ident = self._active.get(stream)
+            if stream in self._rotated or (ident is not None and _ident_at(stream) != ident):
+                return stream
+        return None
+
+    def _follow_from(self, fd: int, ident: Ident, head: bytes, path: str, at: int, size: int) -> None:
+        """Follow a file that was there at start from ``at`` (its end then), or from its start."""
+        end = at > 0 and (not self._from_beginning or ident in self._unchanged)
+        skip = end and os.pread(fd, 1, at - 1) != b"\n"  # started mid-line: skip to the next line
+        self._follow(fd, ident, head, path, path, at if end else 0, size, active=True, skip=skip)
+        if end:
+            self._at_end.append((path, at))
+
+    def _place_resumed(self, path: str, ident: Ident) -> bool:
+        """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
+        self._resume_later.discard(ident)
+        saved = self._resume.get(ident)
+        if saved is None and self._resumed_inputs is not None and not any(
+                covers(arg, path) for arg in self._resumed_inputs):
+            return False  # under a PATH argument the state did not have: as at a first start
+        if saved is None:
+            assert self._resumed_at is not None
+            try:
+                if os.stat(path).st_mtime <= self._resumed_at:
+                    # unchanged while we were down: from its end, as without a state, even with
+                    # --from-beginning (which is for a first start): a rotated file read to its end
+                    # and let go before the save is no new file
+                    self._unchanged.add(ident)
+                    return False
+            except OSError:
+                return False
+        opened = self._open(path)
+        if opened is None:
+            if path in self._waiting:  # out of descriptors: placed by the saved positions later
+                self._resume_later.add(ident)
+            return True
+        fd, size, head = opened
+        if saved is not None:
+            if same_file(fd, size, head, saved.head, saved.offset, saved.fp):
+                self._follow_resumed(fd, ident, head, path, saved.stream, saved.offset, size)
+                return True
+            if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
+                self.stats.truncations[path] = self.stats.truncations.get(path, 0) + 1
+                self._follow_resumed(fd, ident, head, path, path, 0, size)
+                return True
+            # elsewhere, another file that got the saved file's inode after it was deleted: a new file
+        for pos in nearest_first(path, list(self._resume.values()), _stream):  # logrotate's copy of a saved
+            # file, made while we were down
+            if is_copy(head, pos.head) and copy_name(path, pos.stream):
+                self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
+                return True
+        at_path = {p.stream: (p.dev, p.ino) for p in self._resume.values() if p.path == p.stream}
+        if path in at_path:  # the successor of a rotated file
+            self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
+        for stream in originals(path):
+            if stream in at_path and _ident_at(stream) != at_path[stream]:
+                # written at the stream's path and rotated away while we were down
+                self._follow_resumed(fd, ident, head, path, stream, 0, size)
+                return True
+        self._follow(fd, ident, head, path, path, 0, size, active=True)
+        return True
+
+    def _follow_resumed(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int,
+                        size: int) -> None:
+        """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
+        active = path == stream and stream not in self._active
+        self._follow(fd, ident, head, path, stream, offset, size, active=active)  # not active: drained
+        self._streams.add(stream)
+
+    def _open(self, path: str) -> tuple[int, int, bytes] | None:
+        """Open ``path`` within the budget: (fd, size, head), or None if gone, unreadable or waiting."""
+        fd = self._open_fd(path)
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return fd, st.st_size, read_head(fd)
+        except OSError as err:
+            self._report(path, err)
+        self._fds.close(fd)
+        return None
+
+    def _open_fd(self, path: str) -> int | None:
+        try:
+            return self._fds.open_path(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as err:
+            self._report(path, err)  # out of descriptors: waits for the next poll
+            return None
+
+    def _unpark(self, f: TailFile, path: str, size: int, cuts: list[Cut]) -> None:
+        """Reopen a parked file that changed (``size`` from stat), if its path still leads to it."""
+        f.size = size  # for lag and files_waiting until it is reopened
+        fd = self._open_fd(path)
+        if fd is None:
+            return
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != f.ident:  # replaced meanwhile: placed at the next poll
+                self._fds.close(fd)
+                return
+            f.fd = fd
+            f.path = path
+            os.lseek(fd, f.offset, os.SEEK_SET)
+        except OSError as err:
+            self._report(path, err)
+            return
+        f.size = f.offset  # so that truncated() compares the head if it grew: replaced content is a cut
+        self._check_cut(f, cuts)
+
+    def _follow(
+        self,
+        fd: int,
+        ident: Ident,
+        head: bytes,
+        path: str,
+        stream: str,
+        offset: int,
+        size: int,
+        *,
+        active: bool = False,
+        skip: bool = False,
+        pending: bytes = b"",
+    ) -> None:
+        self._seq += 1
+        f = TailFile(stream, path, fd, ident, head, LineCutter(self._max_line), self._seq)
+        f.seek(offset)
+        f.size = size
+        f.idle_since = time.monotonic()
+        f.cutter.skipping = skip
+        f.cutter.pending += pending
+        self._files[ident] = f
+        f.own = active
+        real = os.path.realpath(path)
+        if real != os.path.abspath(path):  # reached through a symlink
+            f.real = real
+        if active:
+            self._active[stream] = ident
+            if stream not in self._streams:
+                self._streams.add(stream)
+                for counts in (self.stats.bytes_read, self.stats.lines_truncated, self.stats.rotations):
+                    counts.setdefault(stream, 0)
+                self.stats.truncations.setdefault(stream, 0)
+        else:
+            self._drain(f)
+        if self._watcher is not None:
+            self._watcher.add_target(path)
