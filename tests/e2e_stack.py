@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_prometheus import POLL, Piped, free_port, http_get
+from tests.test_prometheus import Piped, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 #: log file -> (sample, a line from which later rounds repeat the sample: its start-up is logged once;
@@ -205,17 +205,7 @@ class Alertmanager:
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Poll /-/ready until it answers 200."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"alertmanager exited with {self.proc.returncode}: {self.piped.tail()}")
-            try:
-                if http_get(self.url + "/-/ready", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(POLL)
-        pytest.fail(f"alertmanager not ready within {timeout}s: {self.piped.tail()}")
+        wait_ready("alertmanager", self.proc, self.piped, self.url, timeout)
 
 
 def fast_rules(out: Path, alert_for: str = "1s") -> tuple[Path, list[str]]:

@@ -93,6 +93,22 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float 
     return proc.returncode
 
 
+def wait_ready(name: str, proc: subprocess.Popen[str], piped: Piped, url: str, timeout: float) -> None:
+    """Poll ``url``/-/ready of a Prometheus-family server until it answers 200; fail the test if it
+    exits or does not within ``timeout`` seconds, with the end of its stderr."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited with {proc.returncode}: {piped.tail()}")
+        try:
+            if http_get(url + "/-/ready", timeout=2)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(POLL)
+    pytest.fail(f"{name} not ready within {timeout}s: {piped.tail()}")
+
+
 @dataclass
 class Piped:
     """A child process whose stderr is drained by a thread into a list (and a queue of lines)."""
@@ -207,17 +223,7 @@ class Prometheus:
 
     def wait_ready(self, timeout: float = PROM_TIMEOUT) -> None:
         """Poll /-/ready until the server answers 200."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"prometheus exited with {self.proc.returncode}: {self.piped.tail()}")
-            try:
-                if http_get(self.url + "/-/ready", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(POLL)
-        pytest.fail(f"prometheus not ready within {timeout}s: {self.piped.tail()}")
+        wait_ready("prometheus", self.proc, self.piped, self.url, timeout)
 
     def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
         """Instant query: (labels, value) per series."""

@@ -40,6 +40,14 @@ def write_and_commit(srv: Server, path: Path, text: str) -> Samples:
                         and total(s, "logmetrics_state_commits_total") > before)
 
 
+def vllm_dir(tmp_path: Path, name: str) -> tuple[Path, tuple[str, ...]]:
+    """A log directory holding the empty file ``name``, and the arguments of a vllm watch on it with a state file."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / name).write_text("")
+    return d, (str(d), "--state-file", str(tmp_path / "state.db"), "--poll-interval", "0.05", "--parser", "vllm")
+
+
 def kill(srv: Server) -> None:
     """SIGKILL, and wait for the process to be gone."""
     os.kill(srv.proc.pid, signal.SIGKILL)
@@ -67,10 +75,7 @@ def test_lines_of_a_file_deleted_before_a_kill_are_counted(tmp_path: Path) -> No
 
 def test_the_current_file_deleted_while_down_is_counted_as_a_file_lost(tmp_path: Path) -> None:
     """x.log read and committed, SIGKILL, x.log replaced by a new file: the restart counts the old one lost."""
-    d, state = tmp_path / "logs", tmp_path / "state.db"
-    d.mkdir()
-    (d / "x.log").write_text("")
-    args = (str(d), "--state-file", str(state), "--poll-interval", "0.05", "--parser", "vllm")
+    d, args = vllm_dir(tmp_path, "x.log")
     srv = Server(*args)
     try:
         write_and_commit(srv, d / "x.log", lines(20))
@@ -220,10 +225,7 @@ def test_gauges_are_committed_updated_and_dropped_with_their_source(tmp_path: Pa
 
 def test_readiness_survives_a_kill_before_any_new_line(tmp_path: Path) -> None:
     """backend_ready is back at once after a SIGKILL and restart, with no line written since."""
-    d, state = tmp_path / "logs", tmp_path / "state.db"
-    d.mkdir()
-    (d / "vllm.log").write_text("")
-    args = (str(d), "--state-file", str(state), "--poll-interval", "0.05", "--parser", "vllm")
+    d, args = vllm_dir(tmp_path, "vllm.log")
     srv = Server(*args)
     try:
         append(d / "vllm.log", START + "INFO:     Application startup complete.\n")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from logmetrics.copies import Cut, copy_name, same_tail
+from logmetrics.sources import Chunk, FileTailer
 from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines, streams
@@ -410,20 +411,29 @@ def _shift_twice(log: Path, first: int) -> None:
         log.write_bytes(lines(first + 10 * n, first + 10 * n + 3))
 
 
-def test_a_file_rotated_out_unseen_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
-    """x.log shifted twice between two polls: the file that was at x.log meanwhile is read under x.log."""
+def _x_log_read(tmp_path: Path, tail: Tail) -> tuple[Path, FileTailer, list[Chunk]]:
+    """x.log followed from its start, lines 0-2 written and read: the file, its tailer, what it read."""
     log = tmp_path / "x.log"
     log.write_bytes(b"")
     t = tail(tmp_path, from_beginning=True)
     got = drain(t)
     append(log, lines(0, 3))
-    got += drain(t)
+    return log, t, got + drain(t)
+
+
+def _all_under(got: list[Chunk], log: Path, numbers: list[int]) -> None:
+    """The lines numbered ``numbers`` were read once each (in any order), all under the stream ``log``."""
+    assert sorted(data(got, log).splitlines(keepends=True)) == sorted(line(i) for i in numbers)
+    assert streams(got) == {str(log)}
+
+
+def test_a_file_rotated_out_unseen_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
+    """x.log shifted twice between two polls: the file that was at x.log meanwhile is read under x.log."""
+    log, t, got = _x_log_read(tmp_path, tail)
     append(log, lines(3, 5))  # not read yet: read from x.log.2
     _shift_twice(log, 100)
     got += drain(t)
-    assert sorted(data(got, log).splitlines(keepends=True)) == sorted(
-        [line(i) for i in range(5)] + [line(i) for i in (100, 101, 102, 110, 111, 112)])
-    assert streams(got) == {str(log)}
+    _all_under(got, log, [*range(5), 100, 101, 102, 110, 111, 112])
 
 
 def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
@@ -439,10 +449,7 @@ def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, t
     second = tail(tmp_path)
     second.resume(positions, saved_at)
     got += drain(second)
-    assert sorted(data(got, log).splitlines(keepends=True)) == sorted(
-        [line(i) for i in range(5)] + [line(i) for i in (100, 101, 102, 110, 111, 112)])
-    assert streams(got) == {str(log)}
-
+    _all_under(got, log, [*range(5), 100, 101, 102, 110, 111, 112])
 
 
 def test_bytes_cut_away_unread_with_no_copy_are_counted_lost(tmp_path: Path, tail: Tail) -> None:
@@ -591,12 +598,7 @@ def test_a_symlinked_file_left_behind_while_down_is_resumed_from_its_real_path(t
 def test_a_file_made_and_rotated_after_a_look_that_found_no_file_counts_under_its_stream(
         tmp_path: Path, tail: Tail) -> None:
     """mv x.log x.log.1, a look finds no x.log, then x.log is made, shifted and made again: all under x.log."""
-    log = tmp_path / "x.log"
-    log.write_bytes(b"")
-    t = tail(tmp_path, from_beginning=True)
-    got = drain(t)
-    append(log, lines(0, 3))
-    got += drain(t)
+    log, t, got = _x_log_read(tmp_path, tail)
     os.rename(log, tmp_path / "x.log.1")
     got += drain(t)  # a look with no x.log: the stream is drained
     log.write_bytes(lines(100, 103))
