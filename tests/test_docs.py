@@ -1,0 +1,90 @@
+"""docs/operating.md keeps up with the code: the generated metric reference, every configuration key,
+and every dashboard panel."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from logmetrics import reference
+from logmetrics.catalog import FAMILIES, SELF_FAMILIES
+from tests.test_prometheus import binary
+from tests.test_rules import rule_groups, unknown_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+GUIDE = (ROOT / "docs" / "operating.md").read_text()
+README = (ROOT / "README.md").read_text()
+ALL = FAMILIES + SELF_FAMILIES
+
+
+def section(title: str) -> str:
+    """The guide's text from the heading ``title`` to the next heading of the same level or above."""
+    level = title.split(" ", 1)[0]
+    start = GUIDE.index(f"\n{title}\n")
+    ends = [m.start() for m in re.finditer(rf"\n#{{1,{len(level)}}} ", GUIDE) if m.start() > start]
+    return GUIDE[start: ends[0] if ends else len(GUIDE)]
+
+
+def queries() -> list[str]:
+    """Every PromQL expression the reference suggests."""
+    return [expr for fam in ALL for _, expr in
+            (reference.HINTS[fam.name].queries or reference.default_queries(fam, reference.HINTS[fam.name].slo))]
+
+
+def test_metric_reference_is_generated() -> None:
+    """The reference between the guide's markers is exactly what scripts/reference.py writes."""
+    assert reference.block(GUIDE) == reference.markdown(rule_groups()), "run: python scripts/reference.py"
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "reference.py"), "--check"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_every_family_has_an_entry() -> None:
+    """Each family of the catalog has a reading hint and a section in the reference; no hint is stale."""
+    names = [f.name for f in ALL]
+    assert sorted(reference.HINTS) == sorted(names)
+    block = reference.block(GUIDE)
+    missing = [n for n in names if f"\n#### `{n}`\n" not in block]
+    assert not missing
+
+
+def test_histogram_thresholds_are_bucket_boundaries() -> None:
+    """A 'share within' query reads a bucket that exists (an le that no series has gives nothing)."""
+    for fam in ALL:
+        slo = reference.HINTS[fam.name].slo
+        assert fam.kind == "histogram" or slo is None, fam.name
+        assert slo is None or slo in fam.buckets, fam.name
+    for expr in queries():
+        for le in re.findall(r'le="([^"]*)"', expr):
+            assert any(le == repr(b) for f in ALL for b in f.buckets), expr
+
+
+def test_reference_queries_are_valid_promql(tmp_path: Path) -> None:
+    """promtool accepts every suggested query, and each reads only metrics of the catalog or of rules/."""
+    recorded = {r["record"] for g in rule_groups() for r in g["rules"] if "record" in r}
+    for expr in queries():
+        assert not unknown_metrics(expr, recorded), expr
+    rules = {"groups": [{"name": "reference", "rules": [{"record": f"docs:query_{i}", "expr": expr}
+                                                          for i, expr in enumerate(queries())]}]}
+    path = tmp_path / "reference.yml"
+    path.write_text(yaml.safe_dump(rules))
+    out = subprocess.run([binary("promtool"), "check", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(queries())} rules found" in out.stdout
+
+
+def test_reference_links_its_alerts_to_the_runbook() -> None:
+    """Each alert the reference names has a runbook section (its link's target)."""
+    alerts = set(re.findall(r"\]\(#([a-z0-9]+)\)", reference.block(GUIDE)))
+    assert alerts
+    headings = {h.lower() for h in re.findall(r"^### (\w+)$", section("## Runbook"), re.M)}
+    assert alerts <= headings
+
+
+def test_readme_links_the_guide() -> None:
+    """The README points operators to the guide."""
+    assert "[docs/operating.md](docs/operating.md)" in README
