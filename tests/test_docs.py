@@ -3,6 +3,7 @@ and every dashboard panel."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,6 +13,9 @@ import yaml
 
 from logmetrics import reference
 from logmetrics.catalog import FAMILIES, SELF_FAMILIES
+from logmetrics.config import INPUT_KEYS, PROCESS_KEYS, STATIC_LABELS, TOP_KEYS
+from logmetrics.reload import FIXED
+from logmetrics.store import LABEL_LIMITS
 from tests.test_prometheus import binary
 from tests.test_rules import rule_groups, unknown_metrics
 
@@ -85,6 +89,62 @@ def test_reference_links_its_alerts_to_the_runbook() -> None:
     assert alerts <= headings
 
 
+def rows(text: str) -> dict[str, list[str]]:
+    """A Markdown table's rows by the first cell, backticks removed."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `"):
+            out[cells[0].strip("`")] = cells[1:]
+    return out
+
+
+def test_config_reference_names_every_key() -> None:
+    """Every key the --config file accepts has a row in the guide's configuration reference."""
+    top = rows(section("### Top-level keys"))
+    assert sorted(top) == sorted(TOP_KEYS)
+    assert sorted(rows(section("### `[[input]]`"))) == sorted(INPUT_KEYS)
+    assert all(f"`labels.{name}`" in section("### `[[input]]`") for name in STATIC_LABELS)
+    assert sorted(rows(section("### `[[process]]`"))) == sorted(PROCESS_KEYS)
+    limits = rows(section("### `[label_limits]`"))
+    assert {k: int(v[0].split()[0]) for k, v in limits.items()} == LABEL_LIMITS
+
+
+def test_config_reference_says_what_needs_a_restart() -> None:
+    """The keys marked 'restart' are exactly those a SIGHUP cannot change; the others are 'live'."""
+    top = rows(section("### Top-level keys"))
+    header = [c.strip() for c in section("### Top-level keys").split("\n| key |", 1)[1].split("\n")[0].split("|")]
+    col = header.index("on SIGHUP")  # the cells after the key
+    assert {k for k, v in top.items() if v[col] == "restart"} == {name for _, name in FIXED}
+    assert {v[col] for v in top.values()} == {"restart", "live"}
+
+
+def panel_titles(panels: list[dict[str, object]]) -> list[str]:
+    """The titles of panels and rows, those inside collapsed rows included."""
+    out: list[str] = []
+    for p in panels:
+        out.append(str(p["title"]))
+        out += panel_titles(p.get("panels", []))  # type: ignore[arg-type]  # JSON: a list of panels
+    return out
+
+
+def test_dashboard_walk_names_every_panel() -> None:
+    """Every row and panel title of both shipped dashboards appears in the guide's dashboard walk."""
+    walk = section("### The dashboards, row by row")
+    models = [json.loads(p.read_text()) for p in sorted((ROOT / "grafana" / "dashboards").glob("*.json"))]
+    assert len(models) == 2
+    for model in models:
+        assert f"`{model['uid']}`" in walk
+        titles = panel_titles(model["panels"])
+        assert len(titles) > 15
+        missing = [t for t in titles if f"**{t}**" not in walk.replace("\n  ", " ")]
+        assert not missing, f"{model['uid']}: {missing}"
+        for note in model.get("annotations", {}).get("list", []):
+            assert f"**{note['name']}**" in walk
+
+
 def test_readme_links_the_guide() -> None:
-    """The README points operators to the guide."""
+    """The README points operators to the guide, and the guide to the README's configuration section."""
     assert "[docs/operating.md](docs/operating.md)" in README
+    assert "(../README.md#configuration-file)" in GUIDE
+    assert "\n### Configuration file\n" in README
