@@ -257,11 +257,23 @@ class Placement:
             self._follow_from(fd, ident, head, path, at if at <= size else 0, size)
         elif not self._from_beginning and not proven_new and mtime < self._started - OLD_MARGIN:
             self._follow_from(fd, ident, head, path, size, size)  # there at start, but not seen then
-        elif (owner := self._rotated_into(path)) is not None:
-            # its stream was rotated twice between two looks: this file came and went at its path unseen
+        elif (owner := self._rotated_into(path) or self._copied_unread(path, proven_new)) is not None:
+            # its stream was rotated twice between two looks: this file came and went at its path unseen;
+            # or it is a copy of what its stream's file held before we read a byte of it
             self._follow(fd, ident, head, path, owner, 0, size)
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _copied_unread(self, path: str, proven_new: bool) -> str | None:
+        """The stream that a new file at ``path`` is a copy of, taken (copytruncate) before anything of
+        its file's content was read: named as its copy, beside a file read nothing of, else None."""
+        if proven_new:
+            return None
+        for stream in originals(path):
+            f = self._files.get(self._active.get(stream, (-1, -1)))
+            if f is not None and f.offset == 0 and not f.head:
+                return stream
+        return None
 
     def _rotated_into(self, path: str) -> str | None:
         """The stream that a new file at ``path`` was rotated out of unseen: one named as ``path``'s

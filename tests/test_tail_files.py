@@ -647,3 +647,19 @@ def test_files_under_a_path_the_state_did_not_have_are_placed_as_at_a_first_star
     got += drain(second)
     assert data(got, old / "a.log") == lines(0, 3)
     assert data(got, new / "y.log") == lines(100, 120)
+
+
+def test_a_copy_taken_before_anything_of_its_file_was_read_counts_under_the_stream(
+        tmp_path: Path, tail: Tail) -> None:
+    """x.log followed while empty, written, copied and truncated before the next look: the copy is x.log's."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 4))
+    shutil.copyfile(log, tmp_path / "x.log-1")
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, line(100))
+    got += drain(t)
+    _all_under(got, log, [0, 1, 2, 3, 100])
