@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -281,11 +282,21 @@ def parse(text: str, file: str, parsers: Collection[str] | None = None) -> Confi
 
 def load(file: str, parsers: Collection[str] | None = None) -> Config:
     """Read and check the configuration file ``file``; ConfigError (exit code 2) if it cannot be used."""
+    try:  # non-blocking: a FIFO or device at the path must not stop the watch waiting for a writer
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(file, 0, f"cannot read it: {exc.strerror or exc}") from None
     try:
-        with open(file, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(file, 0, "not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(file, 0, f"cannot read it: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(file, 0, f"larger than {MAX_FILE_BYTES} bytes; not a configuration file")
     try:

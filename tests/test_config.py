@@ -127,6 +127,15 @@ def test_check_config_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert run_cli(["check-config", str(tmp_path / "none.toml")], capsys)[0] == 2
 
 
+def test_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO (no writer) or a device at the config path: exit 2, 'not a regular file', without waiting."""
+    fifo = tmp_path / "c.toml"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        code, out, err = run_cli(["check-config", path], capsys)
+        assert (code, out) == (2, "") and f"{path}: not a regular file" in err
+
+
 def test_the_shipped_example_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
     """deploy/logmetrics.toml (the README's example) passes check-config."""
     code, out, _ = run_cli(["check-config", str(ROOT / "deploy/logmetrics.toml")], capsys)
