@@ -72,6 +72,7 @@ class Placement:
     _known: dict[Ident, Known]
     _streams: set[str]
     _start_at_end: dict[Ident, int]
+    _unopened: dict[Ident, Position]
     _rotated: set[str]
     _resume: dict[Ident, Position]
     _resumed_inputs: list[str] | None
@@ -211,7 +212,10 @@ class Placement:
             self._start_at_end[ident] = size
         opened = self._open(path)
         if opened is None:
+            if path in self._waiting:  # out of descriptors: where it will be read from goes in the state
+                self._unopened[ident] = self._unread(path, ident, size, mtime, proven_new)
             return
+        self._unopened.pop(ident, None)
         fd, size, head = opened
         if known is not None:
             del self._known[ident]
@@ -264,6 +268,20 @@ class Placement:
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
 
+    def _unread(self, path: str, ident: Ident, size: int, mtime: float, proven_new: bool) -> Position:
+        """The position a new file waiting for a descriptor will be read from, for the state: a crash
+        before it is opened must not take it for a file read to its end."""
+        from logmetrics.sources import Position  # (sources imports this module: not at its top)
+
+        if ident in self._start_at_end:
+            at = 0 if self._from_beginning and ident not in self._unchanged else self._start_at_end[ident]
+        elif path not in self._streams and not self._from_beginning and not proven_new \
+                and mtime < self._started - OLD_MARGIN:
+            at = size
+        else:
+            at = 0
+        return Position(path, path, ident[0], ident[1], b"", at)
+
     def _copied_unread(self, path: str, proven_new: bool) -> str | None:
         """The stream that a new file at ``path`` is a copy of, taken (copytruncate) before anything of
         its file's content was read: named as its copy, beside a file read nothing of, else None."""
@@ -314,6 +332,8 @@ class Placement:
         if opened is None:
             if path in self._waiting:  # out of descriptors: placed by the saved positions later
                 self._resume_later.add(ident)
+                if saved is not None:
+                    self._unopened[ident] = saved
             return True
         fd, size, head = opened
         if saved is not None:

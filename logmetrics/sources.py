@@ -172,6 +172,7 @@ class FileTailer(Placement):
         self._cuts: list[Cut] = []  # files found cut lately: a copy of one may show up a few polls later
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
         self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
+        self._unopened: dict[Ident, Position] = {}  # found, waiting for a descriptor: where they will be read from
         self._reported: dict[str, str] = {}  # path -> the error reported for it
         self._first = True
         self._vanished: list[str] = []  # streams whose last file was closed, not yet reported
@@ -211,6 +212,7 @@ class FileTailer(Placement):
             offset = f.handed_out()
             out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset),
                                 f.real if f.real != f.path else None))
+        out += [p for ident, p in self._unopened.items() if ident not in self._files]  # found, not opened yet
         return out
 
     def resume(self, positions: Sequence[Position], saved_at: float, inputs: Sequence[str] | None = None) -> None:
@@ -356,6 +358,8 @@ class FileTailer(Placement):
             if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
                 self._vanished.append(f.stream)
         forget_absent(self._known, idents, time.monotonic())
+        for ident in [i for i in self._unopened if i not in idents]:
+            del self._unopened[ident]
 
     def _read_all(self) -> list[Chunk]:
         chunks: list[Chunk] = []

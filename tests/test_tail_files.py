@@ -663,3 +663,34 @@ def test_a_copy_taken_before_anything_of_its_file_was_read_counts_under_the_stre
     append(log, line(100))
     got += drain(t)
     _all_under(got, log, [0, 1, 2, 3, 100])
+
+
+@pytest.mark.parametrize("from_beginning", [True, False])
+def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
+        tmp_path: Path, tail: Tail, from_beginning: bool) -> None:
+    """Room for 2 files: the others, found but not opened yet at the save, are read from where they would have been."""
+    paths = [tmp_path / f"f{i}.log" for i in range(6)]
+    for i, path in enumerate(paths):
+        path.write_bytes(line(i))
+    first = tail(tmp_path, from_beginning=from_beginning, max_open=2, read_size=1024, poll_budget=1024)
+    for path in paths[:2]:  # the first two keep their descriptors with a backlog (read from the start)
+        append(path, lines(1000, 1400))
+    got = first.poll()
+    for path in paths[:2]:  # (and one written after start, when read from the end)
+        append(path, lines(2000, 2400))
+    got += first.poll()
+    new = tmp_path / "g.log"  # a file made after start, waiting too
+    new.write_bytes(line(77))
+    got += first.poll()
+    assert first.stats.files_waiting >= (5 if from_beginning else 1)
+    positions, saved_at = first.positions(), time.time() + 1.0  # after every write above
+    assert len(positions) == 7
+    first.close()
+    for i, path in enumerate(paths):
+        append(path, line(100 + i))
+    second = tail(tmp_path, max_open=2, read_size=1024, poll_budget=1024)
+    second.resume(positions, saved_at)
+    got += drain(second, rounds=1000)
+    for i, path in enumerate(paths[2:], 2):
+        assert data(got, path) == (line(i) if from_beginning else b"") + line(100 + i), path
+    assert data(got, new) == line(77)
