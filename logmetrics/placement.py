@@ -137,19 +137,8 @@ class Placement:
         is still there (reopened, or waiting for a descriptor)."""
         if f.real == f.path or _ident_at(f.real) != f.ident:
             return False
-        fd = self._open_fd(f.real)
-        if fd is None:
+        if not self._reopen(f, f.real):
             return f.real in self._waiting  # out of descriptors: tried again at the next poll
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != f.ident:
-                self._fds.close(fd)
-                return False
-            os.lseek(fd, f.offset, os.SEEK_SET)
-        except OSError:
-            self._fds.close(fd)
-            return False
-        f.fd, f.path = fd, f.real
         if self._active.get(f.stream) == f.ident:
             del self._active[f.stream]
         self._drain(f)
@@ -394,22 +383,26 @@ class Placement:
     def _unpark(self, f: TailFile, path: str, size: int, cuts: list[Cut]) -> None:
         """Reopen a parked file that changed (``size`` from stat), if its path still leads to it."""
         f.size = size  # for lag and files_waiting until it is reopened
-        fd = self._open_fd(path)
-        if fd is None:
-            return
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != f.ident:  # replaced meanwhile: placed at the next poll
-                self._fds.close(fd)
-                return
-            f.fd = fd
-            f.path = path
-            os.lseek(fd, f.offset, os.SEEK_SET)
-        except OSError as err:
-            self._report(path, err)
-            return
+        if not self._reopen(f, path):
+            return  # waiting for a descriptor, or replaced meanwhile: placed at the next poll
         f.size = f.offset  # so that truncated() compares the head if it grew: replaced content is a cut
         self._check_cut(f, cuts)
+
+    def _reopen(self, f: TailFile, path: str) -> bool:
+        """Reopen parked ``f`` through ``path`` at its offset, if ``path`` still leads to it."""
+        fd = self._open_fd(path)
+        if fd is None:
+            return False
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == f.ident:
+                os.lseek(fd, f.offset, os.SEEK_SET)
+                f.fd, f.path = fd, path
+                return True
+        except OSError as err:
+            self._report(path, err)
+        self._fds.close(fd)
+        return False
 
     def _follow(
         self,

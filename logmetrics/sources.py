@@ -355,8 +355,7 @@ class FileTailer(Placement):
                 del self._active[f.stream]
             if f.size > f.offset:
                 self._lost(f.stream, f.size - f.offset, "was deleted while closed for want of descriptors")
-            if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
-                self._vanished.append(f.stream)
+            self._vanish_if_last(f.stream)
         forget_absent(self._known, idents, time.monotonic())
         for ident in [i for i in self._unopened if i not in idents]:
             del self._unopened[ident]
@@ -419,8 +418,12 @@ class FileTailer(Placement):
         self._fds.release(f)
         del self._files[f.ident]
         self._known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic())
-        if f.stream not in self._active and all(g.stream != f.stream for g in self._files.values()):
-            self._vanished.append(f.stream)
+        self._vanish_if_last(f.stream)
+
+    def _vanish_if_last(self, stream: str) -> None:
+        """A file of ``stream`` was let go: if it was its last, the stream is reported vanished."""
+        if stream not in self._active and all(g.stream != stream for g in self._files.values()):
+            self._vanished.append(stream)
 
     def vanished(self) -> list[str]:
         """Streams whose files are all gone (deleted, not replaced) since the last call."""
