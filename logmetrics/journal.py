@@ -99,14 +99,14 @@ def read(path: str) -> dict[str, object]:
         meta = {k: _row(v) for k, v in con.execute("SELECT key, row FROM meta")}
         parts = {t: [_row(r) for (r,) in con.execute(f"SELECT row FROM {t} ORDER BY key")]  # (constant names)
                  for t in ("positions", "streams")}
-        counters = [_series(k, v) for k, v in con.execute("SELECT key, value FROM counters ORDER BY id")]
-        gauges = [_series(k, v) for k, v in con.execute("SELECT key, value FROM gauges ORDER BY id")]
+        values = {t: [_series(k, v) for k, v in con.execute(f"SELECT key, value FROM {t} ORDER BY id")]
+                  for t in ("counters", "gauges")}  # (constant names)
         histograms = [_series(k, _row(b), s, n)
                       for k, b, s, n in con.execute("SELECT key, buckets, sum, count FROM histograms ORDER BY id")]
     finally:
         con.close()
     data: dict[str, object] = {k: meta[k] for k in ("version", "saved_at", "inputs") if k in meta}
-    data.update(store={"counters": counters, "gauges": gauges, "histograms": histograms},
+    data.update(store={**values, "histograms": histograms},
                 positions=parts["positions"], streams=parts["streams"])
     return data
 
