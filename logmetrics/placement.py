@@ -28,7 +28,7 @@ from logmetrics.copies import (
     still_copy,
 )
 from logmetrics.descriptors import Descriptors
-from logmetrics.identity import same_file
+from logmetrics.identity import birth, other_birth, same_file
 from logmetrics.tailfile import Ident, LineCutter, TailFile, Watcher, covers, read_head
 
 if TYPE_CHECKING:
@@ -153,11 +153,25 @@ class Placement:
         if opened is None:
             return False
         fd, size, head = opened
-        if not same_file(fd, size, head, p.head, p.offset, p.fp):
+        if other_birth(fd, p.birth) or not same_file(fd, size, head, p.head, p.offset, p.fp):
             self._fds.close(fd)
             return False
         self._follow_resumed(fd, (p.dev, p.ino), head, p.real, p.stream, p.offset, size)
         return True
+
+    def _forget_parked(self, f: TailFile) -> None:
+        """A file closed for want of descriptors, then deleted: what it held past the offset is gone."""
+        if self._files.get(f.ident) is not f:
+            return  # forgotten already
+        del self._files[f.ident]
+        if self._active.get(f.stream) == f.ident:
+            del self._active[f.stream]
+        if f.size > f.offset:
+            self._lost(f.stream, f.size - f.offset, "was deleted while closed for want of descriptors")
+        self._vanish_if_last(f.stream)
+
+    def _vanish_if_last(self, stream: str) -> None:
+        raise NotImplementedError  # the tailer's: reports a stream whose files are all gone
 
     def _drain(self, f: TailFile) -> None:
         f.draining = True
@@ -208,7 +222,8 @@ class Placement:
         fd, size, head = opened
         if known is not None:
             del self._known[ident]
-            if known.offset is not None and same_file(fd, size, head, known.head, known.offset, known.fp):
+            if known.offset is not None and not other_birth(fd, known.birth) \
+                    and same_file(fd, size, head, known.head, known.offset, known.fp):
                 if size > known.offset:
                     self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
                 else:  # the same, only touched (or first looked at since it was retired parked)
@@ -326,7 +341,7 @@ class Placement:
             return True
         fd, size, head = opened
         if saved is not None:
-            if same_file(fd, size, head, saved.head, saved.offset, saved.fp):
+            if not other_birth(fd, saved.birth) and same_file(fd, size, head, saved.head, saved.offset, saved.fp):
                 self._follow_resumed(fd, ident, head, path, saved.stream, saved.offset, size)
                 return True
             if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
@@ -395,7 +410,10 @@ class Placement:
             return False
         try:
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == f.ident:
+            if (st.st_dev, st.st_ino) == f.ident and other_birth(fd, f.birth):
+                self._forget_parked(f)  # deleted while parked, and its inode given to a new file:
+                # placed as one at the next look
+            elif (st.st_dev, st.st_ino) == f.ident:
                 os.lseek(fd, f.offset, os.SEEK_SET)
                 f.fd, f.path = fd, path
                 return True
@@ -420,6 +438,7 @@ class Placement:
     ) -> None:
         self._seq += 1
         f = TailFile(stream, path, fd, ident, head, LineCutter(self._max_line), self._seq)
+        f.birth = birth(fd)
         f.seek(offset)
         f.size = size
         f.idle_since = time.monotonic()

@@ -108,6 +108,7 @@ class Position:
     offset: int  # the start of the first line not yet handed out
     fp: str | None = None  # its fingerprint at ``offset`` (``logmetrics.identity``); None: not known
     real: str | None = None  # its real path (symlinks resolved), where ``path`` was a symlink; None: ``path``
+    birth: int | None = None  # when the file was created, ns (``logmetrics.identity.birth``); None: not known
 
 
 def _validate(path: str, wait_for_missing: bool) -> bool:
@@ -211,7 +212,7 @@ class FileTailer(Placement):
         for f in self._files.values():
             offset = f.handed_out()
             out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset),
-                                f.real if f.real != f.path else None))
+                                f.real if f.real != f.path else None, f.birth))
         out += [p for ident, p in self._unopened.items() if ident not in self._files]  # found, not opened yet
         return out
 
@@ -349,13 +350,7 @@ class FileTailer(Placement):
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):
                 continue  # no listed path leads to it now (a symlink moved on): drained from its real path
-            # closed for want of descriptors, then deleted: what it held past the offset is gone
-            del self._files[f.ident]
-            if self._active.get(f.stream) == f.ident:
-                del self._active[f.stream]
-            if f.size > f.offset:
-                self._lost(f.stream, f.size - f.offset, "was deleted while closed for want of descriptors")
-            self._vanish_if_last(f.stream)
+            self._forget_parked(f)
         forget_absent(self._known, idents, time.monotonic())
         for ident in [i for i in self._unopened if i not in idents]:
             del self._unopened[ident]
@@ -417,7 +412,8 @@ class FileTailer(Placement):
         fp = f.fingerprint(f.offset)
         self._fds.release(f)
         del self._files[f.ident]
-        self._known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic())
+        self._known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic(),
+                                     birth=f.birth)
         self._vanish_if_last(f.stream)
 
     def _vanish_if_last(self, stream: str) -> None:

@@ -25,6 +25,7 @@ from logmetrics.tailfile import HEAD_BYTES
 VERSION = 1
 MAX_ID = (1 << 64) - 1  # device and inode numbers
 MAX_OFFSET = (1 << 63) - 1  # a file offset (off_t)
+MAX_BIRTH = (1 << 63) - 1  # a file's birth time, ns since the epoch
 MAX_LABELS = 64  # label values of one series, more than any family has
 MAX_BUCKETS = 256  # buckets of one histogram, more than any family has
 MAX_HELD = 8 << 20  # characters of text a stream held back, uncounted (a sniffed stream holds up to 1 MiB)
@@ -120,7 +121,8 @@ def position_row(p: Position) -> dict[str, object]:
     """A read position in the state file's JSON form (``_position`` reads it back)."""
     return {"stream": p.stream, "path": p.path, "dev": p.dev, "ino": p.ino,
             "head": base64.b64encode(p.head).decode(), "offset": p.offset,
-            **({"fp": p.fp} if p.fp is not None else {}), **({"real": p.real} if p.real is not None else {})}
+            **({"fp": p.fp} if p.fp is not None else {}), **({"real": p.real} if p.real is not None else {}),
+            **({"birth": p.birth} if p.birth is not None else {})}
 
 
 def _position(p: object) -> Position | None:
@@ -133,6 +135,9 @@ def _position(p: object) -> Position | None:
     real = p.get("real")  # where a file reached through a symlink really is; none for the others
     if real is not None and not (isinstance(real, str) and real and "\x00" not in real and len(real) <= MAX_PATH):
         return None
+    birth = p.get("birth")  # when the file was created; none where the system does not tell
+    if birth is not None and not _is_int(birth, MAX_BIRTH):
+        return None
     if not (isinstance(stream, str) and stream and isinstance(path, str) and path and "\x00" not in stream + path
             and _is_int(dev, MAX_ID) and _is_int(ino, MAX_ID) and _is_int(offset, MAX_OFFSET)
             and isinstance(head, str) and len(head) <= 4 * HEAD_BYTES and (fp is None or is_fingerprint(fp))):
@@ -143,7 +148,8 @@ def _position(p: object) -> Position | None:
         return None
     if len(raw) > HEAD_BYTES:
         return None
-    return Position(stream, path, dev, ino, raw, offset, fp if isinstance(fp, str) else None, real)
+    return Position(stream, path, dev, ino, raw, offset, fp if isinstance(fp, str) else None, real,
+                    birth if isinstance(birth, int) else None)
 
 
 def _stream(s: object) -> dict[str, object] | None:

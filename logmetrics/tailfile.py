@@ -153,8 +153,8 @@ def read_head(fd: int) -> bytes:
 class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
-    __slots__ = ("cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "offset", "own", "path",
-                 "real", "replaced", "seq", "size", "stream")
+    __slots__ = ("birth", "cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "offset", "own",
+                 "path", "real", "replaced", "seq", "size", "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
@@ -175,6 +175,7 @@ class TailFile:
         self.replaced = False  # a read found its content replaced: the next look reports a cut
         self.fp_at = -1  # the offset ``fp`` was taken at
         self.fp = ""
+        self.birth: int | None = None  # when the file was created (``logmetrics.identity.birth``), if known
 
     def handed_out(self) -> int:
         """The offset up to which lines were handed out: the start of a held partial line."""

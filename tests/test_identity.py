@@ -10,11 +10,28 @@ from pathlib import Path
 import pytest
 
 from logmetrics import state as st
-from logmetrics.identity import FP_BYTES, fingerprint, is_fingerprint
+from logmetrics.identity import FP_BYTES, birth, fingerprint, is_fingerprint
+from logmetrics.journal import Delta, Journal
 from logmetrics.sources import Chunk, FileTailer, Position
 from logmetrics.statecheck import check
+from logmetrics.store import Store
 from tests.test_sources import Tail, append, data, drain, line, lines, streams
 from tests.test_sources import tail as tail  # tailers over real paths, closed after the test
+
+PROBE = b'INFO:     127.0.0.1:5000 - "GET /health HTTP/1.1" 200 OK\n'  # the same bytes every time
+
+
+def births_told(path: Path) -> None:
+    """Skip unless the file system of ``path`` tells when a file was created."""
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if birth(fd) is None:
+            pytest.skip("this system or file system does not tell when a file was created")
+    finally:
+        os.close(fd)
+        path.unlink()
+
 
 COMMON = b"".join(b"INFO banner line %02d: the same first bytes in every file of this service\n" % i
                   for i in range(20))  # longer than the head a file is known by
@@ -96,6 +113,20 @@ def test_a_retired_files_inode_reused_by_a_new_file_is_read_as_new(tmp_path: Pat
     assert data(got, tmp_path / "c.log") == lines(300, 310)
 
 
+def test_a_retired_files_inode_reused_with_the_same_lines_is_read_as_new(tmp_path: Path, tail: Tail) -> None:
+    """A log of identical lines (a health probe's): a new file on a retired file's inode, byte for byte
+    the same, is read whole, told apart by when it was created."""
+    births_told(tmp_path / "probe.tmp")
+    t, log, got = rotated(tmp_path, tail, "a.log", PROBE * 10, b"")
+    old = tmp_path / "a.log.1"
+    ino = os.stat(old).st_ino
+    old.unlink()
+    reuse_inode(ino, tmp_path / "c.log", PROBE * 10)
+    got += drain(t)
+    assert data(got, log) == PROBE * 10
+    assert data(got, tmp_path / "c.log") == PROBE * 10
+
+
 def test_a_retired_file_touched_is_not_read_again(tmp_path: Path, tail: Tail) -> None:
     """A retired file whose modification time changes but whose content does not gives no line."""
     t, log, got = rotated(tmp_path, tail, "a.log", lines(0, 5), b"")
@@ -161,6 +192,35 @@ def test_restart_a_really_reused_inode_through_the_state_file(tmp_path: Path, ta
     second.resume(loaded.positions, loaded.saved_at)
     got = drain(second)
     assert data(got, b) == COMMON + lines(100, 120)
+    assert streams(got) == {str(b)}
+
+
+def test_restart_a_reused_inode_with_the_same_lines_through_the_journal(tmp_path: Path, tail: Tail) -> None:
+    """After a kill, a.log of identical lines deleted and b.log given its inode with the same bytes: b.log
+    is read whole, because the journal kept when a.log was created."""
+    births_told(tmp_path / "probe.tmp")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    a, b = logs / "a.log", logs / "b.log"
+    first = tail(logs)
+    first.poll()
+    a.write_bytes(PROBE * 20)
+    drain(first)
+    positions = first.positions()
+    assert all(p.birth is not None for p in positions)
+    journal = Journal(str(tmp_path / "state.db"))
+    assert journal.commit(Delta(time.time(), [str(logs)], Store().changes(), positions, {}))
+    first.close()
+    journal.close()
+    ino = os.stat(a).st_ino
+    a.unlink()
+    reuse_inode(ino, b, PROBE * 20)
+    loaded = st.load(str(tmp_path / "state.db"), [str(logs)])
+    assert loaded is not None and loaded.positions == positions
+    second = tail(logs)
+    second.resume(loaded.positions, loaded.saved_at)
+    got = drain(second)
+    assert data(got, b) == PROBE * 20
     assert streams(got) == {str(b)}
 
 
@@ -239,4 +299,25 @@ def test_a_saved_fingerprint_is_checked(fp: object, kept: bool) -> None:
             "positions": [position], "streams": []}
     checked = check(data, 2000.0)
     assert [p.fp for p in checked.state.positions] == ([fp] if kept else [])
+    assert bool(checked.problems) != kept
+
+
+@pytest.mark.parametrize(("born", "kept"), [
+    (None, True),  # a system that does not tell, or a state file from before births were kept
+    (1_796_000_000_123_456_789, True),
+    (-1, False),
+    (1 << 63, False),
+    ("1796000000", False),
+    (1.5, False),
+])
+def test_a_saved_birth_is_checked(born: object, kept: bool) -> None:
+    """A position keeps a well-formed birth time; a malformed one makes the position malformed."""
+    position: dict[str, object] = {"stream": "/l/a.log", "path": "/l/a.log", "dev": 1, "ino": 2, "head": "aGVhZA==",
+                                   "offset": 42}
+    if born is not None:
+        position["birth"] = born
+    data = {"version": 1, "saved_at": 1000.0, "inputs": ["/l"], "store": {"counters": [], "histograms": []},
+            "positions": [position], "streams": []}
+    checked = check(data, 2000.0)
+    assert [p.birth for p in checked.state.positions] == ([born] if kept else [])
     assert bool(checked.problems) != kept
