@@ -74,6 +74,7 @@ class Placement:
     _start_at_end: dict[Ident, int]
     _unopened: dict[Ident, Position]
     _rotated: set[str]
+    _rotated_lately: dict[str, float]
     _resume: dict[Ident, Position]
     _resumed_inputs: list[str] | None
     _resumed_at: float | None
@@ -120,6 +121,7 @@ class Placement:
             self._report(f.path, err)
             return
         cuts.append(cut)
+        self._rotated_lately[f.stream] = cut.since
         self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
         for known in self._known.values():
             if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
@@ -185,6 +187,7 @@ class Placement:
             self._drain(self._files[current])
             del self._active[path]
             self._rotated.add(path)
+            self._rotated_lately[path] = time.monotonic()
         f = self._files.get(ident)
         if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
             if f.stream == path and path not in self._active:
@@ -258,6 +261,7 @@ class Placement:
                     return
         if path in self._streams:
             self._rotated.add(path)
+            self._rotated_lately[path] = time.monotonic()
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
             self._follow(fd, ident, head, path, path, 0, size, active=True)
         elif ident in self._start_at_end:
@@ -299,10 +303,12 @@ class Placement:
 
     def _rotated_into(self, path: str) -> str | None:
         """The stream that a new file at ``path`` was rotated out of unseen: one named as ``path``'s
-        original whose own file was replaced since the last look, else None (a file of its own)."""
+        original whose own file was replaced or cut since the last look, or lately (a file found
+        after waiting for a descriptor; a copy of lines written between two copytruncates), else
+        None (a file of its own)."""
         for stream in originals(path):
             ident = self._active.get(stream)
-            if stream in self._rotated or (ident is not None and _ident_at(stream) != ident):
+            if stream in self._rotated_lately or (ident is not None and _ident_at(stream) != ident):
                 return stream
         return None
 

@@ -694,3 +694,46 @@ def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
     for i, path in enumerate(paths[2:], 2):
         assert data(got, path) == (line(i) if from_beginning else b"") + line(100 + i), path
     assert data(got, new) == line(77)
+
+
+@pytest.mark.parametrize("order", ["oldest first", "newest first"])
+def test_two_copytruncates_between_two_looks_count_under_the_stream(tmp_path: Path, tail: Tail, order: str) -> None:
+    """cp + truncate twice before the next look: the first copy is read from the cut, the second (lines never
+    seen at x.log) whole, both under x.log, however the names sort."""
+    log = tmp_path / "x.log"
+    first, second = ("x.log-1", "x.log-2") if order == "oldest first" else ("x.log-2", "x.log-1")
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 5))
+    got += drain(t)
+    append(log, lines(5, 8))  # not read yet: only the first copy will hold them
+    for name, more in ((first, lines(8, 11)), (second, line(100))):
+        shutil.copyfile(log, tmp_path / name)
+        with open(log, "r+b") as fh:
+            fh.truncate(0)
+        append(log, more)
+    got += drain(t)
+    _all_under(got, log, [*range(11), 100])
+
+
+def test_a_copy_of_a_new_file_found_a_look_after_its_rotation_counts_under_the_stream(
+        tmp_path: Path, tail: Tail) -> None:
+    """x.log renamed, the new x.log copytruncated before it was seen, its copy found only at a later look (it
+    waited for a descriptor, say): the copy's lines, never seen at x.log, are read once, under x.log."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 5))
+    got += drain(t)
+    os.rename(log, tmp_path / "x.log-1")
+    log.write_bytes(lines(5, 9))
+    shutil.copyfile(log, tmp_path / "x.log-2.tmp")  # (.tmp: not looked at)
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, line(100))
+    got += t.poll()
+    os.rename(tmp_path / "x.log-2.tmp", tmp_path / "x.log-2")
+    got += drain(t)
+    _all_under(got, log, [*range(9), 100])
