@@ -166,6 +166,10 @@ class Engine:
             if parser is not None and type(parser).tick is not Parser.tick and self._tick(stream, parser, now):
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
 
+    def holding(self) -> bool:
+        """Whether a routed stream holds back a record that ``idle()`` will let out once it is quiet."""
+        return any(s.assembler.pending and s.routed for s in self.streams.values())
+
     def _tick(self, stream: Stream, parser: Parser, now: float) -> bool:
         """A parser's time-driven events (``Parser.tick``), applied like a batch's; whether there were any."""
         try:

@@ -31,6 +31,7 @@ Sample = tuple[str, tuple[str, ...], float]
 LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before its end, this much of each
 LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and share LEARN_TOTAL_BYTES
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
+CATCH_UP_SECONDS = 10.0  # after a restart, read at most this long before serving (what was written while down)
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,7 @@ class Runner:
         self.store.limits.update(opts.label_limits)
         self.reloader = reloader  # reads the --config file again and merges the flags: the new Options
         self.reload_wanted = False  # set by SIGHUP; the poll loop reloads
+        self.resumed = False  # read positions were restored from a state file: caught up before serving
         self.reloads = {"success": 0, "failure": 0}  # logmetrics_config_reloads_total
         self.reloaded_at = time.time()  # the last successful read of the --config file
         self.stats = SourceStats()
@@ -222,6 +224,7 @@ class Runner:
         self.engine.restore_streams(saved.streams)
         if self.tailer is not None:
             self.tailer.resume(saved.positions, saved.saved_at, saved.inputs)
+            self.resumed = True
         log.info("state file %s: %d series and %d read positions restored", path, series, len(saved.positions))
 
     def _foreign(self, path: str, saved: list[str]) -> None:
@@ -322,6 +325,33 @@ class Runner:
                             "are expected (counted in logmetrics_lines_truncated_total)",
                             self.engine.source_label(path), self.opts.max_line_bytes)
 
+    def catch_up(self) -> None:
+        """After a restart from a state file, before ``/metrics`` is served: read what was written
+        since the last commit, to the end of every file, and let the records held back complete, so
+        that no counter is served lower than before the restart (Prometheus would take that for a
+        reset and count it all again). Bounded by ``CATCH_UP_SECONDS``: a longer backlog is read on
+        while serving."""
+        if not self.resumed:
+            return
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        while True:
+            if self.stop.is_set() or time.monotonic() > deadline:
+                log.info("still reading what was written while logmetrics was down; serving meanwhile")
+                return
+            if self.poll():
+                continue
+            if not sum(self.stats.lag_bytes.values()):
+                break
+            self.waker.wait(self.opts.poll_interval)  # files waiting for a descriptor, say
+        # The last record of each file is held back until its file is quiet (more lines of it may
+        # come). Files written to all along are never quiet: their records are complete by then.
+        quiet = time.monotonic() + self.engine.hold
+        while self.engine.holding() and time.monotonic() < quiet and not self.stop.is_set():
+            self.waker.wait(self.opts.poll_interval)
+            self.poll()
+            self.engine.idle()
+        self.engine.idle(force=True)
+
     def drain(self, progress: Progress | None = None) -> None:
         """Read to the end of every input (``--oneshot``), reporting progress if asked."""
         read = self.stats.bytes_read
@@ -412,6 +442,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
             if src is not None:
                 src.watch(runner.waker)
         runner.poll()  # the first scan fixes which files existed at start before anyone is told we run
+        runner.catch_up()
         runner.save_state()  # the first commit: a crash from now on restarts from these positions
         server.start()
         print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
