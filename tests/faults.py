@@ -34,6 +34,7 @@ SEEN_WAIT = 2.0  # seconds a fault that removes a file waits for logmetrics to h
 EARLIER = "of an earlier trial"
 _SAMPLE = re.compile(r'^(\w+)\{(?:[^}]*,)?source="([^"]*)"[^}]*\} (\S+)$', re.M)
 
+_REPO = str(Path(__file__).resolve().parent.parent)  # this repository: its logmetrics and tests.stacks
 Counts = dict[tuple[str, str], float]  # (family, source) -> value summed over other labels
 
 
@@ -44,6 +45,7 @@ class Logmetrics:
         self.root, self.state, self.log = root, state, log
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.stuck = ""  # the stacks of a process that did not exit after SIGTERM
         self.start()
 
     def start(self) -> None:
@@ -51,9 +53,10 @@ class Logmetrics:
         with open(self.log, "ab") as err:
             at = err.tell()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", str(self.root),
+                [sys.executable, "-m", "tests.stacks", "watch", "--listen", "127.0.0.1:0", str(self.root),
                  "--state-file", str(self.state), *ARGS],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (_REPO, os.environ.get("PYTHONPATH"))))})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with open(self.log, "rb") as f:
@@ -75,8 +78,26 @@ class Logmetrics:
         try:
             return self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            self.stuck = self._stacks()
             self.proc.kill()
             return self.proc.wait()
+
+    def _stacks(self) -> str:
+        """Every thread's stack of the running process (``tests.stacks``), from its stderr."""
+        assert self.proc is not None
+        at = self.log.stat().st_size
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        text = ""
+        while time.monotonic() < deadline:
+            with open(self.log, "rb") as f:
+                f.seek(at)
+                now = f.read().decode(errors="replace")
+            if "Thread 0x" in now and now == text:
+                break  # written, and nothing more for a moment
+            text = now
+            time.sleep(0.2)
+        return text
 
     def counts(self, timeout: float = 10.0) -> Counts:
         """Per (family, source), the sum of its samples; retried while the server cannot answer (out
@@ -285,7 +306,8 @@ def run_session(seeds: list[int], kinds: tuple[str, ...], max_kills: int = 2, al
         finally:
             code = lm.stop()
         if code != 0 and verdicts:
-            verdicts[-1].notes.append(f"exit code {code} at the end")
+            verdicts[-1].notes.append(f"exit code {code} at the end"
+                                      + (f"; its stacks then:\n{lm.stuck}" if lm.stuck else ""))
     return verdicts
 
 
@@ -306,7 +328,9 @@ def _trial(plan: Plan, lm: Logmetrics, logs: Path, targets: Path, before: Counts
                 _add_declared(trial, lm, declared)
                 code = lm.stop(signal.SIGKILL if fault.kind == "sigkill" else signal.SIGTERM)
                 if fault.kind == "sigterm" and code != 0:
-                    trial.notes.append(f"exit code {code} after SIGTERM")
+                    trial.notes.append(f"exit code {code} after SIGTERM"
+                                       + (f"; its stacks then:\n{lm.stuck}" if lm.stuck else ""))
+                    lm.stuck = ""
                 time.sleep(fault.arg)  # down for the plan's time while the writer goes on
                 lm.start()
                 limited = False

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.fault_plan import KINDS, PENDING, Plan, Verdict, make_plan
-from tests.faults import Writer, run_session
+from tests.faults import Logmetrics, Writer, run_session
 
 ENABLED = tuple(k for k in KINDS if k not in PENDING)
 SESSIONS = 4  # logmetrics processes side by side, each with its trials one after another
@@ -87,3 +87,14 @@ def test_the_writer_writes_whole_numbered_lines_at_its_rate(tmp_path: Path) -> N
         lines = path.read_text().splitlines()
         assert len(lines) == n > 0
         assert [int(line.split(":")[2].split(" ")[0]) for line in lines] == list(range(n))
+
+
+def test_a_process_that_does_not_exit_shows_where_it_is(tmp_path: Path) -> None:
+    """The stacks a stuck logmetrics gives on SIGUSR1 name its poll loop, for a failing trial's notes."""
+    (tmp_path / "logs").mkdir()
+    lm = Logmetrics(tmp_path / "logs", tmp_path / "state.db", tmp_path / "lm.log")
+    try:
+        stacks = lm._stacks()
+    finally:
+        assert lm.stop() == 0
+    assert "Thread 0x" in stacks and "in follow" in stacks
