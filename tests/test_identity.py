@@ -281,43 +281,28 @@ def test_kubelet_rotation_gzip_and_a_reused_inode_after_a_kill(tmp_path: Path, t
     assert streams(got) == {str(log_a), str(log_b)}
 
 
-@pytest.mark.parametrize(("fp", "kept"), [
-    (None, True),  # a state file from before fingerprints were kept: the head alone decides
-    ("0123456789abcdef0123456789abcdef", True),
-    ("0123456789abcdef", False),
-    ("0123456789ABCDEF0123456789abcdeZ", False),
-    (12345, False),
-    ([], False),
+@pytest.mark.parametrize(("field", "value", "kept"), [
+    ("fp", None, True),  # a state file from before fingerprints were kept: the head alone decides
+    ("fp", "0123456789abcdef0123456789abcdef", True),
+    ("fp", "0123456789abcdef", False),
+    ("fp", "0123456789ABCDEF0123456789abcdeZ", False),
+    ("fp", 12345, False),
+    ("fp", [], False),
+    ("birth", None, True),  # a system that does not tell, or a state file from before births were kept
+    ("birth", 1_796_000_000_123_456_789, True),
+    ("birth", -1, False),
+    ("birth", 1 << 63, False),
+    ("birth", "1796000000", False),
+    ("birth", 1.5, False),
 ])
-def test_a_saved_fingerprint_is_checked(fp: object, kept: bool) -> None:
-    """A position keeps a well-formed fingerprint; a malformed one makes the position malformed."""
+def test_a_saved_fingerprint_and_birth_are_checked(field: str, value: object, kept: bool) -> None:
+    """A position keeps a well-formed fingerprint or birth time; a malformed one makes the position malformed."""
     position: dict[str, object] = {"stream": "/l/a.log", "path": "/l/a.log", "dev": 1, "ino": 2, "head": "aGVhZA==",
                                    "offset": 42}
-    if fp is not None:
-        position["fp"] = fp
+    if value is not None:
+        position[field] = value
     data = {"version": 1, "saved_at": 1000.0, "inputs": ["/l"], "store": {"counters": [], "histograms": []},
             "positions": [position], "streams": []}
     checked = check(data, 2000.0)
-    assert [p.fp for p in checked.state.positions] == ([fp] if kept else [])
-    assert bool(checked.problems) != kept
-
-
-@pytest.mark.parametrize(("born", "kept"), [
-    (None, True),  # a system that does not tell, or a state file from before births were kept
-    (1_796_000_000_123_456_789, True),
-    (-1, False),
-    (1 << 63, False),
-    ("1796000000", False),
-    (1.5, False),
-])
-def test_a_saved_birth_is_checked(born: object, kept: bool) -> None:
-    """A position keeps a well-formed birth time; a malformed one makes the position malformed."""
-    position: dict[str, object] = {"stream": "/l/a.log", "path": "/l/a.log", "dev": 1, "ino": 2, "head": "aGVhZA==",
-                                   "offset": 42}
-    if born is not None:
-        position["birth"] = born
-    data = {"version": 1, "saved_at": 1000.0, "inputs": ["/l"], "store": {"counters": [], "histograms": []},
-            "positions": [position], "streams": []}
-    checked = check(data, 2000.0)
-    assert [p.birth for p in checked.state.positions] == ([born] if kept else [])
+    assert [getattr(p, field) for p in checked.state.positions] == ([value] if kept else [])
     assert bool(checked.problems) != kept
