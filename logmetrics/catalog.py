@@ -132,6 +132,9 @@ SELF_FAMILIES: tuple[Family, ...] = (
        "running configuration kept). Only with --config."),
     _f("logmetrics_config_last_reload_success_timestamp_seconds", "gauge", (),
        "Unix time the --config file was last read with success (at start, or at a SIGHUP). Only with --config."),
+    _f("logmetrics_web_config_reloads_total", "counter", ("result",),
+       "Reloads of the --web-config file (and the certificates it names) after a change on disk, by result "
+       "(success, failure: the new file was refused and the running one kept). Only with --web-config."),
     _f("logmetrics_label_overflow_total", "counter", ("metric", "label"),
        "Label values folded into __other__ by the cardinality guard."),
     _f("logmetrics_open_files", "gauge", (), "Files currently followed (open, or closed while idle)."),

@@ -141,11 +141,17 @@ def cli(verbose: int) -> None:
                    "check-config'). A flag given on the command line wins over the file, the file over the "
                    "default; PATH arguments and --process rules add to the file's. SIGHUP reads it again: "
                    "inputs are added and dropped with no reset of counters or read positions; a file that is "
-                   "not valid is refused and the running configuration stays. web_config is kept for the HTTP "
-                   "server's TLS and authentication, which this version does not serve yet.")
+                   "not valid is refused and the running configuration stays (web_config names the file that "
+                   "--web-config would).")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics and /healthz: HOST:PORT, [IPV6]:PORT, or :PORT for every "
                    "interface (IPv6 and IPv4, as [::]:PORT where the OS allows). Port 0 picks a free port.")
+@click.option("--web-config", "web_config", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="Serve HTTPS and/or require basic authentication as this YAML file says, in the Prometheus "
+                   "exporter toolkit's web config format (tls_server_config, basic_auth_users with bcrypt "
+                   "hashes); see 'Securing the endpoint' in the README. The file and the certificates it names "
+                   "are read again when they change; a broken new file is refused and the running one stays. "
+                   "/healthz stays open without credentials.")
 @click.option("--parser", default=None, metavar="NAME",
               help="Parse every input with this parser instead of routing by path or content.")
 @click.option("--source", default=None, metavar="NAME",
@@ -179,8 +185,9 @@ def cli(verbose: int) -> None:
                    "reported once per source (8 MiB holds a vLLM request line with a 700k-token prompt).")
 @click.option("--process", "processes", multiple=True, metavar="BACKEND=PATTERN", callback=_processes,
               help=PROCESS_HELP)
-def watch(paths: tuple[str, ...], config_file: str | None, listen: str, parser: str | None, source: str | None,
-          envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...], oneshot: bool,
+def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
+          source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
+          oneshot: bool,
           poll_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
           processes: tuple[ProcessRule, ...]) -> None:
     """Follow log files and serve their metrics.
@@ -229,7 +236,7 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, parser: 
             state_file=state_file if state_file is not None or oneshot else cfg.state_file, state_adopt=state_adopt,
             labels=static, processes=processes + (() if oneshot else _rules(cfg.processes)), config=config_file,
             inputs=inputs,
-            web_config=cfg.web_config, label_limits=cfg.label_limits)
+            web_config=web_config if web_config is not None else cfg.web_config, label_limits=cfg.label_limits)
 
     opts = options()
     _check_watch(opts, oneshot)
@@ -283,7 +290,12 @@ def check_config(file: str, plugins: tuple[str, ...]) -> None:
     """Check the configuration FILE (as 'watch --config FILE' reads it) without starting.
 
     Exit code 0 with a one-line summary, or 2 with FILE:LINE: what is wrong."""
-    click.echo(config.summary(config.load(file, _entries(plugins, None))))
+    cfg = config.load(file, _entries(plugins, None))
+    click.echo(config.summary(cfg))
+    if cfg.web_config is not None:
+        from logmetrics import webconfig
+
+        click.echo(webconfig.summary(cfg.web_config))
 
 
 @cli.command(context_settings=CONTEXT)

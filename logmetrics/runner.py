@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from logmetrics import journal, state
 from logmetrics.config import Input
 from logmetrics.descriptors import raise_open_file_limit
 from logmetrics.engine import HOLD_SECONDS, Engine
 from logmetrics.errors import StateNotSaved, UserError
-from logmetrics.exposition import MetricsServer, host_port, make_registry, text
+from logmetrics.exposition import host_port, make_registry, text
 from logmetrics.plugins import ParserEntry
 from logmetrics.procs import ProcessRule, ProcessWatcher
 from logmetrics.reload import reload
@@ -26,6 +26,9 @@ from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Wake
 from logmetrics.statecheck import normalised_inputs
 from logmetrics.stdin import StdinSource
 from logmetrics.store import Store
+
+if TYPE_CHECKING:
+    from logmetrics.webconfig import LiveWebConfig
 
 Sample = tuple[str, tuple[str, ...], float]
 LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before its end, this much of each
@@ -54,7 +57,7 @@ class Options:
     processes: tuple[ProcessRule, ...] = ()  # --process BACKEND=PATTERN, in the order given
     config: str | None = None  # --config FILE, read again on SIGHUP
     inputs: tuple[Input, ...] = ()  # the file's inputs (their paths are in ``paths`` too)
-    web_config: str | None = None  # kept and handed on; the HTTP server does not use it yet
+    web_config: str | None = None  # TLS and basic authentication of the HTTP endpoint (--web-config)
     label_limits: tuple[tuple[str, int], ...] = ()  # label_limits in the file: the store's overrides
 
 
@@ -178,6 +181,7 @@ class Runner:
         self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None
         self.procs = ProcessWatcher({n: e.cls.process_names for n, e in entries.items()}, rules=opts.processes)
         self.registry = make_registry(self.store, self._extra)
+        self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config
         self.waker = Waker()
         self.stop = threading.Event()
         self._polled_at = time.time()
@@ -291,6 +295,9 @@ class Runner:
         if self.opts.config is not None:
             own += [("logmetrics_config_reloads_total", (result,), float(n)) for result, n in self.reloads.items()]
             own.append(("logmetrics_config_last_reload_success_timestamp_seconds", (), self.reloaded_at))
+        if self.web is not None:
+            own += [("logmetrics_web_config_reloads_total", ("success",), float(self.web.reloads)),
+                    ("logmetrics_web_config_reloads_total", ("failure",), float(self.web.failures))]
         return source_samples(self.stats, self.engine.source_label) + cpu + mem + own
 
     def poll(self) -> int:
@@ -406,6 +413,11 @@ class Runner:
             self._lock.close()
 
 
+def _say(line: str) -> None:
+    """One line on stderr (a web config refused on reload)."""
+    print(f"logmetrics: error: {line}", file=sys.stderr, flush=True)
+
+
 def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], Options] | None = None) -> None:
     """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM; SIGHUP
     reads the --config file again (``reloader``)."""
@@ -422,8 +434,13 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
                 raise UserError("; ".join(failed))
             return
         host, port = opts.listen
+        from logmetrics.server import MetricsServer  # not needed by --oneshot
+        from logmetrics.webconfig import LiveWebConfig
+
+        web = LiveWebConfig(opts.web_config, on_failure=_say) if opts.web_config else None
+        runner.web = web
         try:
-            server = MetricsServer(host, port, runner.registry)
+            server = MetricsServer(host, port, runner.registry, web)
         except OSError as exc:
             raise UserError(f"cannot listen on {host_port(host, port)}: {exc.strerror or exc}") from exc
 

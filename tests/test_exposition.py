@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from logmetrics.cli import _listen
 from logmetrics.engine import Engine
 from logmetrics.errors import UserError
-from logmetrics.exposition import MetricsServer
+from logmetrics.server import MetricsServer
 from logmetrics.store import Store
 from tests.helpers import Server, access_line, parse, total
 from tests.test_prometheus import binary
@@ -191,10 +191,10 @@ def test_failed_render_is_a_500_and_the_next_scrape_is_fresh(
         flaky: tuple[MetricsServer, Flaky], caplog: pytest.LogCaptureFixture) -> None:
     """A render error answers 500 with one line, is logged once, /healthz says 503 meanwhile; then all recovers."""
     srv, coll = flaky
-    port = int(srv.httpd.server_address[1])
+    port = srv.address[1]
     om = {"Accept": "application/openmetrics-text; version=1.0.0"}
     coll.broken = True
-    with caplog.at_level(logging.ERROR, logger="logmetrics.exposition"):
+    with caplog.at_level(logging.ERROR, logger="logmetrics.server"):
         for headers in ({}, om, {}):
             status, hdrs, body = request("127.0.0.1", port, "/metrics", headers=headers)
             assert status == 500 and hdrs["content-type"].startswith("text/plain"), (status, hdrs)
@@ -211,7 +211,7 @@ def test_failed_render_is_a_500_and_the_next_scrape_is_fresh(
 def test_head_answers_like_get_without_a_body(flaky: tuple[MetricsServer, Flaky]) -> None:
     """HEAD on /metrics, /healthz and / gives GET's status, type and length, and no body."""
     srv, _ = flaky
-    port = int(srv.httpd.server_address[1])
+    port = srv.address[1]
     for path in ("/metrics", "/healthz", "/"):
         status, hdrs, body = request("127.0.0.1", port, path, "HEAD")
         get_status, get_hdrs, get_body = request("127.0.0.1", port, path)
