@@ -248,6 +248,10 @@ class MetricsServer:
                 return
             if isinstance(event, h11.ConnectionClosed) or not isinstance(event, h11.Request):
                 return
+            size = len(event.method) + len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
+            if size > MAX_HEAD:  # h11 bounds a head that arrives in parts; one that came whole is checked here
+                await self._send(conn, writer, 431, TEXT, b"request header fields too large\n", close=True)
+                return
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
             if int(headers.get("content-length", "0") or 0) > 0 or "transfer-encoding" in headers:
                 await self._send(conn, writer, 413, TEXT, b"request bodies are not accepted\n", close=True)
