@@ -108,9 +108,30 @@ def make_registry(store: Store, extra: ExtraSource | None = None) -> CollectorRe
 def render(registry: CollectorRegistry, accept: str = "") -> tuple[bytes, str]:
     """The exposition body and its content type for an ``Accept`` header."""
     encoder, content_type = choose_encoder(accept)
-    if isinstance(registry, StoreRegistry) and content_type in (CONTENT_TYPE_PLAIN_0_0_4, OPENMETRICS):
-        return registry.renderer.render(openmetrics=content_type == OPENMETRICS), content_type
+    if isinstance(registry, StoreRegistry):
+        kind = _direct(content_type)
+        if kind is not None:
+            return registry.renderer.render(openmetrics=kind), content_type
     return encoder(registry), content_type
+
+
+def _direct(content_type: str) -> bool | None:
+    """Whether the direct renderer writes this content type (True: as OpenMetrics), or None if it does not.
+
+    It writes text 0.0.4 and 1.0.0 and OpenMetrics 1.0.0, with the escapings that leave our names
+    as they are (all of them are valid legacy names): none, underscores, allow-utf-8.
+    """
+    if content_type in (CONTENT_TYPE_PLAIN_0_0_4, OPENMETRICS):
+        return content_type == OPENMETRICS
+    media, *params = (p.strip() for p in content_type.split(";"))
+    values = dict(p.partition("=")[::2] for p in params)
+    if values.get("escaping", "underscores") not in ("underscores", "allow-utf-8"):
+        return None
+    if media == "application/openmetrics-text" and values.get("version") == "1.0.0":
+        return True
+    if media == "text/plain" and values.get("version") in ("0.0.4", "1.0.0"):
+        return False
+    return None
 
 
 def text(registry: CollectorRegistry) -> bytes:

@@ -47,6 +47,7 @@ class ProcessWatcher:
         self.min_interval = min_interval
         self._lock = threading.Lock()  # scrapes may come on several threads at once
         self._at = -1e9
+        self._scanning = False  # a scan is under way (outside the lock): others take the cached figures
         self._cached: list[Sample] = []
         # (pid, start time) -> backend, CPU seconds last seen; the start time tells a reused pid apart
         self._alive: dict[tuple[int, float], tuple[str, float]] = {}
@@ -68,10 +69,25 @@ class ProcessWatcher:
             return [], []
         with self._lock:
             now = time.monotonic()
-            if now - self._at >= self.min_interval:
-                self._at = now
-                self._cached = self._scan()
+            first = self._at < 0
+            stale = now - self._at >= self.min_interval and not self._scanning
+            if stale:
+                self._at, self._scanning = now, True
+            if first and stale:  # the first scrape waits for the first scan; later ones never wait
+                try:
+                    self._cached = self._scan()
+                finally:
+                    self._scanning = False
+                stale = False
             cached = self._cached
+        if stale:  # one scrape scans (one at a time: _scanning); the others take the last figures meanwhile
+            try:
+                fresh = self._scan()
+            finally:
+                with self._lock:
+                    self._scanning = False
+            with self._lock:
+                self._cached = cached = fresh
         cpu = [s for s in cached if s[0] == "backend_process_cpu_seconds_total"]
         mem = [s for s in cached if s[0] == "backend_process_resident_memory_bytes"]
         return cpu, mem

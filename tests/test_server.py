@@ -28,6 +28,8 @@ from logmetrics.webconfig import LiveWebConfig
 from tests.helpers import access_line
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;"
+                     "q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
 GOOD = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
 
 
@@ -320,3 +322,11 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
     from logmetrics.exposition import StoreRegistry
     assert isinstance(registry, StoreRegistry)
     assert registry.renderer.render(openmetrics=True) == openmetrics(registry)  # type: ignore[no-untyped-call]  # untyped upstream
+    from prometheus_client.exposition import choose_encoder
+
+    from logmetrics.exposition import render
+    for accept in ("", PROMETHEUS_ACCEPT, "application/openmetrics-text; version=1.0.0; escaping=allow-utf-8",
+                   "text/plain;version=1.0.0;escaping=allow-utf-8", "text/plain;version=1.0.0;escaping=dots",
+                   "application/openmetrics-text"):
+        encoder, ctype = choose_encoder(accept)
+        assert render(registry, accept) == (encoder(registry), ctype), accept
