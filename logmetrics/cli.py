@@ -295,7 +295,10 @@ def check_config(file: str, plugins: tuple[str, ...]) -> None:
     if cfg.web_config is not None:
         from logmetrics import webconfig
 
-        click.echo(webconfig.summary(cfg.web_config))
+        try:
+            click.echo(webconfig.summary(cfg.web_config))
+        except webconfig.WebConfigError as exc:
+            raise UserError(f"{file}: {exc}") from None
 
 
 @cli.command(context_settings=CONTEXT)

@@ -157,6 +157,11 @@ HINTS: dict[str, Hint] = {
     "logmetrics_config_last_reload_success_timestamp_seconds": Hint("When the file was last read with success.", (
         _q("seconds since the configuration was last read",
            "time() - logmetrics_config_last_reload_success_timestamp_seconds"),)),
+    "logmetrics_web_config_reloads_total": Hint(
+        "A failure means the web config or a certificate on disk is not the one served (a renewal that "
+        "did not take).", (
+            _q("refused web config reloads in the last hour",
+               "sum by (instance) (increase(logmetrics_web_config_reloads_total{result=\"failure\"}[1h]))"),)),
     "logmetrics_label_overflow_total": Hint(
         "Should stay at 0: the metric and label that overflowed, folded into __other__.", (
             _q("values folded in the last 15 minutes", "sum by (instance, metric, label) "

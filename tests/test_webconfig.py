@@ -121,5 +121,7 @@ def test_check_config_checks_the_web_config_it_names(tmp_path: Path) -> None:
     assert ok.returncode == 0 and "basic auth for 1 user(s)" in ok.stdout, ok.stdout + ok.stderr
     write(web, "basic_auth_users:\n  alice: plain-text-password\n")
     bad = subprocess.run(run, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and f"web config {web}: basic_auth_users.alice: not a bcrypt hash" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr == (f"logmetrics: error: {tmp_path / 'lm.toml'}: web config {web}: "
+                                                  "basic_auth_users.alice: not a bcrypt hash ($2a$, $2b$ or $2y$, "
+                                                  "60 characters)\n")
     assert "plain-text-password" not in bad.stderr + bad.stdout
