@@ -142,7 +142,7 @@ def measure(series: int, a: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="lm-scrape-") as tmp:
         root = Path(tmp)
         (root / "logs").mkdir()
-        files = max(series // 5000, 10)
+        files = max(series // 1000, 10)  # the vllm parser keeps 1,024 routes per stream
         lines = corpus(root / "logs", series, files)
         proc, url = start(root, series)
         parts = urlsplit(url)

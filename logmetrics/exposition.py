@@ -9,7 +9,6 @@ same text on stdout. Serving it over HTTP is :mod:`logmetrics.server`'s job.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -149,15 +148,33 @@ class Renderer:
     """Text 0.0.4 and OpenMetrics 1.0.0 written straight from a store snapshot.
 
     The output is byte for byte what ``prometheus_client`` writes for the same samples (labels
-    sorted by name, values as ``floatToGoString``), at a fraction of the cost: each series' line
-    prefixes (name and label set) are kept between scrapes, so a scrape costs a sort and one
-    number formatted per sample. Safe to call from several threads at once.
+    sorted by name, values as ``floatToGoString``), at a fraction of the cost: each family's series
+    in their sorted order, with their line prefixes (name and label set), are kept between
+    scrapes and sorted again only when the family's set of series changed; a scrape then costs
+    one number formatted per sample. Safe to call from several threads at once.
     """
 
     def __init__(self, collector: StoreCollector) -> None:
         self.collector = collector
-        self._prefixes: dict[Key, tuple[str, ...]] = {}
-        self._lock = threading.Lock()  # guards the prefix cache's clearing, not its reads
+        # family name -> (its series, the series sorted with their line prefixes)
+        self._orders: dict[str, tuple[frozenset[Key], list[tuple[Key, tuple[str, ...]]]]] = {}
+
+    def _order(self, fam: Family, own: bool, keys: list[Key]) -> list[tuple[Key, tuple[str, ...]]]:
+        """A family's series in prometheus_client's order, with their line prefixes."""
+        cached = self._orders.get(fam.name)
+        if cached is not None and len(cached[1]) == len(keys) and cached[0].issuperset(keys):
+            return cached[1]
+        known = dict(cached[1]) if cached is not None else {}
+        names = _label_names(fam, own)
+        order = []
+        for key in sorted(keys):
+            pre = known.get(key)
+            if pre is None:
+                pre = (_histogram_prefixes(fam, names, key[1]) if fam.kind == "histogram"
+                       else (fam.name + _labels(names, key[1]) + " ",))
+            order.append((key, pre))
+        self._orders[fam.name] = (frozenset(keys), order)  # a race with another render stores the same
+        return order
 
     def render(self, openmetrics: bool) -> bytes:
         """The whole exposition in one format."""
@@ -166,20 +183,16 @@ class Renderer:
         for values in (snap.counters, snap.gauges, snap.histograms):
             for key in values:
                 groups.setdefault(key[0], []).append(key)
-        with self._lock:
-            if len(self._prefixes) > 2 * (len(snap.counters) + len(snap.gauges) + len(snap.histograms)) + 1000:
-                self._prefixes = {}  # series gone for good are not kept forever
-            prefixes = self._prefixes
+        for name in set(self._orders) - set(groups):
+            self._orders.pop(name, None)  # a family with no series left keeps nothing
         out: list[str] = []
         fmt: Callable[[float], str] = floatToGoString  # one name looked up per sample, typed here
         for fam, own in fams:
-            keys = sorted(groups.get(fam.name, ()))
+            order = self._order(fam, own, groups.get(fam.name, []))
             out.extend(_header(fam, openmetrics))
-            names = _label_names(fam, own)
             if fam.kind == "histogram":
                 hists = snap.histograms
-                for key in keys:
-                    pre = prefixes.get(key) or prefixes.setdefault(key, _histogram_prefixes(fam, names, key[1]))
+                for key, pre in order:
                     hist = hists[key]
                     acc = 0
                     for p, n in zip(pre, hist.buckets, strict=False):
@@ -189,9 +202,7 @@ class Renderer:
                     out.append(pre[-1] + fmt(hist.sum) + "\n")
             else:
                 values = snap.counters if fam.kind == "counter" else snap.gauges
-                for key in keys:
-                    pre = prefixes.get(key) or prefixes.setdefault(key, (fam.name + _labels(names, key[1]) + " ",))
-                    out.append(pre[0] + fmt(values[key]) + "\n")
+                out.extend([pre[0] + fmt(values[key]) + "\n" for key, pre in order])
         if openmetrics:
             out.append("# EOF\n")
         return "".join(out).encode("utf-8")

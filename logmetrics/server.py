@@ -109,6 +109,7 @@ class MetricsServer:
         self._renders: dict[tuple[str, bool], tuple[float, asyncio.Future[tuple[int, str, bytes, bytes]]]] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self._started = threading.Event()
+        self._ticker: asyncio.Task[None] | None = None  # held here: the loop keeps only a weak reference
         self.thread = threading.Thread(target=self._run, name="http", daemon=True)
 
     # --- what to answer ---------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class MetricsServer:
         loop = self._loop
         asyncio.set_event_loop(loop)
         server = loop.run_until_complete(asyncio.start_server(self._client, sock=self.sock, limit=MAX_HEAD * 4))
-        ticker = loop.create_task(self._refresh_web()) if self.web is not None else None
+        self._ticker = loop.create_task(self._refresh_web()) if self.web is not None else None
         self._started.set()
         try:
             loop.run_forever()
@@ -192,10 +193,11 @@ class MetricsServer:
             server.close()
             for writer in list(self._writers):
                 writer.transport.abort()
-            if ticker is not None:
-                ticker.cancel()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:  # the connections and the ticker end now, each by its own handler
+                task.cancel()
             with contextlib.suppress(Exception):
-                loop.run_until_complete(asyncio.sleep(0))  # let the aborted connections see it
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
     async def _refresh_web(self) -> None:

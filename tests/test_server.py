@@ -325,6 +325,11 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
     from prometheus_client.exposition import choose_encoder
 
     from logmetrics.exposition import render
+    store.counters[("llm_prompt_tokens_total", ("vllm", "a.log", "m00"))] = 2.0  # a new series sorts in
+    assert text(registry) == generate_latest(registry)
+    del store.counters[("llm_prompt_tokens_total", ("vllm", "a.log", "m0"))]  # and one gone drops out
+    store.counters[("llm_prompt_tokens_total", ("vllm", "0.log", "m"))] = 3.0
+    assert text(registry) == generate_latest(registry)
     for accept in ("", PROMETHEUS_ACCEPT, "application/openmetrics-text; version=1.0.0; escaping=allow-utf-8",
                    "text/plain;version=1.0.0;escaping=allow-utf-8", "text/plain;version=1.0.0;escaping=dots",
                    "application/openmetrics-text"):
