@@ -202,7 +202,9 @@ class Renderer:
                     out.append(pre[-1] + fmt(hist.sum) + "\n")
             else:
                 values = snap.counters if fam.kind == "counter" else snap.gauges
-                out.extend([pre[0] + fmt(values[key]) + "\n" for key, pre in order])
+                # repr is Go's form for a finite value with under 7 integer digits: the common case, inline
+                out.extend([pre[0] + (r if len(r := repr(float(values[key]))) < 9 and r[-1] not in "fn"
+                                      else fmt(values[key])) + "\n" for key, pre in order])
         if openmetrics:
             out.append("# EOF\n")
         return "".join(out).encode("utf-8")

@@ -317,6 +317,8 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
         n = len(store.families["llm_request_duration_seconds"].buckets) + 1
         store.histograms[("llm_request_duration_seconds", labels)] = Histogram(list(range(n)), 12.5, sum(range(n)))
     store.counters[("logmetrics_lines_read_total", ("a.log",))] = 3.0
+    for i, value in enumerate([1234567.0, 123456.5, 1e-7, 0.1 + 0.2, 7, float("-inf"), float("inf"), -2.5e9]):
+        store.gauges[("logmetrics_lag_bytes", (f"{i}.log",))] = value  # an int among them
     registry = make_registry(store)
     assert text(registry) == generate_latest(registry)
     from logmetrics.exposition import StoreRegistry
