@@ -22,6 +22,7 @@ import logging
 import socket
 import ssl
 import threading
+from http import HTTPStatus
 from typing import Any
 
 from prometheus_client.core import CollectorRegistry
@@ -338,7 +339,7 @@ class MetricsServer:
         headers = [("Content-Type", ctype), ("Content-Length", str(len(body))), *(extra or [])]
         if close:
             headers.append(("Connection", "close"))
-        out = conn.send(h11.Response(status_code=code, headers=headers))
+        out = conn.send(h11.Response(status_code=code, headers=headers, reason=HTTPStatus(code).phrase.encode()))
         if body and not head:
             out += conn.send(h11.Data(data=body))
         out += conn.send(h11.EndOfMessage())

@@ -187,6 +187,9 @@ def test_paths_methods_gzip_bodies_and_header_size(serve: Callable[..., MetricsS
     """404 for other paths, 405 with Allow for other methods, gzip when asked, 413 for a body, 431 for big headers."""
     srv = serve()
     assert get(srv, "/nope")[0] == 404
+    with socket.create_connection(srv.address, timeout=10) as raw:
+        raw.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert raw.recv(100).startswith(b"HTTP/1.1 404 Not Found\r\n")
     status, hdrs, _ = get(srv, "/metrics", method="DELETE")
     assert status == 405 and hdrs["allow"] == "GET, HEAD"
     plain = get(srv, "/metrics")[2]
