@@ -407,6 +407,7 @@ class Runner:
         for src in (self.tailer, self.stdin):
             if src is not None:
                 src.close()
+        self.waker.close()
         if self.journal is not None:
             self.journal.close()
         if self._lock is not None:

@@ -18,11 +18,13 @@ of input) and no line is longer than the cap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import select
 import stat
-import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -80,20 +82,44 @@ class SourceStats:
 
 
 class Waker:
-    """Wakes the poller early: set by watchdog or the stdin reader, waited on between polls."""
+    """Wakes the poller early: set by watchdog, the stdin reader or a signal handler, waited on
+    between polls.
+
+    A pipe, not a lock: a signal handler runs in the main thread between two bytecodes, maybe
+    while that thread is inside ``wait``; had ``wait`` taken a lock (``threading.Event`` does),
+    the handler's ``wake`` would wait for it for ever (a SIGTERM that never stops the process).
+    """
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        self._woken = False
+        weakref.finalize(self, os.close, self._w)  # once no thread can wake it any more
 
     def wake(self) -> None:
-        """Ask for a poll now."""
-        self._event.set()
+        """Ask for a poll now (safe from any thread and from a signal handler)."""
+        if not self._woken:  # (a race here costs one byte more in the pipe, never a lost wake-up)
+            self._woken = True
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._w, b"!")
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds; True if woken. Clears the wake-up."""
-        woken = self._event.wait(timeout)
-        self._event.clear()
+        if not self._woken:
+            with contextlib.suppress(OSError, ValueError):
+                select.select([self._r], [], [], max(0.0, timeout))
+        woken, self._woken = self._woken, False
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._r, 4096):
+                pass
         return woken
+
+    def close(self) -> None:
+        """Close the pipe's end that is waited on; a late ``wake`` from a thread finds it closed (EPIPE),
+        never another file that got the number of a closed descriptor."""
+        with contextlib.suppress(OSError):
+            os.close(self._r)
 
 
 @dataclass(frozen=True, slots=True)
