@@ -79,6 +79,7 @@ class Placement:
     _resumed_inputs: list[str] | None
     _resumed_at: float | None
     _resume_later: set[Ident]
+    _whole: set[Ident]
     _unchanged: set[Ident]
     _first: bool
     _from_beginning: bool
@@ -356,8 +357,8 @@ class Placement:
                 return True
             # elsewhere, another file that got the saved file's inode after it was deleted: a new file
         for pos in nearest_first(path, list(self._resume.values()), _stream):  # logrotate's copy of a saved
-            # file, made while we were down
-            if is_copy(head, pos.head) and copy_name(path, pos.stream):
+            # file, made while we were down (not of one found whole: renamed, that one was not copied)
+            if is_copy(head, pos.head) and copy_name(path, pos.stream) and (pos.dev, pos.ino) not in self._whole:
                 self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
                 return True
         at_path = {p.stream: (p.dev, p.ino) for p in self._resume.values() if p.path == p.stream}
@@ -370,6 +371,24 @@ class Placement:
                 return True
         self._follow(fd, ident, head, path, path, 0, size, active=True)
         return True
+
+    def _saved_still_whole(self, paths: list[str]) -> set[Ident]:
+        """At the first poll after ``resume``: the saved files among ``paths`` that are still whole (as
+        long as their position, starting with their saved head), renamed maybe but not cut. Logs of
+        identical lines make any new file start like a saved one: it is no copy of one of these."""
+        whole: set[Ident] = set()
+        for path in paths:
+            try:
+                st = os.stat(path)
+                saved = self._resume.get((st.st_dev, st.st_ino))
+                if saved is None or st.st_size < saved.offset:
+                    continue
+                with open(path, "rb") as fh:
+                    if fh.read(len(saved.head)) == saved.head:
+                        whole.add((st.st_dev, st.st_ino))
+            except OSError:
+                continue  # gone, or out of descriptors: not known whole (a copy of it stays possible)
+        return whole
 
     def _follow_resumed(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int,
                         size: int) -> None:

@@ -209,6 +209,7 @@ class FileTailer(Placement):
         self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
         self._resumed_inputs: list[str] | None = None  # the PATH arguments they were saved for (None: not known)
         self._resumed_at: float | None = None  # when they were saved
+        self._whole: set[Ident] = set()  # saved files found whole at the first poll after resume(): no copies
         self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
         self._unchanged: set[Ident] = set()  # files a resumed state shows unchanged since: read from their end
         self._seq = 0
@@ -348,7 +349,10 @@ class FileTailer(Placement):
         idents: set[Ident] = set()
         self._walk_incomplete = False
         self._rotated.clear()
-        for path in discover(self._paths, self._walk_error):
+        listed = discover(self._paths, self._walk_error)
+        if self._first and self._resumed_at is not None:
+            self._whole = self._saved_still_whole(listed)
+        for path in listed:
             try:
                 st = os.stat(path)
             except (FileNotFoundError, NotADirectoryError):

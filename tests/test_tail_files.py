@@ -737,3 +737,26 @@ def test_a_copy_of_a_new_file_found_a_look_after_its_rotation_counts_under_the_s
     os.rename(tmp_path / "x.log-2.tmp", tmp_path / "x.log-2")
     got += drain(t)
     _all_under(got, log, [*range(9), 100])
+
+
+def test_identical_lines_shifted_twice_while_down_are_all_read(tmp_path: Path, tail: Tail) -> None:
+    """A log of byte-identical lines shifted twice while logmetrics was down: the file made between, which
+    starts and is named like a copy of the saved one, is no copy (that one was renamed whole): read once."""
+    probe = b'INFO:     10.0.0.1:5000 - "GET /x HTTP/1.1" 200 OK\n'
+    log = tmp_path / "x.log"
+    log.write_bytes(probe * 120)
+    first = tail(tmp_path, from_beginning=True)
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time() - 1.0  # before any write below, by the clock
+    first.close()
+    append(log, probe * 5)
+    for count in (30, 40):  # shifted, and a new x.log written, twice
+        if log.with_name("x.log.1").exists():
+            os.rename(log.with_name("x.log.1"), log.with_name("x.log.2"))
+        os.rename(log, log.with_name("x.log.1"))
+        log.write_bytes(probe * count)
+    second = tail(tmp_path)
+    second.resume(positions, saved_at)
+    got += drain(second)
+    assert data(got, log) == probe * (120 + 5 + 30 + 40)
+    assert streams(got) == {str(log)}
