@@ -130,6 +130,10 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="logmetrics: %(levelname)s: %(message)s", stream=sys.stderr)
+    if verbose < 2:  # the libraries' own notes (a TLS client that hung up oddly, watchdog stopping a
+        # thread at exit) say nothing an operator can act on; -vv shows them
+        for name in ("asyncio", "watchdog"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 @cli.command(context_settings=CONTEXT)
