@@ -1,0 +1,212 @@
+"""Event time: the time a log line states, for ``backfill`` (and anything else that reads a log
+whole); live serving keeps the time a line was read.
+
+Recognised, leftmost first within a line's first ``HEAD`` characters (so that an outer envelope
+stamp wins over the one inside the message):
+
+* ISO 8601 / RFC 3339: ``2024-04-10T03:30:00.123Z``, ``2024-04-10 03:30:00,123``, with a zone
+  (``Z``, ``UTC``, ``+02:00``, ``+0200``) or without; this covers the CRI and ``docker logs -t``
+  envelopes, Postgres (``2024-04-10 03:30:00.123 UTC``), gunicorn, Python logging and Rust tracing;
+* vLLM's ``INFO 04-10 03:30:00`` (no year);
+* the common log format's ``10/Apr/2024:03:30:00 +0000`` and nginx's ``2024/04/10 03:30:00``;
+* syslog / journald ``Apr 10 03:30:00`` at the start of a line (no year);
+* JSON lines (a line starting with ``{``): the first ``"time"``, ``"timestamp"``, ``"ts"`` or
+  ``"@timestamp"`` key, a string (as above) or a number: Unix seconds, or milliseconds,
+  microseconds, nanoseconds told apart by size (Docker's json-file envelope has ``"time"``);
+* ``key=value`` logs: ``time=...``, ``timestamp=1723514800`` (llama.cpp's server before 2024-09),
+  ``ts=...``.
+
+A stamp without a zone is local time: of the machine that reads it, or of the zone given
+(``LogClock(tz=...)``, ``--timezone``). A stamp without a year (vLLM, syslog) takes it from the
+file: the first such stamp gets the latest year that does not put it after the file's modification
+time (a day of slack), each later one the year that puts it nearest to the time stated before it,
+so a log whose months go from 12 to 01 moves on to the next year. Times of day alone
+(``10:00:00.100 [info]``) and llama.cpp's time since start (``0.08.526.747 I``) state no time.
+
+A line that states no time takes the time of the last line that did; lines before the first
+stated time take that first time; a file that states none takes its modification time
+(:class:`LogClock` keeps that state per file).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import datetime, tzinfo
+
+HEAD = 256  # characters of a line searched for a stamp (keys of key=value logs: the whole line)
+SLACK = 86400.0  # a yearless stamp may lie this far after the file's modification time
+_YEAR = 365.2425 * 86400
+MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                       "Nov", "Dec"), 1)}
+_MON = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_ZONE = r"(?:\s?(?P<{}>Z|UTC|GMT|[+-]\d\d(?::?\d\d)?))?"
+_STAMP = re.compile(
+    r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
+    + _ZONE.format("z") + r"(?![\d:])"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<vmo>\d\d)-(?P<vd>\d\d) (?P<vh>\d\d):(?P<vmi>\d\d):(?P<vs>\d\d)\b"
+    r"|(?<!\d)(?P<cd>\d\d)/(?P<cmo>" + _MON + r")/(?P<cy>\d{4}):(?P<ch>\d\d):(?P<cmi>\d\d):(?P<cs>\d\d)"
+    r"(?: (?P<cz>[+-]\d{4}))?"
+    r"|(?<!\d)(?P<ny>\d{4})/(?P<nmo>\d\d)/(?P<nd>\d\d) (?P<nh>\d\d):(?P<nmi>\d\d):(?P<ns>\d\d)(?![\d:])"
+    r"|^(?:<\d{1,3}>)?(?P<smo>" + _MON + r") (?P<sd>[ \d]\d) (?P<sh>\d\d):(?P<smi>\d\d):(?P<ss>\d\d)\b")
+_JSON_KEY = re.compile(r'"(?:@timestamp|timestamp|time|ts)"\s*:\s*(?:"(?P<str>[^"]{1,64})"|(?P<num>-?\d+(?:\.\d+)?))')
+_KV = re.compile(r'(?<![\w.])(?:timestamp|time|ts)=(?:"(?P<str>[^"]{1,64})"|(?P<num>\d+(?:\.\d+)?)(?![\w:-])'
+                 r'|(?P<bare>\d{4}-\d\d-\d\dT\S+))')
+_RFC3339 = re.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+                      r"(?:[.,](?P<f>\d{1,9}))?" + _ZONE.format("z") + r"$")
+MIN_TIME, MAX_TIME = 0.0, 4102444800.0  # 1970 .. 2100: anything else is not a time
+
+
+def _offset(zone: str | None) -> float | None:
+    """Seconds east of UTC of a zone suffix, None for none."""
+    if zone is None:
+        return None
+    if zone in ("Z", "UTC", "GMT"):
+        return 0.0
+    sign = -1.0 if zone[0] == "-" else 1.0
+    digits = zone[1:].replace(":", "")
+    hours, minutes = int(digits[:2]), int(digits[2:4] or 0)
+    return sign * (hours * 3600 + minutes * 60)
+
+
+def to_epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None, offset: float | None,
+             tz: tzinfo | None) -> float | None:
+    """Unix seconds of a wall-clock time: at ``offset`` seconds east of UTC, else in ``tz`` (None:
+    the machine's local time). None for an impossible date (month 13, February 30)."""
+    try:
+        if offset is not None:
+            if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1] and h < 24 and mi < 60 and s < 61):
+                return None
+            t = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - offset
+        else:
+            t = datetime(y, mo, d, h, mi, min(s, 59), tzinfo=tz).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+    if frac:
+        t += int(frac) / 10 ** len(frac)
+    return t if MIN_TIME < t < MAX_TIME else None
+
+
+def epoch_number(value: float) -> float | None:
+    """A JSON or key=value number as Unix seconds: seconds, milliseconds, microseconds or
+    nanoseconds, told apart by size; None where it is no time of this era."""
+    for scale in (1.0, 1e3, 1e6, 1e9):
+        t = value / scale
+        if t < MAX_TIME:
+            return t if t > 1e8 else None  # 1973 on: small numbers are durations or counts
+    return None
+
+
+def parse_time(text: str, tz: tzinfo | None = None) -> float | None:
+    """An RFC 3339 / ISO 8601 time (zone optional: else ``tz``, else local) or a Unix time in
+    seconds, as Unix seconds; None if ``text`` is neither."""
+    text = text.strip()
+    m = _RFC3339.match(text)
+    if m is not None:
+        return to_epoch(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), m["f"],
+                        _offset(m["z"]), tz)
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if MIN_TIME <= value < MAX_TIME else None
+
+
+class LogClock:
+    """The times the lines of one file state, in file order (see the module's notes).
+
+    ``mtime``: the file's modification time (the year of yearless stamps, and the time of a file
+    that states none); ``tz``: the zone of stamps without one (None: the machine's local time).
+    """
+
+    __slots__ = ("last", "mtime", "tz")
+
+    def __init__(self, mtime: float, tz: tzinfo | None = None) -> None:
+        self.mtime = mtime
+        self.tz = tz
+        self.last: float | None = None  # the last time stated (committed)
+
+    def stated(self, line: str) -> float | None:
+        """The time ``line`` states, or None; a stated time becomes the reference of the next ones."""
+        t = self.peek(line)
+        if t is not None:
+            self.last = t
+        return t
+
+    def time(self, line: str) -> float:
+        """The time of ``line``: its own, else the last stated one, else the file's modification time."""
+        t = self.stated(line)
+        return t if t is not None else self.last if self.last is not None else self.mtime
+
+    def peek(self, line: str) -> float | None:
+        """The time ``line`` states, or None, without making it the reference of later lines."""
+        if not line:
+            return None
+        try:
+            return self._peek(line)
+        except (ValueError, OverflowError, IndexError):  # never: the patterns admit numbers only
+            return None
+
+    def _peek(self, line: str) -> float | None:
+        first = line[0] if line[0] != " " else line.lstrip()[:1]
+        if first == "{":
+            m = _JSON_KEY.search(line)
+            if m is not None:
+                return self._value(m["str"], m["num"])
+        head = line[:HEAD]
+        if ":" in head:
+            m = _STAMP.search(head)
+            if m is not None:
+                return self._stamp(m)
+        if "=" in line:
+            m = _KV.search(line)
+            if m is not None:
+                return self._value(m["str"] or m["bare"], m["num"])
+        return None
+
+    def _value(self, text: str | None, num: str | None) -> float | None:
+        if num is not None:
+            return epoch_number(float(num))
+        if text is None:
+            return None
+        t = parse_time(text, self.tz)
+        if t is not None and t > 1e8:
+            return t
+        try:
+            return epoch_number(float(text))
+        except ValueError:
+            return None
+
+    def _stamp(self, m: re.Match[str]) -> float | None:
+        g = m.group
+        if g("y") is not None:
+            return to_epoch(int(g("y")), int(g("mo")), int(g("d")), int(g("h")), int(g("mi")), int(g("s")), g("f"),
+                            _offset(g("z")), self.tz)
+        if g("vmo") is not None:
+            return self._yearless(int(g("vmo")), int(g("vd")), int(g("vh")), int(g("vmi")), int(g("vs")))
+        if g("cy") is not None:
+            return to_epoch(int(g("cy")), MONTHS[g("cmo")], int(g("cd")), int(g("ch")), int(g("cmi")), int(g("cs")),
+                            None, _offset(g("cz")), self.tz)
+        if g("ny") is not None:
+            return to_epoch(int(g("ny")), int(g("nmo")), int(g("nd")), int(g("nh")), int(g("nmi")), int(g("ns")),
+                            None, None, self.tz)
+        return self._yearless(MONTHS[g("smo")], int(g("sd")), int(g("sh")), int(g("smi")), int(g("ss")))
+
+    def _yearless(self, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+        """A stamp without a year: the first gets the latest year that does not put it after the
+        modification time; later ones, the year that puts them nearest the last stated time."""
+        if self.last is None:
+            year = datetime.fromtimestamp(self.mtime, self.tz).year
+            for y in (year, year - 1, year - 2, year - 3, year - 4):  # Feb 29 needs a leap year
+                t = to_epoch(y, mo, d, h, mi, s, None, None, self.tz)
+                if t is not None and t <= self.mtime + SLACK:
+                    return t
+            return None
+        ref = self.last
+        year = datetime.fromtimestamp(ref, self.tz).year
+        best: float | None = None
+        for y in (year - 1, year, year + 1):
+            t = to_epoch(y, mo, d, h, mi, s, None, None, self.tz)
+            if t is not None and (best is None or abs(t - ref) < abs(best - ref)):
+                best = t
+        return best if best is not None and abs(best - ref) < _YEAR else None
