@@ -1,4 +1,4 @@
-"""The command line: ``logmetrics watch | check | parsers | metrics``."""
+"""The command line: ``logmetrics watch | check | parsers | metrics | backfill``."""
 
 from __future__ import annotations
 
@@ -336,3 +336,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(0)
     sys.exit(0)
+
+
+from logmetrics.backfillcli import backfill  # noqa: E402  # defined apart; it uses the helpers above
+
+cli.add_command(backfill)

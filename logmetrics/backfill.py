@@ -1,0 +1,292 @@
+"""``logmetrics backfill``: past logs as Prometheus TSDB blocks, by the log's own time.
+
+The files are read whole, each in file order, through the same engine as ``watch --oneshot``
+(envelopes, records, parsers, catalog, labels), in groups of lines that fall into one step of log
+time (:mod:`logmetrics.logtime`). The groups of all files are merged by step, so the store moves
+through log time as a running ``watch`` would have; at the end of each step every series is
+written as it would have been served then (:mod:`logmetrics.omwriter`): a sample per series per
+step, from the step of its first event on. ``promtool`` then turns that text into blocks.
+
+Cost: the time of a line is looked up only where a step may end: at the last line of each read
+block, then by bisection between the lines of a block that spans a step's end. Lines are assumed
+in time order within a file; a line stamped earlier than the step being read counts in that step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import TextIO
+
+from logmetrics.config import Input
+from logmetrics.engine import Engine, StaticLabel
+from logmetrics.errors import UserError
+from logmetrics.logtime import LogClock
+from logmetrics.omwriter import OpenMetricsWriter, create_blocks
+from logmetrics.plugins import ParserEntry
+from logmetrics.sources import Chunk, SourceStats
+from logmetrics.store import Store
+from logmetrics.tailfile import discover
+
+log = logging.getLogger(__name__)
+
+BLOCK = 1 << 18  # bytes read at a time from each file
+TEXT_NAME = "backfill.om"  # the OpenMetrics text, in --out (kept with --openmetrics-only)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``logmetrics backfill`` was asked to do."""
+
+    paths: tuple[str, ...]
+    out: str
+    step: float = 15.0
+    start: float | None = None
+    end: float | None = None
+    parser: str | None = None
+    source: str | None = None
+    envelope: str = "auto"
+    labels: tuple[StaticLabel, ...] = ()
+    inputs: tuple[Input, ...] = ()
+    label_limits: tuple[tuple[str, int], ...] = ()
+    tz: tzinfo | None = None
+    max_line_bytes: int = 1 << 23
+    openmetrics_only: bool = False
+
+
+@dataclass
+class Result:
+    """What a backfill wrote: files, lines, steps, samples, the log time covered, the text's path."""
+
+    files: int
+    lines: int
+    steps: int
+    samples: int
+    first: float | None
+    last: float | None
+    text: str
+
+
+Group = tuple[int, int, int, bytes, float]  # (step, file number, seq, whole lines or b"" at the end, time)
+
+
+def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceStats | None = None,
+           block: int = BLOCK) -> Iterator[Group]:
+    """The lines of ``path`` in groups of one step of log time, in file order; the last group is
+    ``b""`` (the end of the file) at the step of its last line."""
+    cur: int | None = None  # the step being read
+    now = clock.mtime  # the time of the group being read: the last one stated
+    pending: list[bytes] = []
+    seq = 0
+    rest = b""
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(block)
+            if stats is not None:
+                stats.bytes_read[path] = stats.bytes_read.get(path, 0) + len(data)
+                stats.lag_bytes[path] = max(stats.lag_bytes.get(path, 0) - len(data), 0)
+            if data:
+                data = rest + data
+                cut = data.rfind(b"\n") + 1
+                rest, data = data[cut:], data[:cut]
+                if not data:
+                    continue
+            elif rest:
+                data, rest = rest + b"\n", b""
+            else:
+                break
+            lines = data.split(b"\n")
+            lines.pop()  # data ends in a newline
+            lo = 0
+            last = _last_stated(lines, clock, 0)
+            if last is None:
+                pending.append(data)
+                continue
+            if cur is None:  # the first time stated: what came before it joins its step
+                first_t = _first_stated(lines, clock)
+                cur, now = int(first_t // step), first_t
+            while int(last[1] // step) > cur:
+                j = _boundary(lines, clock, lo + (lo > 0), last[0], lo, cur, step)
+                t = _time_at(lines, clock, j, lo)
+                assert t is not None
+                pending.append(b"".join(x + b"\n" for x in lines[lo:j]))
+                body = b"".join(pending)
+                if body:
+                    yield cur, number, seq, body, now
+                    seq += 1
+                pending.clear()
+                lo, cur, now = j, int(t // step), t
+                clock.last = t
+            pending.append(b"".join(x + b"\n" for x in lines[lo:]) if lo else data)
+            now = last[1] if last[1] > now else now
+            clock.last = last[1]
+    if cur is None:  # no time stated anywhere: the file's modification time
+        cur, now = int(clock.mtime // step), clock.mtime
+    body = b"".join(pending)
+    if body:
+        yield cur, number, seq, body, now
+        seq += 1
+    yield cur, number, seq, b"", now
+
+
+def _decode(line: bytes) -> str:
+    return line.decode("utf-8", "replace")
+
+
+def _last_stated(lines: list[bytes], clock: LogClock, lo: int) -> tuple[int, float] | None:
+    for i in range(len(lines) - 1, lo - 1, -1):
+        t = clock.peek(_decode(lines[i]))
+        if t is not None:
+            return i, t
+    return None
+
+
+def _first_stated(lines: list[bytes], clock: LogClock) -> float:
+    for line in lines:
+        t = clock.peek(_decode(line))
+        if t is not None:
+            return t
+    raise AssertionError("called on lines that state a time")
+
+
+def _time_at(lines: list[bytes], clock: LogClock, i: int, lo: int) -> float | None:
+    """The time of line ``i``: its own, else that of the nearest line before it from ``lo`` on."""
+    for k in range(i, lo - 1, -1):
+        t = clock.peek(_decode(lines[k]))
+        if t is not None:
+            return t
+    return None
+
+
+def _boundary(lines: list[bytes], clock: LogClock, a: int, b: int, lo: int, cur: int, step: float) -> int:
+    """The first line in ``[a, b]`` whose time (its own, else that of a line before it from ``lo``
+    on) falls after step ``cur`` (line ``b``'s does), by bisection: lines are taken to be in time
+    order."""
+    while a < b:
+        mid = (a + b) // 2
+        t = _time_at(lines, clock, mid, lo)
+        if t is not None and int(t // step) > cur:
+            b = mid
+        else:
+            a = mid + 1
+    return a
+
+
+def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None = None) -> Result:
+    """Backfill: read, write the OpenMetrics text into ``opts.out``, and (unless asked not to)
+    create the TSDB blocks there."""
+    files = discover(opts.paths, lambda exc: log.warning("%s", exc))
+    if not files:
+        raise UserError(f"no log file found in {', '.join(opts.paths)}")
+    os.makedirs(opts.out, exist_ok=True)
+    store = Store()
+    store.limits.update(opts.label_limits)
+    stats = SourceStats()
+    engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
+                    max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
+    engine.set_inputs(opts.inputs)
+    streams: list[Iterator[Group]] = []
+    for number, path in enumerate(files):
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise UserError(f"{path}: {exc.strerror}") from exc
+        stats.lag_bytes[path] = st.st_size
+        streams.append(groups(path, number, opts.step, LogClock(st.st_mtime, opts.tz), stats))
+    bar = _Bar(progress, stats) if progress is not None else None
+    writer = OpenMetricsWriter(store, opts.out)
+    text = os.path.join(opts.out, TEXT_NAME)
+    step = opts.step
+    lo = -math.inf if opts.start is None else opts.start
+    hi = math.inf if opts.end is None else opts.end
+    cur: int | None = None
+    lines = steps = 0
+    first_t: float | None = None
+    last_t: float | None = None
+
+    def emit(a: int, b: int) -> int:
+        """Write steps ``a`` to ``b - 1`` (the store stays as it is over them) within --start/--end."""
+        first = a if lo == -math.inf else max(a, math.ceil(lo / step) - 1)
+        last = b - 1 if hi == math.inf else min(b - 1, math.floor(hi / step) - 1)
+        if first > a:
+            writer.skip()
+        for j in range(first, last + 1):
+            writer.write(j * step, (j + 1) * step)
+        return max(last + 1 - first, 0)
+
+    try:
+        for k, _n, _seq, data, t in heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2])):
+            if cur is not None and k > cur:
+                steps += emit(cur, k)
+            cur = k if cur is None or k > cur else cur
+            path = files[_n]
+            if not data:
+                engine.finish(path)
+                continue
+            lines += data.count(b"\n")
+            first_t = t if first_t is None or t < first_t else first_t
+            last_t = t if last_t is None or t > last_t else last_t
+            engine.feed(Chunk(path, data, t))
+            if bar is not None:
+                bar.update()
+        engine.finish()
+        if cur is not None:
+            steps += emit(cur, cur + 1)
+        if bar is not None:
+            bar.done()
+        writer.finish(text)
+    finally:
+        writer.close()
+    if not opts.openmetrics_only:
+        try:
+            create_blocks(text, opts.out)
+        finally:
+            os.unlink(text)
+    return Result(len(files), lines, steps, writer.samples, first_t, last_t, text)
+
+
+class _Bar:
+    """A progress bar on a terminal: bytes read of all the files' bytes."""
+
+    def __init__(self, stream: TextIO, stats: SourceStats) -> None:
+        from logmetrics.runner import Progress  # the same report as --oneshot's
+
+        self.progress = Progress(stream)
+        self.stats = stats
+
+    def update(self) -> None:
+        self.progress.update(self.stats)
+
+    def done(self) -> None:
+        self.progress.done(self.stats)
+
+
+def wants_progress() -> TextIO | None:
+    """stderr, when it is a terminal."""
+    return sys.stderr if sys.stderr.isatty() else None
+
+
+def parse_step(text: str) -> float:
+    """A step such as ``15s``, ``1m``, ``500ms``, ``2h`` or ``30`` (seconds), in seconds."""
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0))
+    t = text.strip()
+    for unit, scale in units:
+        if t.endswith(unit) and t[:-len(unit)].replace(".", "", 1).isdigit():
+            value = float(t[:-len(unit)]) * scale
+            break
+    else:
+        value = float(t) if t.replace(".", "", 1).isdigit() else -1.0
+    if not value >= 0.001:
+        raise ValueError(f"{text!r} is not a step (15s, 1m, 500ms, 2h or seconds)")
+    return value
+
+
+def describe(files: Sequence[str]) -> str:
+    """For messages: the files, shortened."""
+    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")

@@ -1,0 +1,127 @@
+"""The ``logmetrics backfill`` command (its work is in :mod:`logmetrics.backfill`, imported when it runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, tzinfo
+
+import click
+
+from logmetrics import config
+from logmetrics.envelopes import MODES
+from logmetrics.errors import UserError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+TIME_HELP = "RFC 3339 (2024-04-10T03:30:00Z; without a zone: as --timezone says) or Unix seconds"
+
+
+def _zone(name: str | None) -> tzinfo | None:
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise UserError(f"--timezone {name!r}: not a time zone name (e.g. UTC, Europe/Berlin)") from exc
+
+
+def _time(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
+    if text is None:
+        return None
+    from logmetrics.logtime import parse_time
+
+    t = parse_time(text, tz)
+    if t is None:
+        raise UserError(f"{flag} {text!r}: not a time ({TIME_HELP})")
+    return t
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, metavar="FILE|DIR...")
+@click.option("--out", required=True, metavar="DIR", type=click.Path(file_okay=False),
+              help="Where to write the TSDB blocks (created if missing; with --openmetrics-only, the text "
+                   "file backfill.om).")
+@click.option("--step", "step_text", default="15s", show_default=True, metavar="DURATION",
+              help="Log time between two samples of a series, like a scrape interval: 15s, 1m, 500ms, or seconds.")
+@click.option("--start", default=None, metavar="TIME",
+              help=f"Write no sample before this log time ({TIME_HELP}). Counters still count from the start "
+                   "of the files, so that they join up.")
+@click.option("--end", default=None, metavar="TIME", help=f"Write no sample after this log time ({TIME_HELP}).")
+@click.option("--timezone", "timezone", default=None, metavar="ZONE",
+              help="The zone of log times that carry none (vLLM's 'INFO 04-10 03:30:00', ISO times without "
+                   "an offset): an IANA name such as UTC or Europe/Berlin. Default: the local time zone of "
+                   "the machine running backfill.")
+@click.option("--config", "config_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+              help="Take inputs (with their parser, envelope, source and model) and label_limits from this "
+                   "TOML file, as 'watch --config' does; its other settings are for a running watch.")
+@click.option("--parser", default=None, metavar="NAME",
+              help="Parse every input with this parser instead of routing by path or content.")
+@click.option("--source", default=None, metavar="NAME",
+              help="The 'source' label for every input (default: the file path, or the compose service).")
+@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
+              help="Container log wrapper to peel off, as for 'watch --envelope' (see 'logmetrics watch --help'); "
+                   "'auto' detects it per file from its first lines.")
+@click.option("--label", "labels", multiple=True, metavar="[GLOB:]model=NAME",
+              help="Set the model label of every input, or with GLOB: of the matching ones, as 'watch --label'. "
+                   "Repeatable.")
+@click.option("--plugin", "plugins", multiple=True, metavar="SPEC",
+              help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
+@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True, metavar="BYTES",
+              help="Longer lines are cut to this length, as in watch.")
+@click.option("--openmetrics-only", is_flag=True,
+              help="Stop at the OpenMetrics text (DIR/backfill.om): do not run promtool.")
+def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None, end: str | None,
+             timezone: str | None, config_file: str | None, parser: str | None, source: str | None, envelope: str,
+             labels: tuple[str, ...], plugins: tuple[str, ...], max_line_bytes: int, openmetrics_only: bool) -> None:
+    """Turn past logs into Prometheus TSDB blocks, by the time their lines state.
+
+    Reads every FILE (and the files under each DIR) from start to end with the parsers, catalog
+    and labels of 'watch', and writes each series as 'watch' would have served it at the end of
+    every --step of log time, as OpenMetrics text with timestamps; then runs 'promtool tsdb
+    create-blocks-from openmetrics' (promtool must be on PATH) to make blocks in --out. Copy the
+    block directories into Prometheus's --storage.tsdb.path to load them. Examples:
+
+    \b
+      logmetrics backfill /var/log/llm/ --out blocks/
+      logmetrics backfill vllm.log --out blocks/ --step 30s --timezone Europe/Berlin
+      logmetrics backfill vllm.log --out text/ --openmetrics-only --start 2024-04-10T00:00:00Z
+    """
+    from logmetrics import backfill as bf
+    from logmetrics.cli import _entries, _label
+
+    entries = _entries(plugins, parser)
+    tz = _zone(timezone)
+    try:
+        step = bf.parse_step(step_text)
+    except ValueError as exc:
+        raise UserError(f"--step: {exc}") from exc
+    t0, t1 = _time("--start", start, tz), _time("--end", end, tz)
+    if t0 is not None and t1 is not None and t1 < t0:
+        raise UserError(f"--end {end} is before --start {start}")
+    if source is not None and not source.strip():
+        raise UserError("--source needs a name; leave it out for the file path or the compose service")
+    cfg = config.load(config_file, entries) if config_file is not None else config.Config(file="")
+    given = click.get_current_context().get_parameter_source("envelope") not in (
+        None, click.core.ParameterSource.DEFAULT)
+    inputs = tuple(dataclasses.replace(i, parser=None if parser is not None else i.parser,
+                                       envelope=None if given else i.envelope,
+                                       source=None if source is not None else i.source) for i in cfg.inputs)
+    every = tuple(dict.fromkeys((*paths, *(i.path for i in inputs))))
+    if not every:
+        raise UserError("missing FILE or DIR argument" + (" (or [[input]] tables in the --config file)"
+                                                         if config_file else ""))
+    if "-" in every:
+        raise UserError("backfill reads files, not stdin: save the log to a file first")
+    opts = bf.Options(paths=every, out=out, step=step, start=t0, end=t1, parser=parser, source=source,
+                      envelope=envelope, labels=tuple(_label(s) for s in labels), inputs=inputs,
+                      label_limits=cfg.label_limits, tz=tz, max_line_bytes=max_line_bytes,
+                      openmetrics_only=openmetrics_only)
+    result = bf.run(opts, entries, bf.wants_progress())
+
+    def when(t: float | None) -> str:
+        return "-" if t is None else datetime.fromtimestamp(t, tz).isoformat(timespec="seconds")
+
+    where = result.text if openmetrics_only else f"blocks in {out}"
+    click.echo(f"logmetrics: backfill: {result.lines} lines of {result.files} files, log time {when(result.first)} "
+               f"to {when(result.last)}: {result.steps} steps, {result.samples} samples; {where}", err=True)

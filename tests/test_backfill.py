@@ -1,0 +1,220 @@
+"""``logmetrics backfill``: samples per step of log time, and blocks that a real Prometheus serves.
+
+The end-to-end test needs Debian's ``prometheus`` package (promtool and the server; scripts/test
+installs it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import parse
+from tests.test_prometheus import PROM_TIMEOUT, Piped, binary, free_port, http_get, stop, wait_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+# vLLM's stamps carry no year: the file's modification time gives it (2025 here)
+VLLM_MTIME = 1755820800.0  # 2025-08-22T00:00:00Z
+HTTP_SAMPLES = ("supabase/kong.log", "supabase/rest.log", "supabase/storage.log", "api/gunicorn-workers.log")
+SAMPLE = re.compile(r'(?P<name>[a-zA-Z_:][\w:]*)\{(?P<labels>.*)\} (?P<value>\S+) (?P<ts>\S+)')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]]
+
+
+def logmetrics(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real command line."""
+    return subprocess.run([sys.executable, "-m", "logmetrics", *args], capture_output=True, text=True,
+                          timeout=300, check=False, env=env)
+
+
+def openmetrics(path: Path) -> Series:
+    """(sample name, sorted labels) -> [(timestamp, value)] of an OpenMetrics text with timestamps.
+
+    (prometheus_client's parser refuses a histogram with more than one timestamp, so the samples
+    are read here; promtool, the real reader, is run by the end-to-end test.)"""
+    out: Series = {}
+    text = path.read_text()
+    assert text.endswith("# EOF\n")
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = SAMPLE.fullmatch(line)
+        assert m is not None, line
+        labels = tuple(sorted((k, v.replace('\\"', '"').replace("\\\\", "\\"))
+                              for k, v in LABEL.findall(m["labels"])))
+        out.setdefault((m["name"], labels), []).append((float(m["ts"]), float(m["value"])))
+    return out
+
+
+def oneshot(*paths: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """What ``watch --oneshot`` reports for the files."""
+    proc = logmetrics("watch", "--oneshot", *map(str, paths))
+    assert proc.returncode == 0, proc.stderr
+    return parse(proc.stdout)
+
+
+def copy(tmp: Path, name: str, mtime: float | None = None) -> Path:
+    """A sample copied into ``tmp`` (its modification time set, for year-less stamps)."""
+    dst = tmp / name.replace("/", "-")
+    shutil.copyfile(SAMPLES / name, dst)
+    if mtime is not None:
+        os.utime(dst, (mtime, mtime))
+    return dst
+
+
+def test_steps_follow_log_time_and_end_as_oneshot(tmp_path: Path) -> None:
+    """One sample per series per step at the steps' ends; the last ones equal watch --oneshot's."""
+    log = copy(tmp_path, "vllm/v1-0.10.log", VLLM_MTIME)
+    out = tmp_path / "om"
+    proc = logmetrics("backfill", str(log), "--out", str(out), "--openmetrics-only", "--timezone", "UTC")
+    assert proc.returncode == 0, proc.stderr
+    got = openmetrics(out / "backfill.om")
+    want = oneshot(log)
+    first, last = 1755784931, 1755785411  # 2025-08-21T14:02:11Z and 14:10:11Z, the log's first and last stamps
+    for key, value in want.items():
+        if key[0].startswith("logmetrics_") or key[0].endswith("_created"):
+            assert key not in got, f"{key[0]}: the engine's own families are not backfilled"
+            continue
+        samples = got[key]
+        stamps = [t for t, _ in samples]
+        assert stamps == sorted(stamps) and all(t % 15 == 0 for t in stamps), key
+        assert samples[-1] == (float(last - last % 15 + 15), value), key
+        assert stamps[0] >= first - first % 15, key
+        if key[0].endswith(("_total", "_bucket", "_count", "_sum")):
+            assert samples[0][1] == 0, f"{key}: a counter series starts at zero"
+        rest = stamps[1:] if samples[0][1] == 0 else stamps
+        assert [b - a for a, b in itertools.pairwise(rest)] == [15.0] * (len(rest) - 1), key
+    assert {k for k in got} == {k for k in want if not k[0].startswith("logmetrics_") and not k[0].endswith("_created")}
+
+
+def test_start_and_end_bound_what_is_written(tmp_path: Path) -> None:
+    """--start/--end keep samples inside them; counters still count from the start of the file."""
+    log = copy(tmp_path, "vllm/v1-0.10.log", VLLM_MTIME)
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    args = ("--openmetrics-only", "--timezone", "UTC", "--step", "1m")
+    assert logmetrics("backfill", str(log), "--out", str(whole), *args).returncode == 0
+    proc = logmetrics("backfill", str(log), "--out", str(part), *args, "--start", "2025-08-21T14:05:00Z",
+                      "--end", "1755785220")  # 14:07:00Z
+    assert proc.returncode == 0, proc.stderr
+    a, b = openmetrics(whole / "backfill.om"), openmetrics(part / "backfill.om")
+    assert b, "something was written"
+    for key, samples in b.items():
+        assert all(1755785100 <= t <= 1755785220 for t, _ in samples), key
+        assert samples == [s for s in a[key] if 1755785100 <= s[0] <= 1755785220], key
+
+
+def test_files_merge_by_log_time(tmp_path: Path) -> None:
+    """Several files: their series share one time line, each from the step of its first line."""
+    paths = [copy(tmp_path, name) for name in HTTP_SAMPLES]
+    out = tmp_path / "om"
+    proc = logmetrics("backfill", *map(str, paths), "--out", str(out), "--openmetrics-only", "--step", "5s")
+    assert proc.returncode == 0, proc.stderr
+    got = openmetrics(out / "backfill.om")
+    want = oneshot(*paths)
+    http = {k: v for k, v in want.items() if k[0] == "http_requests_total"}
+    assert len({dict(k[1])["source"] for k in http}) >= 3, "several files feed http_requests_total"
+    for key, value in http.items():
+        assert got[key][-1][1] == value, key
+    kong = [s for k, s in got.items() if k[0] == "http_requests_total" and dict(k[1])["source"].endswith("kong.log")]
+    # kong's first access line is stamped 02/Mar/2025:10:00:05 +0000: a zero at the start of its
+    # step, its count at the end
+    first = min(kong, key=lambda s: s[0][0])
+    assert first[:2] == [(1740909605.0, 0.0), (1740909610.0, 1.0)]
+    ends = {s[-1][0] for s in got.values()}
+    assert ends == {max(ends)}, "every series is written up to the last step"
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    """A bad --step, --start or time zone, a missing promtool: one line naming the flag."""
+    log = copy(tmp_path, "vllm/v1-0.10.log")
+    for args, needle in ((("--step", "soon"), "--step"), (("--start", "yesterday"), "--start 'yesterday'"),
+                         (("--timezone", "Mars/Olympus"), "--timezone"),
+                         (("--start", "2025-01-02T00:00:00Z", "--end", "2025-01-01T00:00:00Z"), "before --start")):
+        proc = logmetrics("backfill", str(log), "--out", str(tmp_path / "o"), *args)
+        assert proc.returncode == 2 and needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    env = dict(os.environ, PATH=str(tmp_path / "nothing-here"))
+    proc = logmetrics("backfill", str(log), "--out", str(tmp_path / "o"), env=env)
+    assert proc.returncode == 2 and "promtool not found" in proc.stderr, proc.stderr
+
+
+# --- end to end: promtool, then a real Prometheus on the blocks ---------------------------------
+
+
+class Server:
+    """A Prometheus server on existing blocks (no scrape targets), with a long retention."""
+
+    def __init__(self, exe: str, storage: Path, workdir: Path) -> None:
+        config = workdir / "prometheus.yml"
+        config.write_text("global:\n  evaluation_interval: 1m\nscrape_configs: []\n")
+        self.url = f"http://127.0.0.1:{free_port()}"
+        cmd = [exe, f"--config.file={config}", f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=10y",
+               f"--web.listen-address={self.url.removeprefix('http://')}", "--log.level=warn"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, errors="replace", cwd=workdir)
+        self.piped = Piped(self.proc)
+
+    def query(self, promql: str, at: float) -> dict[tuple[tuple[str, str], ...], float]:
+        """Instant query at a past time: labels -> value."""
+        qs = urllib.parse.urlencode({"query": promql, "time": str(at)})
+        status, _, body = http_get(f"{self.url}/api/v1/query?{qs}")
+        assert status == 200, f"{promql}: HTTP {status}: {body}"
+        return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in json.loads(body)["data"]["result"]}
+
+
+def blocks(tmp: Path, name: str, paths: list[Path], storage: Path) -> None:
+    """Backfill ``paths`` with promtool, and move the blocks into ``storage``."""
+    out = tmp / name
+    proc = logmetrics("backfill", *map(str, paths), "--out", str(out), "--timezone", "UTC")
+    assert proc.returncode == 0, proc.stderr
+    made = [p for p in out.iterdir() if p.is_dir()]
+    assert made and all((p / "meta.json").is_file() for p in made), proc.stderr
+    for p in made:
+        shutil.move(str(p), storage / p.name)
+
+
+def test_prometheus_serves_the_backfilled_samples(tmp_path: Path) -> None:
+    """Blocks from promtool in a real Prometheus: increase() of tokens and the HTTP counters at the
+    end equal watch --oneshot's, and a recording rule's expression evaluates over the past range."""
+    binary("promtool")
+    exe = binary("prometheus")
+    storage = tmp_path / "tsdb"
+    storage.mkdir()
+    vllm = [copy(tmp_path, "vllm/v1-0.10.log", VLLM_MTIME)]
+    http = [copy(tmp_path, name) for name in HTTP_SAMPLES]
+    blocks(tmp_path, "vllm-blocks", vllm, storage)  # August 2025
+    blocks(tmp_path, "http-blocks", http, storage)  # March 2025: a second run, other blocks
+    want_vllm, want_http = oneshot(*vllm), oneshot(*http)
+    vllm_end = 1755785411 - 1755785411 % 15 + 15  # the end of the step of the last line, 14:10:11Z
+    http_end = 1740909641 - 1740909641 % 15 + 15  # gunicorn's last line, 2025-03-02T10:00:41Z
+
+    server = Server(exe, storage, tmp_path)
+    try:
+        wait_ready("prometheus", server.proc, server.piped, server.url, PROM_TIMEOUT)
+        tokens = {k: v for k, v in want_vllm.items() if k[0] == "llm_generation_tokens_total"}
+        assert tokens and all(v > 0 for v in tokens.values())
+        got = server.query("increase(llm_generation_tokens_total[1h])", vllm_end)
+        assert {labels: pytest.approx(v, rel=1e-9) for (_n, labels), v in tokens.items()} == got
+        counts = {labels: v for (n, labels), v in want_http.items() if n == "http_requests_total"}
+        assert len(counts) >= 10
+        got = server.query("http_requests_total", http_end)
+        assert {tuple(x for x in k if x[0] != "__name__"): v for k, v in got.items()} == counts
+        rules = yaml.safe_load((ROOT / "rules" / "logmetrics.rules.yml").read_text())["groups"]
+        expr = next(r["expr"] for g in rules for r in g["rules"]
+                    if r.get("record") == "backend_model:llm_generation_tokens:rate5m")
+        rates = [server.query(expr, at) for at in range(vllm_end - 300, vllm_end + 1, 60)]
+        assert all(list(r) == [(("backend", "vllm"), ("model", "qwen2.5-7b"))] for r in rates), rates
+        assert all(v >= 0 for r in rates for v in r.values()) and next(iter(rates[-1].values())) > 0, rates
+        assert server.query(expr, vllm_end - 3 * 86400) == {}, "nothing before the log"
+    finally:
+        stop(server.proc)
