@@ -8,7 +8,8 @@ written as it would have been served then (:mod:`logmetrics.omwriter`): a sample
 step, from the step of its first event on. ``promtool`` then turns that text into blocks.
 
 Cost: the time of a line is looked up only where a step may end: at the last line of each read
-block, then by bisection between the lines of a block that spans a step's end. Lines are assumed
+block, then by bisection (on byte offsets, the block never split into lines) within a block that
+spans a step's end. Lines are assumed
 in time order within a file; a line stamped earlier than the step being read counts in that step.
 """
 
@@ -101,29 +102,27 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
                 data, rest = rest + b"\n", b""
             else:
                 break
-            lines = data.split(b"\n")
-            lines.pop()  # data ends in a newline
-            lo = 0
-            last = _last_stated(lines, clock, 0)
+            lo = 0  # where the group being read starts in data
+            last = _time_before(data, clock, len(data) - 1, 0)
             if last is None:
                 pending.append(data)
                 continue
             if cur is None:  # the first time stated: what came before it joins its step
-                first_t = _first_stated(lines, clock)
+                first_t = _first_stated(data, clock)
                 cur, now = int(first_t // step), first_t
             while int(last[1] // step) > cur:
-                j = _boundary(lines, clock, lo + (lo > 0), last[0], lo, cur, step)
-                t = _time_at(lines, clock, j, lo)
+                j = _boundary(data, clock, lo, last[0], cur, step)
+                t = _time_before(data, clock, j, lo)
                 assert t is not None
-                pending.append(b"".join(x + b"\n" for x in lines[lo:j]))
+                pending.append(data[lo:j])
                 body = b"".join(pending)
                 if body:
                     yield cur, number, seq, body, now
                     seq += 1
                 pending.clear()
-                lo, cur, now = j, int(t // step), t
-                clock.last = t
-            pending.append(b"".join(x + b"\n" for x in lines[lo:]) if lo else data)
+                lo, cur, now = j, int(t[1] // step), t[1]
+                clock.last = t[1]
+            pending.append(data[lo:] if lo else data)
             now = last[1] if last[1] > now else now
             clock.last = last[1]
     if cur is None:  # no time stated anywhere: the file's modification time
@@ -139,42 +138,43 @@ def _decode(line: bytes) -> str:
     return line.decode("utf-8", "replace")
 
 
-def _last_stated(lines: list[bytes], clock: LogClock, lo: int) -> tuple[int, float] | None:
-    for i in range(len(lines) - 1, lo - 1, -1):
-        t = clock.peek(_decode(lines[i]))
+def _time_before(data: bytes, clock: LogClock, pos: int, lo: int) -> tuple[int, float] | None:
+    """The start of the line holding ``pos`` (or of the nearest line before it, from ``lo`` on)
+    that states a time, and that time."""
+    end = data.find(b"\n", pos)
+    while end > lo:
+        start = data.rfind(b"\n", lo, end) + 1 or lo
+        t = clock.peek(_decode(data[start:end]))
         if t is not None:
-            return i, t
+            return start, t
+        end = start - 1
     return None
 
 
-def _first_stated(lines: list[bytes], clock: LogClock) -> float:
-    for line in lines:
-        t = clock.peek(_decode(line))
+def _first_stated(data: bytes, clock: LogClock) -> float:
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        t = clock.peek(_decode(data[start:end]))
         if t is not None:
             return t
+        start = end + 1
     raise AssertionError("called on lines that state a time")
 
 
-def _time_at(lines: list[bytes], clock: LogClock, i: int, lo: int) -> float | None:
-    """The time of line ``i``: its own, else that of the nearest line before it from ``lo`` on."""
-    for k in range(i, lo - 1, -1):
-        t = clock.peek(_decode(lines[k]))
-        if t is not None:
-            return t
-    return None
-
-
-def _boundary(lines: list[bytes], clock: LogClock, a: int, b: int, lo: int, cur: int, step: float) -> int:
-    """The first line in ``[a, b]`` whose time (its own, else that of a line before it from ``lo``
-    on) falls after step ``cur`` (line ``b``'s does), by bisection: lines are taken to be in time
-    order."""
+def _boundary(data: bytes, clock: LogClock, lo: int, hi: int, cur: int, step: float) -> int:
+    """The start of the first line in ``[lo, hi]`` (byte offsets of line starts in ``data``) whose
+    time (its own, else that of a line before it from ``lo`` on) falls after step ``cur`` (that of
+    the line at ``hi`` does), by bisection: lines are taken to be in time order."""
+    a, b = lo, hi
     while a < b:
         mid = (a + b) // 2
-        t = _time_at(lines, clock, mid, lo)
-        if t is not None and int(t // step) > cur:
-            b = mid
+        start = data.rfind(b"\n", lo, mid) + 1 or lo
+        got = _time_before(data, clock, start, lo)
+        if got is not None and int(got[1] // step) > cur:
+            b = start
         else:
-            a = mid + 1
+            a = data.find(b"\n", mid) + 1
     return a
 
 
@@ -206,7 +206,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     lo = -math.inf if opts.start is None else opts.start
     hi = math.inf if opts.end is None else opts.end
     cur: int | None = None
-    lines = steps = 0
+    steps = 0
     first_t: float | None = None
     last_t: float | None = None
 
@@ -229,7 +229,6 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
             if not data:
                 engine.finish(path)
                 continue
-            lines += data.count(b"\n")
             first_t = t if first_t is None or t < first_t else first_t
             last_t = t if last_t is None or t > last_t else last_t
             engine.feed(Chunk(path, data, t))
@@ -248,7 +247,8 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
             create_blocks(text, opts.out)
         finally:
             os.unlink(text)
-    return Result(len(files), lines, steps, writer.samples, first_t, last_t, text)
+    lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
+    return Result(len(files), int(lines), steps, writer.samples, first_t, last_t, text)
 
 
 class _Bar:

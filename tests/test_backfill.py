@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import urllib.parse
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,31 @@ def test_prometheus_serves_the_backfilled_samples(tmp_path: Path) -> None:
         assert server.query(expr, vllm_end - 3 * 86400) == {}, "nothing before the log"
     finally:
         stop(server.proc)
+
+
+@pytest.mark.parametrize("block", [64, 1000, 1 << 18])
+def test_groups_cut_where_a_step_ends(tmp_path: Path, block: int) -> None:
+    """Bisection within read blocks cuts the lines exactly where a per-line reading would."""
+    from logmetrics.backfill import groups
+    from logmetrics.logtime import LogClock
+
+    lines = ["no time yet, before the first stamp"]
+    for i in range(400):
+        lines.append(f"INFO 04-10 03:{i // 60 % 60:02d}:{i % 60:02d} [x.py:1] line {i}")
+        lines += ["  continued without a time"] * (i % 3)
+    log = tmp_path / "x.log"
+    log.write_text("\n".join(lines) + "\n")
+    mtime = 1712800000.0  # 2024-04-11
+    got = list(groups(str(log), 0, 15.0, LogClock(mtime, UTC), block=block))
+    assert got[-1][3] == b"" and b"".join(g[3] for g in got).decode() == log.read_text()
+    clock = LogClock(mtime, UTC)
+    want: dict[int, list[str]] = {}
+    first = next(t for line in lines if (t := LogClock(mtime, UTC).stated(line)) is not None)
+    for line in lines:
+        t = clock.stated(line)
+        step = int((t if t is not None else clock.last or first) // 15)
+        want.setdefault(step, []).append(line + "\n")
+    have: dict[int, list[str]] = {}
+    for step, _n, _seq, data, _t in got:
+        have.setdefault(step, []).append(data.decode())
+    assert {k: "".join(v) for k, v in have.items() if "".join(v)} == {k: "".join(v) for k, v in want.items()}
