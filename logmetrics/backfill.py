@@ -59,6 +59,7 @@ class Options:
     tz: tzinfo | None = None
     max_line_bytes: int = 1 << 23
     openmetrics_only: bool = False
+    state_file: str | None = None
 
 
 @dataclass
@@ -235,6 +236,10 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
             if bar is not None:
                 bar.update()
         engine.finish()
+        if opts.state_file is not None:
+            from logmetrics import backfillstate
+
+            backfillstate.save(opts.state_file, opts.paths, files, stats.bytes_read, store, engine)
         if cur is not None:
             steps += emit(cur, cur + 1)
         if bar is not None:

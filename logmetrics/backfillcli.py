@@ -69,11 +69,16 @@ def _time(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
               help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
 @click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True, metavar="BYTES",
               help="Longer lines are cut to this length, as in watch.")
+@click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
+              help="Also write a state file (PATH must not exist) that 'watch --state-file PATH' with the same "
+                   "FILE|DIR arguments goes on from: read positions at the files' ends, counters as backfilled, "
+                   "so that the live series join up with the backfilled ones.")
 @click.option("--openmetrics-only", is_flag=True,
               help="Stop at the OpenMetrics text (DIR/backfill.om): do not run promtool.")
 def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None, end: str | None,
              timezone: str | None, config_file: str | None, parser: str | None, source: str | None, envelope: str,
-             labels: tuple[str, ...], plugins: tuple[str, ...], max_line_bytes: int, openmetrics_only: bool) -> None:
+             labels: tuple[str, ...], plugins: tuple[str, ...], max_line_bytes: int, state_file: str | None,
+             openmetrics_only: bool) -> None:
     """Turn past logs into Prometheus TSDB blocks, by the time their lines state.
 
     Reads every FILE (and the files under each DIR) from start to end with the parsers, catalog
@@ -113,10 +118,14 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
                                                          if config_file else ""))
     if "-" in every:
         raise UserError("backfill reads files, not stdin: save the log to a file first")
+    if state_file is not None:
+        from logmetrics.backfillstate import check
+
+        check(state_file)
     opts = bf.Options(paths=every, out=out, step=step, start=t0, end=t1, parser=parser, source=source,
                       envelope=envelope, labels=tuple(_label(s) for s in labels), inputs=inputs,
                       label_limits=cfg.label_limits, tz=tz, max_line_bytes=max_line_bytes,
-                      openmetrics_only=openmetrics_only)
+                      openmetrics_only=openmetrics_only, state_file=state_file)
     result = bf.run(opts, entries, bf.wants_progress())
 
     def when(t: float | None) -> str:

@@ -247,3 +247,30 @@ def test_groups_cut_where_a_step_ends(tmp_path: Path, block: int) -> None:
     for step, _n, _seq, data, _t in got:
         have.setdefault(step, []).append(data.decode())
     assert {k: "".join(v) for k, v in have.items() if "".join(v)} == {k: "".join(v) for k, v in want.items()}
+
+
+def test_a_state_file_lets_watch_go_on_from_the_backfill(tmp_path: Path) -> None:
+    """watch --state-file after backfill --state-file counts only lines written since, on top of
+    the backfilled counters: its values equal --oneshot's over the whole, grown file."""
+    from tests.helpers import Server
+
+    log = copy(tmp_path, "vllm/v1-0.10.log", VLLM_MTIME)
+    state = tmp_path / "state.db"
+    proc = logmetrics("backfill", str(log), "--out", str(tmp_path / "om"), "--openmetrics-only", "--timezone", "UTC",
+                      "--state-file", str(state))
+    assert proc.returncode == 0, proc.stderr
+    backfilled = openmetrics(tmp_path / "om" / "backfill.om")
+    with log.open("a") as f:  # written after the backfill, while nothing reads the file
+        f.writelines(f'INFO:     10.8.0.12:{41000 + i} - "GET /health HTTP/1.1" 200 OK\n' for i in range(3))
+    want = {k: v for k, v in oneshot(log).items() if k[0] in ("http_requests_total", "llm_generation_tokens_total")}
+    health = next(k for k in want if k[0] == "http_requests_total" and ("route", "/health") in k[1])
+    assert want[health] == backfilled[health][-1][1] + 3
+    server = Server("--state-file", str(state), str(log))
+    try:
+        got = server.wait_for(lambda s: s.get(health) == want[health])
+        assert {k: got.get(k) for k in want} == want
+    finally:
+        assert server.stop() == 0
+    again = logmetrics("backfill", str(log), "--out", str(tmp_path / "om2"), "--openmetrics-only",
+                       "--state-file", str(state))
+    assert again.returncode == 2 and "exists" in again.stderr, again.stderr
