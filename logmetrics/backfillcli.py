@@ -23,7 +23,8 @@ def _zone(name: str | None) -> tzinfo | None:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise UserError(f"--timezone {name!r}: not a time zone name (e.g. UTC, Europe/Berlin)") from exc
+        raise UserError(f"--timezone {name!r}: not a time zone known here (IANA names such as UTC or "
+                        "Europe/Berlin, from the system's zone database or the tzdata package)") from exc
 
 
 def _time(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
