@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import TextIO
 
 from logmetrics.config import Input
@@ -38,6 +38,7 @@ from logmetrics.tailfile import discover
 log = logging.getLogger(__name__)
 
 BLOCK = 1 << 18  # bytes read at a time from each file
+GAP_STEPS = 100_000  # a jump in log time of more steps than this is reported (every step is written)
 TEXT_NAME = "backfill.om"  # the OpenMetrics text, in --out (kept with --openmetrics-only)
 
 
@@ -224,6 +225,8 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     try:
         for k, _n, _seq, data, t in heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2])):
             if cur is not None and k > cur:
+                if k - cur > GAP_STEPS:
+                    _gap(cur, k, step, files[_n])
                 steps += emit(cur, k)
             cur = k if cur is None or k > cur else cur
             path = files[_n]
@@ -254,6 +257,13 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
             os.unlink(text)
     lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
     return Result(len(files), int(lines), steps, writer.samples, first_t, last_t, text)
+
+
+def _gap(cur: int, k: int, step: float, path: str) -> None:
+    when = [datetime.fromtimestamp(x * step, UTC).isoformat(timespec="seconds") for x in (cur, k)]
+    log.warning("log time jumps from %s to %s (at %s): the %d steps between are written too, as a running "
+                "watch would have served them; bound them with --start/--end, or backfill files of "
+                "different periods apart", when[0], when[1], path, k - cur)
 
 
 class _Bar:
