@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
+from bench.state import start as start_watch
+
 ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,"
           "text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
 LETTERS = "ghijklmnopqrstuvwxyz"  # no hex digits: a route segment that is never taken for an id
@@ -56,15 +59,7 @@ def start(root: Path, series: int) -> tuple[subprocess.Popen[bytes], str]:
     cfg = root / "lm.toml"
     cfg.write_text(f"from_beginning = true\n[label_limits]\nroute = {series * 2}\n[[input]]\npath = \"{root}/logs\"\n"
                    "parser = \"vllm\"\n")
-    exe = str(Path(sys.executable).with_name("logmetrics"))
-    proc = subprocess.Popen([exe, "watch", "--listen", "127.0.0.1:0", "--config", str(cfg)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    for raw in proc.stderr:
-        line = raw.decode()
-        if "serving metrics at " in line:
-            return proc, line.split("serving metrics at ", 1)[1].strip()
-    raise SystemExit(f"logmetrics did not start (exit code {proc.wait()})")
+    return start_watch(["--config", str(cfg)])
 
 
 def get(conn: http.client.HTTPConnection, gz: bool = True) -> bytes:

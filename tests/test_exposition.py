@@ -9,6 +9,7 @@ import http.client
 import logging
 import os
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,10 +44,11 @@ def has_ipv6() -> bool:
 needs_ipv6 = pytest.mark.skipif(not has_ipv6(), reason="no IPv6 on this machine")
 
 
-def request(host: str, port: int, path: str, method: str = "GET",
-            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP request: status, headers (lower-case names) and body."""
-    conn = http.client.HTTPConnection(host, port, timeout=10)
+def request(host: str, port: int, path: str, method: str = "GET", headers: dict[str, str] | None = None,
+            ctx: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request over a new connection (HTTPS when ``ctx``): status, headers (lower-case names) and body."""
+    conn: http.client.HTTPConnection = (http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+                                        if ctx else http.client.HTTPConnection(host, port, timeout=10))
     try:
         conn.request(method, path, headers=headers or {})
         resp = conn.getresponse()

@@ -26,6 +26,7 @@ from logmetrics.server import MetricsServer
 from logmetrics.store import Store
 from logmetrics.webconfig import LiveWebConfig
 from tests.helpers import access_line
+from tests.test_exposition import request
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;"
@@ -102,15 +103,7 @@ def serve() -> Iterator[Callable[..., MetricsServer]]:
 def get(srv: MetricsServer, path: str = "/metrics", ctx: ssl.SSLContext | None = None, method: str = "GET",
         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     """One request over a new connection (HTTPS when ``ctx``): status, headers (lower-case), body."""
-    port = srv.address[1]
-    conn: http.client.HTTPConnection = (http.client.HTTPSConnection("localhost", port, context=ctx, timeout=10)
-                                        if ctx else http.client.HTTPConnection("127.0.0.1", port, timeout=10))
-    try:
-        conn.request(method, path, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
+    return request("localhost" if ctx else "127.0.0.1", srv.address[1], path, method, headers, ctx)
 
 
 def refused(srv: MetricsServer, ctx: ssl.SSLContext) -> bool:
