@@ -121,13 +121,15 @@ class Placement:
         except OSError as err:
             self._report(f.path, err)
             return
-        cuts.append(cut)
         self._rotated_lately[f.stream] = cut.since
         self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
+        claimed = False
         for known in self._known.values():
             if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
                 known.offset, known.pending = cut.offset, pending
-                cut.unread = 0  # the copy holds it
+                claimed = True
+        if not claimed:  # its copy may show up at a later look; a claimed cut is matched no more, so
+            cuts.append(cut)  # that a later copy (logs of identical lines) does not take its offset
 
     def _lost(self, stream: str, nbytes: int, why: str) -> None:
         """Count ``nbytes`` of ``stream`` as lost (logmetrics_bytes_lost_total), warned once per stream."""
@@ -237,8 +239,9 @@ class Placement:
                 return
             # else another file under its inode (deleted, and the inode reused), or written over: new
         if not self._first and not proven_new and ident not in self._start_at_end:
-            for cut in nearest_first(path, cuts, _stream):  # logrotate's copy of a file just truncated:
-                # it holds what we had not read yet
+            for cut in nearest_first(path, cuts[::-1], _stream):  # logrotate's copy of a file just
+                # truncated: it holds what we had not read yet. The newest cut first: a new file at the
+                # copy's name is the copy of the stream's last truncation
                 if is_copy(head, cut.head) and copy_name(path, cut.stream):
                     cuts.remove(cut)
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
