@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import TextIO
 
-from logmetrics.config import Input
+from logmetrics.config import Input, parse_duration
 from logmetrics.engine import Engine, StaticLabel
 from logmetrics.errors import UserError
 from logmetrics.logtime import LogClock
@@ -289,17 +289,7 @@ def wants_progress() -> TextIO | None:
 
 def parse_step(text: str) -> float:
     """A step such as ``15s``, ``1m``, ``500ms``, ``2h`` or ``30`` (seconds), in seconds."""
-    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0))
-    t = text.strip()
-    for unit, scale in units:
-        if t.endswith(unit) and t[:-len(unit)].replace(".", "", 1).isdigit():
-            value = float(t[:-len(unit)]) * scale
-            break
-    else:
-        value = float(t) if t.replace(".", "", 1).isdigit() else -1.0
-    if not value >= 0.001:
-        raise ValueError(f"{text!r} is not a step (15s, 1m, 500ms, 2h or seconds)")
-    return value
+    return parse_duration(text, "a step", 0.001)
 
 
 def describe(files: Sequence[str]) -> str:

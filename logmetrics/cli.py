@@ -78,6 +78,14 @@ def _rules(pairs: Sequence[tuple[str, str]]) -> tuple[ProcessRule, ...]:
     return tuple((safe_label(backend), re.compile(pattern)) for backend, pattern in pairs)
 
 
+def _expiry(ctx: click.Context, param: click.Parameter, text: str) -> float | None:
+    """``--expire-after DURATION|never``: seconds, or None."""
+    try:
+        return config.parse_expiry(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def _processes(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[ProcessRule, ...]:
     """``--process BACKEND=PATTERN``: the backend ends at the first '='; the pattern is a Python regex."""
     rules: list[ProcessRule] = []
@@ -189,11 +197,17 @@ def cli(verbose: int) -> None:
                    "reported once per source (8 MiB holds a vLLM request line with a 700k-token prompt).")
 @click.option("--process", "processes", multiple=True, metavar="BACKEND=PATTERN", callback=_processes,
               help=PROCESS_HELP)
+@click.option("--expire-after", "expire_after", default="1h", show_default=True, metavar="DURATION",
+              callback=_expiry,
+              help="Forget every series of a source (its counters too) this long after its last file went away "
+                   "(a deleted pod's logs, say), so that its label frees its place under the cardinality "
+                   "guard; Prometheus keeps what it scraped. Its gauges go at once. 30m, 1h, 7d, seconds, or "
+                   "'never'.")
 def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
           source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
           oneshot: bool,
           poll_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
-          processes: tuple[ProcessRule, ...]) -> None:
+          processes: tuple[ProcessRule, ...], expire_after: float | None) -> None:
     """Follow log files and serve their metrics.
 
     PATH is a file, a directory (followed recursively, new files included), a glob (with **) or
@@ -240,7 +254,8 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_conf
             state_file=state_file if state_file is not None or oneshot else cfg.state_file, state_adopt=state_adopt,
             labels=static, processes=processes + (() if oneshot else _rules(cfg.processes)), config=config_file,
             inputs=inputs,
-            web_config=web_config if web_config is not None else cfg.web_config, label_limits=cfg.label_limits)
+            web_config=web_config if web_config is not None else cfg.web_config, label_limits=cfg.label_limits,
+            expire_after=cfg.expire_after if cfg.expire_after_set and not given("expire_after") else expire_after)
 
     opts = options()
     _check_watch(opts, oneshot)

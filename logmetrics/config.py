@@ -27,7 +27,7 @@ MAX_FILE_BYTES = 1 << 20  # a configuration file is a few kilobytes; a bigger on
 MAX_LINE_BYTES = 1 << 30  # --max-line-bytes at most (a line held whole in memory)
 MAX_LABEL_LIMIT = 1_000_000
 TOP_KEYS = ("listen", "web_config", "state_file", "poll_interval", "from_beginning", "max_line_bytes",
-            "label_limits", "input", "process")
+            "label_limits", "expire_after", "input", "process")
 INPUT_KEYS = ("path", "parser", "envelope", "source", "labels")
 PROCESS_KEYS = ("backend", "pattern")
 
@@ -65,6 +65,34 @@ class Config:
     from_beginning: bool | None = None
     max_line_bytes: int | None = None
     label_limits: tuple[tuple[str, int], ...] = ()
+    expire_after: float | None = None  # seconds; NEVER: never
+    expire_after_set: bool = False  # the file names expire_after (its value may be "never")
+
+
+#: ``--expire-after never``: a source's series are kept for as long as logmetrics runs.
+NEVER = "never"
+_UNITS = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0))
+
+
+def parse_duration(text: str, what: str, minimum: float = 0.0) -> float:
+    """A duration such as ``15s``, ``1m``, ``500ms``, ``2h``, ``7d`` or ``30`` (seconds), in
+    seconds, at least ``minimum``; ``ValueError`` naming ``what`` otherwise."""
+    t = text.strip()
+    for unit, scale in _UNITS:
+        if t.endswith(unit) and t[:-len(unit)].replace(".", "", 1).isdigit():
+            value = float(t[:-len(unit)]) * scale
+            break
+    else:
+        value = float(t) if t.replace(".", "", 1).isdigit() else -1.0
+    if not minimum <= value < float("inf"):
+        raise ValueError(f"{text!r} is not {what} (15s, 1m, 500ms, 2h, 7d or seconds"
+                         + (f", at least {minimum:g} s)" if minimum else ")"))
+    return value
+
+
+def parse_expiry(text: str) -> float | None:
+    """``--expire-after``: a duration in seconds, or None for ``never``."""
+    return None if text.strip() == NEVER else parse_duration(text, "a duration (or 'never')")
 
 
 def parse_listen(value: str, what: str = "--listen") -> tuple[str, int]:
@@ -239,7 +267,15 @@ class _Checker:
             poll_interval=self.number(doc, "poll_interval", 0.01, 60, integer=False),
             from_beginning=from_beginning,
             max_line_bytes=None if max_line is None else int(max_line),
-            label_limits=self.limits(doc.get("label_limits", {})))
+            label_limits=self.limits(doc.get("label_limits", {})),
+            expire_after=self.expiry(doc), expire_after_set="expire_after" in doc)
+
+    def expiry(self, doc: Mapping[str, object]) -> float | None:
+        text = self.text_value(doc, "expire_after", "")
+        try:
+            return None if text is None else parse_expiry(text)
+        except ValueError as exc:
+            raise self.fail(f"expire_after: {exc}", key="expire_after") from None
 
 
 def _kind(value: object) -> str:

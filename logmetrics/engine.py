@@ -108,6 +108,8 @@ class Engine:
         # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
         self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
         self._changed: set[str] = set()  # streams fed since the last take_changed
+        #: sources whose every stream is gone: since when (monotonic), and the raw streams that fed them
+        self.orphans: dict[str, tuple[float, set[str]]] = {}
         for entry in parsers.values():
             store.register(entry.cls.metrics)
         self.labels = list(labels)
@@ -203,15 +205,29 @@ class Engine:
 
     def vanished(self, path: str) -> None:
         """A followed file is gone for good: count what its streams still hold, then forget them;
-        their gauges would only mislead now. Their counters stay (counters never expire)."""
+        their gauges would only mislead now. Their counters stay until the source expires."""
         self.finish(path)
         self.unwrappers.pop(path, None)
+        self._input_of.pop(path, None)
+        self.layouts.forget(path)
         for key, stream in list(self.streams.items()):
             if stream.path == path:
                 del self.streams[key]
+                self._changed.discard(key)  # (the state file drops what is not live)
                 # several files may feed one source (a restarted container's 0.log and 1.log)
                 if all(s.source != stream.source for s in self.streams.values()):
                     self.store.drop_gauges(stream.source)
+                    _, paths = self.orphans.pop(stream.source, (0.0, set()))
+                    self.orphans[stream.source] = (time.monotonic(), paths | {path})
+
+    def expired(self, after: float) -> list[tuple[str, set[str]]]:
+        """The sources orphaned (every stream gone) at least ``after`` seconds ago, with the raw
+        streams that fed them, forgotten here: the caller forgets their series."""
+        now = time.monotonic()
+        out = [(source, paths) for source, (since, paths) in self.orphans.items() if now - since >= after]
+        for source, _ in out:
+            del self.orphans[source]
+        return out
 
     def learn(self, path: str, parts: Sequence[bytes]) -> None:
         """What was logged before a file's read position (its head, its last start-up block, in
@@ -318,6 +334,8 @@ class Engine:
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = Stream(self.source_label(path, service), path)
+            if self.orphans:
+                self.orphans.pop(stream.source, None)  # back before it expired: it goes on
             stream.model = self._static_model(stream)
             preset = self._presets.pop(key, None)
             if preset is not None:

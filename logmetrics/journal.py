@@ -200,7 +200,7 @@ class Journal:
         gone_streams = [(k,) for k in self._streams if k not in delta.live and k not in delta.streams]
         store = delta.store
         if not (full or moved or gone_positions or streams or gone_streams or store.counters or store.histograms
-                or store.gauges or store.gauges_gone or delta.inputs != self._inputs):
+                or store.gauges or store.gone or delta.inputs != self._inputs):
             return False
         ids: dict[Key, int] = {} if full else self._ids  # (a failure forgets them all: the next commit is full)
         self._pending_next = 0 if full else self._next
@@ -214,8 +214,9 @@ class Journal:
                 ("inputs", json.dumps(delta.inputs))])
             self._series(con, ids, "counters", [(key, (value,)) for key, value in store.counters])
             self._series(con, ids, "gauges", [(key, (value,)) for key, value in store.gauges])
-            dropped = [key for key in store.gauges_gone if key in ids]
-            con.executemany("DELETE FROM gauges WHERE id = ?", [(ids[key],) for key in dropped])
+            dropped = [(ids[key],) for key in store.gone if key in ids]
+            for table in ("counters", "gauges", "histograms"):  # one id names one series in one table
+                con.executemany(f"DELETE FROM {table} WHERE id = ?", dropped)  # (constant names)
             self._series(con, ids, "histograms", [(key, (dumps(b).decode(), total, n))
                                                   for key, b, total, n in store.histograms])
             con.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)",
@@ -228,8 +229,8 @@ class Journal:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
             raise
-        for series in dropped:
-            del ids[series]
+        for series in store.gone:
+            ids.pop(series, None)
         self._ids, self._next = ids, self._pending_next
         self._positions = positions
         self._inputs = list(delta.inputs)

@@ -122,6 +122,10 @@ class Layouts:
         found = self._paths[path] = self._find(path)
         return found
 
+    def forget(self, path: str) -> None:
+        """``path`` is gone for good: its layout is found again if a file shows up there."""
+        self._paths.pop(path, None)
+
     def _find(self, path: str) -> Layout | None:
         m = _PODS.search(path)
         if m is not None:

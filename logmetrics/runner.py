@@ -34,6 +34,7 @@ Sample = tuple[str, tuple[str, ...], float]
 LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before its end, this much of each
 LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and share LEARN_TOTAL_BYTES
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
+DEFAULT_EXPIRE_AFTER = 3600.0  # --expire-after's default: an hour after a source's last file went away
 CATCH_UP_SECONDS = 10.0  # after a restart, read at most this long before serving (what was written while down)
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class Options:
     inputs: tuple[Input, ...] = ()  # the file's inputs (their paths are in ``paths`` too)
     web_config: str | None = None  # TLS and basic authentication of the HTTP endpoint (--web-config)
     label_limits: tuple[tuple[str, int], ...] = ()  # label_limits in the file: the store's overrides
+    #: --expire-after: seconds after its last file went away that a source's series are forgotten
+    #: (None: never)
+    expire_after: float | None = DEFAULT_EXPIRE_AFTER
 
 
 def tune_allocator() -> None:
@@ -161,6 +165,7 @@ class Runner:
         self._lock = self._lock_state(opts.state_file) if opts.state_file is not None else None
         self.store = Store()
         self.store.limits.update(opts.label_limits)
+        self.store.journaled = opts.state_file is not None
         self.reloader = reloader  # reads the --config file again and merges the flags: the new Options
         self.reload_wanted = False  # set by SIGHUP; the poll loop reloads
         self.resumed = False  # read positions were restored from a state file: caught up before serving
@@ -318,9 +323,25 @@ class Runner:
             self.engine.feed(chunk)
         for path in gone:
             self.engine.vanished(path)
+        if self.engine.orphans and self.opts.expire_after is not None:
+            self._expire(self.opts.expire_after)
         if len(self.stats.lines_truncated) > len(self._cut_warned):
             self._warn_cut()
         return len(chunks)
+
+    def _expire(self, after: float) -> None:
+        """Forget the series of the sources whose files went away ``after`` seconds ago or more:
+        Prometheus keeps what it scraped, and the places they held in the label guard are free."""
+        expired = self.engine.expired(after)
+        if not expired:
+            return
+        sources = [source for source, _ in expired]
+        n = self.store.expire(sources)
+        for _, paths in expired:
+            if self.tailer is not None:
+                self.tailer.forget(paths)
+            self._cut_warned.difference_update(paths)
+        log.info("expired %d series of %d sources gone for %g s or more", n, len(sources), after)
 
     def _warn_cut(self) -> None:
         """Say once per source that a line was cut at the cap: what it held past it is lost."""

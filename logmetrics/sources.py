@@ -25,7 +25,7 @@ import select
 import stat
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -79,6 +79,13 @@ class SourceStats:
     open_files: int = 0
     files_waiting: int = 0
     lag_bytes: dict[str, int] = field(default_factory=dict)
+
+    def forget(self, streams: Iterable[str]) -> None:
+        """Drop the figures of ``streams``, whose source expired."""
+        tables = [v for v in vars(self).values() if isinstance(v, dict)]
+        for stream in streams:
+            for values in tables:
+                values.pop(stream, None)
 
 
 class Waker:
@@ -457,6 +464,14 @@ class FileTailer(Placement):
         """Streams whose files are all gone (deleted, not replaced) since the last call."""
         gone, self._vanished = self._vanished, []
         return gone
+
+    def forget(self, streams: Iterable[str]) -> None:
+        """Forget ``streams``, vanished long ago (their source expired), and their figures: a file
+        at one of their paths later is a new file, not a rotation. A stream followed again is kept."""
+        back = {f.stream for f in self._files.values()}
+        gone = [s for s in streams if s not in back and s not in self._active]
+        self._streams.difference_update(gone)
+        self.stats.forget(gone)
 
     def started_at_end(self) -> list[tuple[str, int]]:
         """Files (stream = path) first read from their end since the last call, with that offset."""

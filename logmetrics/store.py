@@ -90,12 +90,12 @@ class Histogram:
 @dataclass
 class Changes:
     """Counter values, gauge values and histograms (buckets, sum, count) by series, for the state
-    file; ``gauges_gone``: gauges forgotten (their source gone)."""
+    file; ``gone``: series forgotten (the gauges of a source gone, every series of one expired)."""
 
     counters: list[tuple[Key, float]] = field(default_factory=list)
     histograms: list[tuple[Key, list[int], float, int]] = field(default_factory=list)
     gauges: list[tuple[Key, float]] = field(default_factory=list)
-    gauges_gone: list[Key] = field(default_factory=list)
+    gone: list[Key] = field(default_factory=list)
 
 
 @dataclass
@@ -131,6 +131,12 @@ class Store:
     #: tens of nanoseconds; and the gauges forgotten since.
     _dirty: set[Key] = field(default_factory=set)
     _gone: set[Key] = field(default_factory=set)
+    #: a state file takes ``changes``: forgotten series are kept in ``_gone`` for it (``watch``
+    #: without a state file turns this off, so that weeks of expired series are not kept for nothing)
+    journaled: bool = True
+    #: Series were forgotten since ``_seen`` was last made from the live ones: a guard at its limit
+    #: makes it again first, so that the places of values no live series holds are free.
+    _guard_stale: bool = False
 
     def register(self, families: Iterable[Family]) -> None:
         """Add a plugin's own families (validated at load)."""
@@ -160,6 +166,9 @@ class Store:
             limit = self.limits.get(label, DEFAULT_LIMIT)
             if label == "route" and "code" in fam.labels and labels[fam.labels.index("code") + 2][:1] not in "123":
                 limit = int(limit * NOISE_SHARE)
+            if len(seen) >= limit and self._guard_stale:  # some places may be free: count the live values
+                self._rebuild_guard()
+                seen = self._seen.setdefault((name, i, labels[0] if i >= 2 else ""), set())
             if len(seen) < limit:
                 seen.add(clean)
                 continue
@@ -169,6 +178,20 @@ class Store:
             key = ("logmetrics_label_overflow_total", (name, label))
             self.counters[key] = self.counters.get(key, 0.0) + 1
         return labels if out is None else tuple(out)
+
+    def _rebuild_guard(self) -> None:
+        """Let the guard hold only the label values that live series hold (lock held): after
+        series were forgotten, their values take no place (pods come and go for weeks)."""
+        self._guard_stale = False
+        seen: dict[tuple[str, int, str], set[str]] = {}
+        for table in (self.counters, self.gauges, self.histograms):
+            for name, labels in table:
+                if name.startswith("logmetrics_"):
+                    continue
+                for i, value in enumerate(labels):
+                    if value not in RESERVED:
+                        seen.setdefault((name, i, labels[0] if i >= 2 else ""), set()).add(value)
+        self._seen = seen
 
     def apply(self, events: Iterable[Event], backend: str, source: str) -> list[tuple[object, str]]:
         """Apply one batch of a stream's events (from parser ``backend``) under the lock.
@@ -328,14 +351,46 @@ class Store:
                         "(counted in %s)", parser, ev.metric, REJECTED)
 
     def drop_gauges(self, source: str) -> int:
-        """Forget the gauges of a source that is gone; its counters stay (they never expire)."""
+        """Forget the gauges of a source that is gone; its counters stay until it expires."""
         with self.lock:
             stale = [key for key in self.gauges if len(key[1]) >= 2 and key[1][1] == source]
-            for key in stale:
-                del self.gauges[key]
-                if not key[0].startswith("logmetrics_"):
-                    self._gone.add(key)
+            self._forget(self.gauges, stale)
         return len(stale)
+
+    def expire(self, sources: Iterable[str]) -> int:
+        """Forget every series of ``sources``, gone long ago (``--expire-after``): counters,
+        histograms, gauges and the engine's own per-source series. Returns how many."""
+        gone = set(sources)
+        if not gone:
+            return 0
+        own = {name for name, fam in SELF_BY_NAME.items() if fam.labels == ("source",)}
+
+        def of_gone(key: Key) -> bool:  # a catalog family's source is its second label; ours, their only one
+            name, labels = key
+            if name.startswith("logmetrics_"):
+                return name in own and labels[0] in gone
+            return len(labels) >= 2 and labels[1] in gone
+
+        with self.lock:
+            counters = [key for key in self.counters if of_gone(key)]
+            histograms = [key for key in self.histograms if of_gone(key)]
+            gauges = [key for key in self.gauges if of_gone(key)]
+            self._forget(self.counters, counters)
+            self._forget(self.histograms, histograms)
+            self._forget(self.gauges, gauges)
+            self._admitted = {k: v for k, v in self._admitted.items() if k[2] not in gone}
+        return len(counters) + len(histograms) + len(gauges)
+
+    def _forget(self, table: dict[Key, float] | dict[Key, Histogram], keys: list[Key]) -> None:
+        """Delete ``keys`` from ``table`` (lock held), for the state file too; their label values
+        free their places in the guard."""
+        for key in keys:
+            del table[key]
+            self._dirty.discard(key)
+            if self.journaled and not key[0].startswith("logmetrics_"):
+                self._gone.add(key)
+        if keys:
+            self._guard_stale = True
 
     def add_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
         """Add to one of the engine's own counters (``logmetrics_*``)."""
@@ -372,7 +427,8 @@ class Store:
             gone, self._gone = self._gone, set()
             counters, histograms, gauges = self.counters, self.histograms, self.gauges
             keys = [*counters, *histograms, *gauges] if everything else dirty
-            out = Changes(gauges_gone=[] if everything else [k for k in gone if k not in gauges])
+            out = Changes(gone=[] if everything else
+                          [k for k in gone if k not in gauges and k not in counters and k not in histograms])
             for key in keys:
                 value = counters.get(key)
                 if value is not None:

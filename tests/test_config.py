@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from logmetrics import config
 from logmetrics.cli import main
-from logmetrics.config import ConfigError, Input
+from logmetrics.config import ConfigError, Input, parse_expiry
 from tests.helpers import Server, access_line, append, total
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +78,8 @@ ERRORS = [
     ('input = "a.log"\n', 1, "input must be an array of tables"),
     ('[[process]]\nbackend = "gw"\n', 1, "backend and pattern are both required"),
     ('[[process]]\nbackend = "gw"\npattern = "(unclosed"\n', 3, "not a valid regular expression"),
+    ('expire_after = "soon"\n', 1, "expire_after: 'soon' is not a duration"),
+    ('expire_after = 60\n', 1, "expire_after must be a string"),
     ('[label_limits]\nmodel = 0\n', 2, "label_limits.model must be an integer from 1"),
     ('[label_limits]\nuser = 5\n', 2, "unknown label 'user'"),
     ('listen = ":9877"\nstate_file = \n', 2, "not valid TOML"),
@@ -146,6 +148,17 @@ def test_the_readme_example_is_the_shipped_file() -> None:
     """The README's full example is deploy/logmetrics.toml, word for word."""
     readme = (ROOT / "README.md").read_text()
     assert (ROOT / "deploy/logmetrics.toml").read_text() in readme
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30m", 1800.0), ("7d", 604800.0), ("90", 90.0), ("never", None)])
+def test_expire_after_takes_a_duration_or_never(text: str, seconds: float | None, tmp_path: Path) -> None:
+    """expire_after is read as seconds, or None for never; without it the file sets nothing."""
+    got = check(f'expire_after = "{text}"\n', tmp_path)
+    assert (got.expire_after, got.expire_after_set) == (seconds, True)
+    assert not check("", tmp_path).expire_after_set
+    assert parse_expiry(text) == seconds
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_expiry("-1h")
 
 
 def test_flags_win_over_the_file_and_paths_add_to_its_inputs(tmp_path: Path) -> None:

@@ -224,6 +224,26 @@ def test_gauges_are_committed_updated_and_dropped_with_their_source(tmp_path: Pa
                                             ["llm_requests_running", ["vllm", "/logs/a", "m"], 2.0]]
 
 
+def test_an_expired_source_leaves_the_state_file_whole(tmp_path: Path) -> None:
+    """A source's counters, histograms and gauges forgotten at its expiry are deleted from the
+    state too: a restart does not bring them back; the other source's series stay."""
+    path = tmp_path / "state.db"
+    j = Journal(str(path))
+    store = Store()
+    for source in ("/logs/a", "/logs/b"):
+        store.apply([Event("llm_prompt_tokens_total", ("m",), 5), Event("backend_ready", ("m",), 1),
+                     Event("llm_request_duration_seconds", ("m",), 0.5)], "vllm", source)
+    assert j.commit(Delta(1.0, ["/logs"], store.changes(), [], {}, set()))
+    assert store.expire(["/logs/b"]) == 3
+    assert j.commit(Delta(2.0, ["/logs"], store.changes(), [], {}, set()))
+    j.close()
+    back = st.load(str(path), ["/logs"])
+    assert back is not None
+    labels = [row[1] for kind in ("counters", "gauges", "histograms") for row in back.store[kind]]
+    assert labels == [["vllm", "/logs/a", "m"]] * 3
+    assert rows(path, "counters") == rows(path, "gauges") == rows(path, "histograms") == 1
+
+
 def test_readiness_survives_a_kill_before_any_new_line(tmp_path: Path) -> None:
     """backend_ready is back at once after a SIGKILL and restart, with no line written since."""
     d, args = vllm_dir(tmp_path, "vllm.log")
