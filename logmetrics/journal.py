@@ -80,6 +80,16 @@ def _connect(path: str) -> sqlite3.Connection:
     return con
 
 
+def _text(key: str) -> str:
+    """A stream key as SQLite can hold it: a file name that is not UTF-8 (``api-\\xff.log``, decoded
+    with surrogate escapes) in JSON's ASCII form; the row itself names the stream."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(key)
+    return key
+
+
 def _row(text: str) -> object:
     """A row's JSON, or None where it is not JSON (the check then names what is malformed)."""
     try:
@@ -222,8 +232,8 @@ class Journal:
             con.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)",
                             [(k, json.dumps(position_row(p), separators=(",", ":"))) for k, p in moved])
             con.executemany("DELETE FROM positions WHERE key = ?", gone_positions)
-            con.executemany("INSERT OR REPLACE INTO streams VALUES (?, ?)", list(streams.items()))
-            con.executemany("DELETE FROM streams WHERE key = ?", gone_streams)
+            con.executemany("INSERT OR REPLACE INTO streams VALUES (?, ?)", [(_text(k), v) for k, v in streams.items()])
+            con.executemany("DELETE FROM streams WHERE key = ?", [(_text(k),) for (k,) in gone_streams])
             con.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):

@@ -73,6 +73,29 @@ def test_lines_of_a_file_deleted_before_a_kill_are_counted(tmp_path: Path) -> No
         assert srv.stop() == 0
 
 
+def test_a_file_name_that_is_not_utf8_is_saved_and_resumed(tmp_path: Path) -> None:
+    """A log named with a byte that is not UTF-8 does not stop the commits: it goes on after a SIGKILL."""
+    d, state = tmp_path / "logs", tmp_path / "state.db"
+    d.mkdir()
+    bad = os.path.join(os.fsencode(d), b"api-\xff.log")
+    with open(bad, "wb") as f:
+        f.write(lines(30).encode())
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05", "--from-beginning", "--parser", "vllm")
+    try:
+        srv.wait_for(lambda s: total(s, "http_requests_total") >= 30 and total(s, "logmetrics_state_commits_total") > 1)
+    finally:
+        kill(srv)
+    with open(bad, "ab") as f:
+        f.write(lines(20, 30).encode())
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05", "--from-beginning", "--parser", "vllm")
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 50)
+        assert total(got, "http_requests_total") == 50
+        assert total(got, "logmetrics_state_save_failures_total") == 0
+    finally:
+        assert srv.stop() == 0
+
+
 def test_the_current_file_deleted_while_down_is_counted_as_a_file_lost(tmp_path: Path) -> None:
     """x.log read and committed, SIGKILL, x.log replaced by a new file: the restart counts the old one lost."""
     d, args = vllm_dir(tmp_path, "x.log")
