@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -23,6 +24,7 @@ from logmetrics.errors import EXIT_STATE_NOT_SAVED, StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry, PluginError, discover
 from logmetrics.procs import ProcessRule
 from logmetrics.store import safe_label
+from logmetrics.tailfile import covers
 
 if TYPE_CHECKING:
     from logmetrics.runner import Options
@@ -44,7 +46,7 @@ def _entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntr
     return entries
 
 
-def _check_state_file(path: str) -> None:
+def _check_state_file(path: str, inputs: Sequence[str]) -> None:
     """Refuse at start a state file that could never be saved, rather than warn at the first save."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -53,6 +55,18 @@ def _check_state_file(path: str) -> None:
         raise UserError(f"--state-file {path}: directory {folder} is not writable")
     if os.path.isdir(path):
         raise UserError(f"--state-file {path}: is a directory")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # not there yet (or unreadable: said when it is opened)
+    if not stat.S_ISREG(mode):  # a device or a FIFO: never set aside (renamed) nor waited on
+        raise UserError(f"--state-file {path}: is not a regular file (a device, a FIFO or a socket); "
+                        "name a file of its own, e.g. /var/lib/logmetrics/state.db")
+    for arg in inputs:
+        if arg != "-" and any(covers(arg, side) for side in (path, f"{path}-wal", f"{path}.lock")):
+            raise UserError(f"--state-file {path}: lies among the followed files ({arg}): logmetrics would read "
+                            "its own state as a log, or take a log for a damaged state and set it aside; "
+                            "put it elsewhere, e.g. /var/lib/logmetrics/state.db")
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -272,7 +286,7 @@ def _check_watch(opts: Options, oneshot: bool) -> None:
     if oneshot and processes:
         raise UserError("--process is for a running watch; --oneshot reports no process metrics")
     if state_file:
-        _check_state_file(state_file)
+        _check_state_file(state_file, opts.paths)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -5,8 +5,10 @@ nor costs the good lines around it.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +222,27 @@ def test_oneshot_reads_past_a_line_longer_than_one_poll(tmp_path: Path) -> None:
     got = parse(proc.stdout)
     assert sum(v for (name, _), v in got.items() if name == "http_requests_total") == 1
     assert sum(v for (name, _), v in got.items() if name == "logmetrics_lines_truncated_total") == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "a followed log", "beside the followed logs"])
+def test_a_state_file_that_is_no_file_of_its_own_is_refused_untouched(tmp_path: Path, kind: str) -> None:
+    """A FIFO (which would block the start), a device or a followed log as --state-file is refused
+    at once, and is not set aside (renamed) as a damaged state."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "api.log").write_text(ACCESS.format(port=1) + "\n")
+    target = {"fifo": tmp_path / "fifo", "device": tmp_path / "null", "a followed log": logs / "api.log",
+              "beside the followed logs": logs / "state.db"}[kind]
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":
+        try:
+            os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    line = one_error_line(run("watch", "--listen", "127.0.0.1:0", str(logs), "--state-file", str(target),
+                              timeout=20))
+    assert f"--state-file {target}: " in line
+    assert ("not a regular file" if kind in ("fifo", "device") else "lies among the followed files") in line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
