@@ -222,6 +222,8 @@ class Runner:
         if saved.inputs is not None and saved.inputs != self.inputs:
             self._foreign(path, saved.inputs)
         if problem is not None:
+            if self._lock is not None and self._lock.previous is not None:  # damaged after its last commit,
+                saved.saved_at = min(saved.saved_at, self._lock.previous)  # maybe: read from the last start
             aside = state.set_aside(path)
             kept = len(saved.positions)
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(saved.saved_at))

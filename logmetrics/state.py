@@ -98,7 +98,8 @@ def _read(path: str) -> tuple[Any, float | None]:
     try:
         return json.loads(raw), mtime
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep to parse
-        reason = "nested too deep" if isinstance(exc, RecursionError) else f"not JSON ({str(exc)[:80]})"
+        reason = "nested too deep" if isinstance(exc, RecursionError) else \
+            f"neither a state database nor JSON ({str(exc)[:80]})"
         raise StateError(reason, check(None, mtime).state) from None
 
 
@@ -138,6 +139,10 @@ class StateLock:
             os.close(self.fd)
             raise StateError(f"in use by another logmetrics (pid {holder or '?'}), which holds {self.path}") \
                 from None
+        st = os.fstat(self.fd)
+        #: when the last logmetrics on this state started (it wrote its pid then), None if none did:
+        #: a state damaged later than its last commit is older than its own mtime says, not than this
+        self.previous: float | None = st.st_mtime if st.st_size else None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 

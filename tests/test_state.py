@@ -120,7 +120,7 @@ def test_a_corrupt_state_file_is_set_aside(tmp_path: Path) -> None:
     (aside,) = tmp_path.glob("state.json.bad-*")
     assert aside.read_text() == "{not json"
     assert st.read(str(state))["version"] == 1
-    assert any("cannot be used whole (not JSON" in line for line in srv.startup)
+    assert any("cannot be used whole (neither a state database nor JSON" in line for line in srv.startup)
 
 
 def test_state_file_round_trip_and_errors(tmp_path: Path) -> None:

@@ -129,6 +129,24 @@ def test_an_unreadable_state_reads_the_files_changed_since_it_was_written(tmp_pa
     assert "are read from their start" in stderr_of(srv)
 
 
+def test_a_state_damaged_long_after_its_last_commit_still_reads_what_was_written_while_down(tmp_path: Path) -> None:
+    """Overwritten seconds after the last commit (its mtime then later than the lines written while
+    down), an unusable state still reads those lines: files changed since the last start are read whole."""
+    d, state = tmp_path / "logs", tmp_path / "state.db"
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    counted_run(d, state, lines(10), 10)
+    append(d / "vllm.log", lines(5, 10))  # written while down
+    time.sleep(2.5)  # past the margin within which a file written just before a start is read whole anyway
+    state.write_bytes(b"garbage" * 2000)  # damaged later than the lines were written
+    srv = Server(str(d), "--state-file", str(state), *ARGS)
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 15)
+        assert total(got, "http_requests_total") == 15  # the 5 written while down are not skipped
+    finally:
+        assert srv.stop() == 0
+
+
 def test_a_state_of_other_inputs_is_refused_unless_adopted(tmp_path: Path) -> None:
     """One more PATH on the command line: exit 2 with a one-line message naming --state-adopt; with
     the flag the counters go on."""
