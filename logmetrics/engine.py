@@ -108,6 +108,7 @@ class Engine:
         # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
         self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
         self._changed: set[str] = set()  # streams fed since the last take_changed
+        self._held_for = 0.0  # how long the stream being restored had held its text, by its state
         #: sources whose every stream is gone: since when (monotonic), and the raw streams that fed them
         self.orphans: dict[str, tuple[float, set[str]]] = {}
         for entry in parsers.values():
@@ -268,8 +269,9 @@ class Engine:
             held = "" if s.path == "-" else s.assembler.pending if s.routed else "".join(s.held)  # stdin: never
             if s.parser is not None:  # resumed from where it was
                 out.append({"key": key, "parser": s.parser.name, "state": s.parser.state(), "held": held})
-            elif held:
-                out.append({"key": key, "parser": "", "state": {}, "held": held})
+            elif held:  # still sniffed: since when (Unix time), so that a restart does not start its wait again
+                out.append({"key": key, "parser": "", "state": {}, "held": held,
+                            "held_at": round(time.time() - (time.monotonic() - s.held_since), 3)})
         for key, (name, state, held) in self._presets.items():
             if keys is None or key in keys:
                 out.append({"key": key, "parser": name, "state": state, "held": held})
@@ -298,6 +300,8 @@ class Engine:
                 self._presets[key] = ("", {}, held)  # not routed then (or its parser is gone): sniffed again
             if held and key in self._presets:
                 path, _, service = key.partition("\0")
+                at = item.get("held_at")
+                self._held_for = min(max(0.0, time.time() - at), WEAK_HOLD_SECONDS) if isinstance(at, float) else 0.0
                 self._stream(path, service or None)  # holds its text now: a quiet stream counts it too
 
     def _truncated(self, path: str, unwrapper: Unwrapper) -> None:
@@ -357,8 +361,10 @@ class Engine:
         if stream.routed:  # the record it held back: more of it may come, else it counts when quiet
             stream.assembler.pending, stream.assembler.pending_lines = held, held.count("\n")
             stream.fed_at, stream.time = time.monotonic(), time.time()
-        else:
-            stream.held, stream.held_lines, stream.held_since = [held], held.count("\n"), time.monotonic()
+        else:  # still sniffed: it goes on waiting for a telling line, for what was left of its wait
+            stream.held, stream.held_lines = [held], held.count("\n")
+            stream.held_since, self._held_for = time.monotonic() - self._held_for, 0.0
+            self._route(stream, final=False)
 
     def _piece(self, path: str, piece: Piece) -> None:
         stream = self._stream(path, piece.service)

@@ -159,7 +159,11 @@ def _stream(s: object) -> dict[str, object] | None:
         held = s.get("held", "")
         if not (isinstance(held, str) and len(held) <= MAX_HELD and (not held or held.endswith("\n"))):
             return None
-        return {"key": s["key"], "parser": s["parser"], "state": s["state"], "held": held}
+        out = {"key": s["key"], "parser": s["parser"], "state": s["state"], "held": held}
+        at = s.get("held_at")  # the Unix time a stream still sniffed began to hold its text
+        if isinstance(at, int | float) and not isinstance(at, bool) and 0 <= at < 1e11:
+            out["held_at"] = float(at)
+        return out
     return None
 
 

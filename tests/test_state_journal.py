@@ -7,10 +7,11 @@ import json
 import os
 import signal
 import sqlite3
+import time
 from pathlib import Path
 
 from logmetrics import state as st
-from logmetrics.engine import Engine
+from logmetrics.engine import WEAK_HOLD_SECONDS, Engine
 from logmetrics.events import Event
 from logmetrics.journal import Delta, Journal
 from logmetrics.plugins import discover
@@ -189,6 +190,29 @@ def test_lines_of_a_stream_still_sniffed_survive_a_kill(tmp_path: Path) -> None:
         got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 3)
         assert total(got, "http_requests_total", backend="vllm") == 3
         assert total(got, "logmetrics_lines_read_total") == 1
+    finally:
+        assert srv.stop() == 0
+
+
+def test_a_stream_still_sniffed_is_counted_after_a_kill_with_no_new_line(tmp_path: Path) -> None:
+    """Held access lines restored after a SIGKILL are counted once the sniffing wait ends, though
+    nothing more is written, and the wait goes on from where it was, not again from the restart."""
+    d, state = tmp_path / "logs", tmp_path / "state.db"
+    d.mkdir()
+    (d / "app.log").write_text("")
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        written = time.monotonic()
+        seen = write_and_commit(srv, d / "app.log", lines(3))
+        assert total(seen, "http_requests_total") == 0  # held while the backend is not known
+        time.sleep(8)  # half of the wait for a telling line
+    finally:
+        kill(srv)
+    srv = Server(str(d), "--state-file", str(state), "--poll-interval", "0.05")
+    try:
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 3)
+        assert total(got, "http_requests_total", backend="api") == 3
+        assert time.monotonic() - written < WEAK_HOLD_SECONDS + 5  # not 15 s after the restart
     finally:
         assert srv.stop() == 0
 
