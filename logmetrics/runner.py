@@ -368,11 +368,13 @@ class Runner:
             if self.stop.is_set() or time.monotonic() > deadline:
                 log.info("still reading what was written while logmetrics was down; serving meanwhile")
                 return
-            if self.poll():
-                continue
-            if not sum(self.stats.lag_bytes.values()):
-                break
-            self.waker.wait(self.opts.poll_interval)  # files waiting for a descriptor, say
+            fed = self.poll()
+            if fed:  # committed as in the poll loop: a crash loop must not keep the state where it was
+                self.save_state()
+            if not sum(self.stats.lag_bytes.values()):  # read to where the files stood: caught up, even
+                break  # if their writers go on
+            if not fed:
+                self.waker.wait(self.opts.poll_interval)  # files waiting for a descriptor, say
         # The last record of each file is held back until its file is quiet (more lines of it may
         # come). Files written to all along are never quiet: their records are complete by then.
         quiet = time.monotonic() + self.engine.hold
@@ -381,6 +383,7 @@ class Runner:
             self.poll()
             self.engine.idle()
         self.engine.idle(force=True)
+        self.save_state()
 
     def drain(self, progress: Progress | None = None) -> None:
         """Read to the end of every input (``--oneshot``), reporting progress if asked."""

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from logmetrics.engine import WEAK_HOLD_SECONDS, Engine
 from logmetrics.events import Event
 from logmetrics.journal import Delta, Journal
 from logmetrics.plugins import discover
+from logmetrics.runner import CATCH_UP_SECONDS
 from logmetrics.sources import Chunk, Position
 from logmetrics.store import Changes, Key, Store
 from tests.helpers import Samples, Server, access_line, append, total
@@ -215,6 +217,47 @@ def test_a_stream_still_sniffed_is_counted_after_a_kill_with_no_new_line(tmp_pat
         assert time.monotonic() - written < WEAK_HOLD_SECONDS + 5  # not 15 s after the restart
     finally:
         assert srv.stop() == 0
+
+
+def test_a_restart_under_a_live_writer_commits_and_serves_without_waiting_for_a_quiet_file(tmp_path: Path) -> None:
+    """Restarted while a writer goes on, logmetrics reads to where the file stood, commits, and
+    serves at once, instead of reading for its whole catch-up time with nothing committed (a crash
+    loop then kept the state where it was while logrotate deleted the files it named)."""
+    d, args = vllm_dir(tmp_path, "vllm.log")
+    stop = threading.Event()
+
+    def write() -> None:  # 500 lines/s, renamed to .1 (and .1 to .2) every 200 lines, as logrotate does
+        n = 0
+        while not stop.is_set():
+            with open(d / "vllm.log", "a", buffering=1) as f:
+                for _ in range(200):
+                    f.write(access_line(n))
+                    n += 1
+                    time.sleep(0.002)
+                    if stop.is_set():
+                        return
+            if (d / "vllm.log.1").exists():
+                (d / "vllm.log.1").rename(d / "vllm.log.2")
+            (d / "vllm.log").rename(d / "vllm.log.1")
+
+    srv = Server(*args)
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        try:
+            srv.wait_for(lambda s: total(s, "logmetrics_state_commits_total") > 1)
+        finally:
+            kill(srv)
+        started = time.monotonic()
+        srv = Server(*args)
+        served = time.monotonic() - started
+        commits = total(srv.samples(), "logmetrics_state_commits_total")
+    finally:
+        stop.set()
+        writer.join()
+        assert srv.stop() == 0
+    assert served < CATCH_UP_SECONDS / 2, f"served after {served:.1f} s"
+    assert commits >= 1
 
 
 def delta(at: float, counters: list[tuple[Key, float]], positions: list[Position]) -> Delta:
