@@ -88,6 +88,17 @@ class SourceStats:
                 values.pop(stream, None)
 
 
+def _deleted_and_read(f: TailFile, offset: int) -> bool:
+    """Whether the open file ``f`` was deleted (no name leads to it) and read to its end."""
+    if f.fd < 0:
+        return False
+    try:
+        st = os.fstat(f.fd)
+    except OSError:
+        return False
+    return st.st_nlink == 0 and offset >= st.st_size
+
+
 class Waker:
     """Wakes the poller early: set by watchdog, the stdin reader or a signal handler, waited on
     between polls.
@@ -246,6 +257,8 @@ class FileTailer(Placement):
         out = []
         for f in self._files.values():
             offset = f.handed_out()
+            if f.draining and _deleted_and_read(f, offset):
+                continue  # nothing of it can be resumed, or lost: a restart must not declare it lost
             out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset),
                                 f.real if f.real != f.path else None, f.birth))
         out += [p for ident, p in self._unopened.items() if ident not in self._files]  # found, not opened yet

@@ -119,6 +119,28 @@ def test_the_current_file_deleted_while_down_is_counted_as_a_file_lost(tmp_path:
     assert "x.log was deleted or moved away while logmetrics was down" in "".join(srv.startup)
 
 
+def test_a_file_deleted_after_it_was_read_is_not_declared_lost_at_the_restart(tmp_path: Path) -> None:
+    """Read whole, then deleted while logmetrics runs: the next start says nothing of it, and
+    logmetrics_files_lost_total stays 0 (it was not lost)."""
+    d, args = vllm_dir(tmp_path, "x.log")
+    srv = Server(*args)
+    try:
+        write_and_commit(srv, d / "x.log", lines(20))
+        (d / "x.log").unlink()
+        time.sleep(1)  # seen gone, still open for a writer that may lag (stopped before that ends)
+    finally:
+        assert srv.stop() == 0
+    srv = Server(*args)
+    try:
+        got = srv.samples()
+    finally:
+        assert srv.stop() == 0
+        err = "".join(srv.startup) + (srv.proc.stderr.read().decode() if srv.proc.stderr else "")
+    assert total(got, "http_requests_total") == 20
+    assert total(got, "logmetrics_files_lost_total") == 0
+    assert "deleted or moved away" not in err
+
+
 def test_a_rotated_file_and_its_successor_both_keep_their_positions_across_a_kill(tmp_path: Path) -> None:
     """A kill while a rotated file is still drained beside its successor: both positions were
     committed (one per file, not per stream), so the successor is not read again from its start."""
