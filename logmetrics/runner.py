@@ -35,6 +35,7 @@ LEARN_BYTES = 1 << 20  # a file read from its end: its head and the text before 
 LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and share LEARN_TOTAL_BYTES
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
 DEFAULT_EXPIRE_AFTER = 3600.0  # --expire-after's default: an hour after a source's last file went away
+WARN_AGAIN_SECONDS = 60.0  # a new run of failed saves this soon after the last one warned is not warned again
 CATCH_UP_SECONDS = 10.0  # after a restart, read at most this long before serving (what was written while down)
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,8 @@ class Runner:
         self._save_failures = 0  # logmetrics_state_save_failures_total
         self._commits = 0  # logmetrics_state_commits_total
         self._failed_in_a_row = 0
+        self._warned_at = -WARN_AGAIN_SECONDS  # when a failed save was last warned (monotonic)
+        self._episode_warned = False  # the failures since the last good save were warned
         self._cut_warned: set[str] = set()  # sources whose cut lines were reported
         if opts.state_file is not None:
             self._load_state(opts.state_file)
@@ -279,14 +282,18 @@ class Runner:
             self._save_failures += 1  # state that is not JSON
             self._failed_in_a_row += 1
             reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-            if self._save_error is None:
+            now = time.monotonic()
+            if self._save_error is None and now - self._warned_at >= WARN_AGAIN_SECONDS:  # saves that fail and
+                self._warned_at = now  # work by turns (a disk all but full) warn once a minute, not each time
+                self._episode_warned = True
                 log.warning("cannot save state file %s: %s; retried at every poll, counted in "
                             "logmetrics_state_save_failures_total", path, reason)
             self._save_error = reason
         else:
-            if self._save_error is not None:
+            if self._save_error is not None and self._episode_warned:
                 log.warning("state file %s saved again, after %d failed attempt%s", path, self._failed_in_a_row,
                             "" if self._failed_in_a_row == 1 else "s")
+                self._episode_warned = False
             self._save_error = None
             self._failed_in_a_row = 0
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from logmetrics import journal
 from logmetrics import state as st
 from logmetrics.plugins import discover
 from logmetrics.runner import Options, Runner
@@ -181,3 +182,29 @@ def test_a_failed_save_is_retried_at_the_next_poll_and_reported_once(
     warned = [r.getMessage() for r in caplog.records]
     assert sum("cannot save state file" in m for m in warned) == 1
     assert any("saved again, after 3 failed attempts" in m for m in warned)
+
+
+def test_saves_that_fail_and_work_by_turns_are_warned_once_a_minute(
+        runner: Runner, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Ten failures, each followed by a save that works (a disk all but full): each is counted, but
+    one warning and one 'saved again' are said, not ten of each."""
+    assert runner.journal is not None
+    commit = runner.journal.commit
+    turns = iter([False, True] * 10)
+
+    def flaky(delta: journal.Delta) -> bool:
+        if next(turns):
+            return commit(delta)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runner.journal, "commit", flaky)
+    caplog.set_level(logging.WARNING)
+    for _ in range(20):
+        runner.poll()
+        runner.save_state()
+    failures = [s for s in runner._extra() if s[0] == "logmetrics_state_save_failures_total"]
+    assert failures == [("logmetrics_state_save_failures_total", (), 10.0)]
+    assert runner.save_failure() is None
+    warned = [r.getMessage() for r in caplog.records]
+    assert sum("cannot save state file" in m for m in warned) == 1
+    assert sum("saved again" in m for m in warned) == 1
