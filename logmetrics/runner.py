@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -224,6 +225,12 @@ class Runner:
             return
         if saved.inputs is not None and saved.inputs != self.inputs:
             self._foreign(path, saved.inputs)
+        elif saved.elsewhere and not self.opts.state_adopt:
+            raise UserError(f"--state-file {path} names its files by paths relative to the directory logmetrics was "
+                            f"started in then ({saved.elsewhere[0]}, say), and from {os.getcwd()} they lie under "
+                            "none of the PATH arguments: start it from that directory (or give absolute PATH "
+                            "arguments from the start), or add --state-adopt to read those files again under new "
+                            "source names")
         if problem is not None:
             if self._lock is not None and self._lock.previous is not None:  # damaged after its last commit,
                 saved.saved_at = min(saved.saved_at, self._lock.previous)  # maybe: read from the last start

@@ -68,6 +68,8 @@ def load(path: str, inputs: Sequence[str] | None = None) -> State | None:
         return None
     checked: Checked = check(data, mtime)
     if inputs is not None:
+        checked.state.elsewhere = [p.stream for p in checked.state.positions
+                                   if not os.path.isabs(p.stream) and not within(p.stream, inputs)]
         checked.state.positions = [p for p in checked.state.positions if within(p.stream, inputs)]
     if checked.problems:
         raise StateError("; ".join(checked.problems), checked.state)

@@ -41,6 +41,9 @@ class State:
     positions: list[Position] = field(default_factory=list)
     streams: list[dict[str, object]] = field(default_factory=list)
     inputs: list[str] | None = None
+    #: saved positions named by a relative path that lies under none of the inputs from the
+    #: directory logmetrics runs in now: it was started from another one
+    elsewhere: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -147,6 +147,23 @@ def test_a_state_damaged_long_after_its_last_commit_still_reads_what_was_written
         assert srv.stop() == 0
 
 
+def test_a_state_of_relative_paths_is_refused_from_another_directory(tmp_path: Path) -> None:
+    """Saved by a logmetrics started in logs' parent with relative paths, then started from
+    elsewhere on the same files: refused (exit 2, one line), not read again under new names."""
+    (tmp_path / "app" / "logs").mkdir(parents=True)
+    (tmp_path / "app" / "logs" / "vllm.log").write_text(lines(4))
+    srv = Server("logs", "--state-file", "state.db", "--from-beginning", *ARGS, cwd=tmp_path / "app")
+    try:
+        assert requests(srv, 4) == 4
+    finally:
+        assert srv.stop() == 0
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", "--state-file",
+                          "app/state.db", "app/logs", *ARGS], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "relative to the directory" in out.stderr and "--state-adopt" in out.stderr
+
+
 def test_a_state_of_other_inputs_is_refused_unless_adopted(tmp_path: Path) -> None:
     """One more PATH on the command line: exit 2 with a one-line message naming --state-adopt; with
     the flag the counters go on."""
