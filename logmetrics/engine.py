@@ -225,7 +225,11 @@ class Engine:
         """The sources orphaned (every stream gone) at least ``after`` seconds ago, with the raw
         streams that fed them, forgotten here: the caller forgets their series."""
         now = time.monotonic()
-        out = [(source, paths) for source, (since, paths) in self.orphans.items() if now - since >= after]
+        out = []
+        for source, (since, paths) in self.orphans.items():  # in the order they were orphaned
+            if now - since < after:
+                break
+            out.append((source, paths))
         for source, _ in out:
             del self.orphans[source]
         return out
