@@ -62,8 +62,9 @@ def _check_state_file(path: str, inputs: Sequence[str]) -> None:
     if not stat.S_ISREG(mode):  # a device or a FIFO: never set aside (renamed) nor waited on
         raise UserError(f"--state-file {path}: is not a regular file (a device, a FIFO or a socket); "
                         "name a file of its own, e.g. /var/lib/logmetrics/state.db")
-    for arg in inputs:
-        if arg != "-" and any(covers(arg, side) for side in (path, f"{path}-wal", f"{path}.lock")):
+    sides = [f"{p}{end}" for p in dict.fromkeys((path, os.path.realpath(path))) for end in ("", "-wal", ".lock")]
+    for arg in inputs:  # (the lock file is made beside the file a symlink leads to)
+        if arg != "-" and any(covers(arg, side) for side in sides):
             raise UserError(f"--state-file {path}: lies among the followed files ({arg}): logmetrics would read "
                             "its own state as a log, or take a log for a damaged state and set it aside; "
                             "put it elsewhere, e.g. /var/lib/logmetrics/state.db")
@@ -214,9 +215,9 @@ def cli(verbose: int) -> None:
 @click.option("--expire-after", "expire_after", default="1h", show_default=True, metavar="DURATION",
               callback=_expiry,
               help="Forget every series of a source (its counters too) this long after its last file went away "
-                   "(a deleted pod's logs, say), so that its label frees its place under the cardinality "
-                   "guard; Prometheus keeps what it scraped. Its gauges go at once. 30m, 1h, 7d, seconds, or "
-                   "'never'.")
+                   "(a deleted pod's logs, say; a deleted file is let go a few seconds after it was read last), "
+                   "so that its label frees its place under the cardinality guard; Prometheus keeps what it "
+                   "scraped. Its gauges go at once. 30m, 1h, 7d, seconds, or 'never'.")
 def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
           source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
           oneshot: bool,

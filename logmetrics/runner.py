@@ -229,8 +229,8 @@ class Runner:
             raise UserError(f"--state-file {path} names its files by paths relative to the directory logmetrics was "
                             f"started in then ({saved.elsewhere[0]}, say), and from {os.getcwd()} they lie under "
                             "none of the PATH arguments: start it from that directory (or give absolute PATH "
-                            "arguments from the start), or add --state-adopt to read those files again under new "
-                            "source names")
+                            "arguments from the start), or add --state-adopt to go on with it (new lines then count "
+                            "under the new source names)")
         if problem is not None:
             if self._lock is not None and self._lock.previous is not None:  # damaged after its last commit,
                 saved.saved_at = min(saved.saved_at, self._lock.previous)  # maybe: read from the last start

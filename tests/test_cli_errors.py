@@ -224,7 +224,8 @@ def test_oneshot_reads_past_a_line_longer_than_one_poll(tmp_path: Path) -> None:
     assert sum(v for (name, _), v in got.items() if name == "logmetrics_lines_truncated_total") == 0
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "a followed log", "beside the followed logs"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "a followed log", "beside the followed logs",
+                                  "a symlink to a followed log"])
 def test_a_state_file_that_is_no_file_of_its_own_is_refused_untouched(tmp_path: Path, kind: str) -> None:
     """A FIFO (which would block the start), a device or a followed log as --state-file is refused
     at once, and is not set aside (renamed) as a damaged state."""
@@ -232,7 +233,9 @@ def test_a_state_file_that_is_no_file_of_its_own_is_refused_untouched(tmp_path: 
     logs.mkdir()
     (logs / "api.log").write_text(ACCESS.format(port=1) + "\n")
     target = {"fifo": tmp_path / "fifo", "device": tmp_path / "null", "a followed log": logs / "api.log",
-              "beside the followed logs": logs / "state.db"}[kind]
+              "beside the followed logs": logs / "state.db", "a symlink to a followed log": tmp_path / "link.db"}[kind]
+    if kind == "a symlink to a followed log":
+        target.symlink_to(logs / "api.log")
     if kind == "fifo":
         os.mkfifo(target)
     elif kind == "device":
@@ -245,4 +248,5 @@ def test_a_state_file_that_is_no_file_of_its_own_is_refused_untouched(tmp_path: 
                               timeout=20))
     assert f"--state-file {target}: " in line
     assert ("not a regular file" if kind in ("fifo", "device") else "lies among the followed files") in line
+    assert (logs / "api.log").read_text() == ACCESS.format(port=1) + "\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
