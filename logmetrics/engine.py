@@ -108,7 +108,6 @@ class Engine:
         # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
         self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
         self._changed: set[str] = set()  # streams fed since the last take_changed
-        self._held_for = 0.0  # how long the stream being restored had held its text, by its state
         #: sources whose every stream is gone: since when (monotonic), and the raw streams that fed them
         self.orphans: dict[str, tuple[float, set[str]]] = {}
         for entry in parsers.values():
@@ -304,9 +303,10 @@ class Engine:
                 self._presets[key] = ("", {}, held)  # not routed then (or its parser is gone): sniffed again
             if held and key in self._presets:
                 path, _, service = key.partition("\0")
+                stream = self._stream(path, service or None)  # holds its text now: a quiet stream counts it too
                 at = item.get("held_at")
-                self._held_for = min(max(0.0, time.time() - at), WEAK_HOLD_SECONDS) if isinstance(at, float) else 0.0
-                self._stream(path, service or None)  # holds its text now: a quiet stream counts it too
+                if not stream.routed and isinstance(at, float):  # its wait goes on from when it began
+                    stream.held_since -= min(max(0.0, time.time() - at), WEAK_HOLD_SECONDS)
 
     def _truncated(self, path: str, unwrapper: Unwrapper) -> None:
         counts = self.lines_truncated
@@ -365,9 +365,8 @@ class Engine:
         if stream.routed:  # the record it held back: more of it may come, else it counts when quiet
             stream.assembler.pending, stream.assembler.pending_lines = held, held.count("\n")
             stream.fed_at, stream.time = time.monotonic(), time.time()
-        else:  # still sniffed: it goes on waiting for a telling line, for what was left of its wait
-            stream.held, stream.held_lines = [held], held.count("\n")
-            stream.held_since, self._held_for = time.monotonic() - self._held_for, 0.0
+        else:  # still sniffed: it goes on waiting for a telling line
+            stream.held, stream.held_lines, stream.held_since = [held], held.count("\n"), time.monotonic()
             self._route(stream, final=False)
 
     def _piece(self, path: str, piece: Piece) -> None:
