@@ -29,7 +29,8 @@ from logmetrics.copies import (
 )
 from logmetrics.descriptors import Descriptors
 from logmetrics.identity import birth, other_birth, same_file
-from logmetrics.tailfile import Ident, LineCutter, TailFile, Watcher, covers, read_head
+from logmetrics.notify import Watcher
+from logmetrics.tailfile import Ident, LineCutter, TailFile, covers, read_head
 
 if TYPE_CHECKING:
     from logmetrics.sources import Position, SourceStats
@@ -125,7 +126,10 @@ class Placement:
         self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
         claimed = False
         for known in self._known.values():
-            if known.offset is None and known.stream == f.stream:  # a copy taken before the cut
+            # A copy taken before the cut holds all that was read: as long as what was read, and not
+            # empty. An empty one (the copy of a file just cut, two copytruncates in a row) or a
+            # shorter one is an older copy, or one still being written: the cut waits in ``cuts``.
+            if known.offset is None and known.stream == f.stream and known.head and known.size >= cut.offset:
                 known.offset, known.pending = cut.offset, pending
                 claimed = True
         if not claimed:  # its copy may show up at a later look; a claimed cut is matched no more, so

@@ -522,6 +522,7 @@ def test_a_copytruncate_and_a_rotation_between_the_cut_check_and_the_listing(
     append(log, lines(0, 5))
     got += drain(t)
     append(log, lines(5, 8))  # not read yet: only the copy will hold them
+    t.rescan_interval = 0.0  # the race is inside a pass that lists the directory: with inotify too, make each one
     scan = t._scan
 
     def faults_then_scan(cuts: list[Cut]) -> None:  # the faults land between the two steps of one poll
@@ -760,3 +761,28 @@ def test_identical_lines_shifted_twice_while_down_are_all_read(tmp_path: Path, t
     got += drain(second)
     assert data(got, log) == probe * (120 + 5 + 30 + 40)
     assert streams(got) == {str(log)}
+
+
+def test_two_copytruncates_in_a_row_then_a_third(tmp_path: Path, tail: Tail) -> None:
+    """cp + truncate twice between two looks (the second copy empty), then once more: each line once.
+
+    The empty copy waited as "a copy taken before a cut" and took the third cut, so the third copy,
+    matching no cut, was read whole: 200 lines counted twice (fault-trials seed 36422)."""
+    log = tmp_path / "f2.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path)
+    got = drain(t)
+    append(log, lines(0, 70))
+    got += drain(t)
+    append(log, lines(70, 75))
+    for n in (1, 2):
+        shutil.copyfile(log, f"{log}-{n}")
+        os.truncate(log, 0)
+    append(log, lines(75, 275))
+    got += drain(t)
+    shutil.copyfile(log, f"{log}-3")
+    os.truncate(log, 0)
+    append(log, lines(275, 300))
+    got += drain(t)
+    assert streams(got) == {str(log)}
+    assert sorted(data(got).splitlines()) == sorted(lines(0, 300).splitlines())
