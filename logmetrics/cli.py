@@ -163,9 +163,9 @@ def cli(verbose: int) -> None:
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option("--config", "config_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Read inputs (with their parser, envelope, source and model), process rules, listen, "
-                   "state_file, web_config, label_limits, poll_interval, from_beginning and max_line_bytes from "
-                   "this TOML file (see 'Configuration file' in the README; check one with 'logmetrics "
-                   "check-config'). A flag given on the command line wins over the file, the file over the "
+                   "state_file, web_config, label_limits, poll_interval, rescan_interval, from_beginning and "
+                   "max_line_bytes from this TOML file (see 'Configuration file' in the README; check one with "
+                   "'logmetrics check-config'). A flag given on the command line wins over the file, the file over the "
                    "default; PATH arguments and --process rules add to the file's. SIGHUP reads it again: "
                    "inputs are added and dropped with no reset of counters or read positions; a file that is "
                    "not valid is refused and the running configuration stays (web_config names the file that "
@@ -196,7 +196,15 @@ def cli(verbose: int) -> None:
 @click.option("--oneshot", is_flag=True,
               help="Read every input from the start to EOF, print the metrics on stdout and exit.")
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True,
-              metavar="SECONDS", help="How often files are checked for new data, rotation and truncation.")
+              metavar="SECONDS",
+              help="How often files are checked for new data, rotation and truncation where no file system "
+                   "notification comes from (no inotify, a directory that cannot be watched); with inotify, "
+                   "files are read when they change, at most every 0.05 s.")
+@click.option("--rescan-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True,
+              metavar="SECONDS",
+              help="With inotify, how often every file is looked at all the same. This is how changes that "
+                   "inotify does not report are seen: files written from another machine on a network file "
+                   "system, say. Set it to --poll-interval there.")
 @click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
               help="Keep counters, read positions and parser state in PATH, a database committed at every poll "
                    "that changed anything, so that a restart (even after kill -9) goes on where it stopped: lines "
@@ -221,7 +229,7 @@ def cli(verbose: int) -> None:
 def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
           source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
           oneshot: bool,
-          poll_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
+          poll_interval: float, rescan_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
           processes: tuple[ProcessRule, ...], expire_after: float | None) -> None:
     """Follow log files and serve their metrics.
 
@@ -263,6 +271,8 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_conf
             paths=every, listen=None if oneshot else _listen(file_listen), parser=parser, source=source,
             envelope=envelope, from_beginning=from_beginning or bool(cfg.from_beginning) or oneshot,
             poll_interval=poll_interval if given("poll_interval") or cfg.poll_interval is None else cfg.poll_interval,
+            rescan_interval=(rescan_interval if given("rescan_interval") or cfg.rescan_interval is None
+                             else cfg.rescan_interval),
             max_line_bytes=(max_line_bytes if given("max_line_bytes") or cfg.max_line_bytes is None
                             else cfg.max_line_bytes),
             # --oneshot leaves out the file's settings for a running watch (state file, process rules)

@@ -26,8 +26,8 @@ LISTEN_FORMS = "HOST:PORT, :PORT or [IPV6]:PORT (e.g. 127.0.0.1:9877, :9877, [::
 MAX_FILE_BYTES = 1 << 20  # a configuration file is a few kilobytes; a bigger one is a mistake
 MAX_LINE_BYTES = 1 << 30  # --max-line-bytes at most (a line held whole in memory)
 MAX_LABEL_LIMIT = 1_000_000
-TOP_KEYS = ("listen", "web_config", "state_file", "poll_interval", "from_beginning", "max_line_bytes",
-            "label_limits", "expire_after", "input", "process")
+TOP_KEYS = ("listen", "web_config", "state_file", "poll_interval", "rescan_interval", "from_beginning",
+            "max_line_bytes", "label_limits", "expire_after", "input", "process")
 INPUT_KEYS = ("path", "parser", "envelope", "source", "labels")
 PROCESS_KEYS = ("backend", "pattern")
 
@@ -62,6 +62,7 @@ class Config:
     web_config: str | None = None
     state_file: str | None = None
     poll_interval: float | None = None
+    rescan_interval: float | None = None
     from_beginning: bool | None = None
     max_line_bytes: int | None = None
     label_limits: tuple[tuple[str, int], ...] = ()
@@ -265,6 +266,7 @@ class _Checker:
             web_config=self.path(self.text_value(doc, "web_config", "")),
             state_file=self.path(self.text_value(doc, "state_file", "")),
             poll_interval=self.number(doc, "poll_interval", 0.01, 60, integer=False),
+            rescan_interval=self.number(doc, "rescan_interval", 0.01, 3600, integer=False),
             from_beginning=from_beginning,
             max_line_bytes=None if max_line is None else int(max_line),
             label_limits=self.limits(doc.get("label_limits", {})),

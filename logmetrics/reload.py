@@ -55,7 +55,8 @@ def _apply_paths(runner: Runner, old: Options, new: Options) -> list[str]:
         return []
     if runner.tailer is None:  # only stdin until now
         runner.tailer = FileTailer(files, from_beginning=new.from_beginning, stats=runner.stats,
-                                   max_line_bytes=new.max_line_bytes, wait_for_missing=True)
+                                   max_line_bytes=new.max_line_bytes, wait_for_missing=True,
+                                   rescan_interval=new.rescan_interval)
         runner.tailer.watch(runner.waker)
         return []
     return runner.tailer.set_paths(files, from_beginning=new.from_beginning)
@@ -78,6 +79,8 @@ def reload(runner: Runner) -> None:
         runner.engine.vanished(stream)  # what it held back counts now; its counters stay
     runner.engine.set_inputs(new.inputs)
     runner.engine.hold = max(HOLD_SECONDS, new.poll_interval)
+    if runner.tailer is not None:
+        runner.tailer.rescan_interval = new.rescan_interval
     runner.store.limits = {**LABEL_LIMITS, **dict(new.label_limits)}
     if new.processes != old.processes:
         runner.procs = ProcessWatcher({n: e.cls.process_names for n, e in runner.entries.items()},

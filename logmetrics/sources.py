@@ -36,11 +36,11 @@ from logmetrics.copies import (
 )
 from logmetrics.descriptors import Descriptors, out_of_descriptors
 from logmetrics.identity import forget_absent
+from logmetrics.notify import Watcher, make_watcher
 from logmetrics.placement import Placement
 from logmetrics.tailfile import (
     Ident,
     TailFile,
-    Watcher,
     covers,
     discover,
     is_glob,
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file does not starve others
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
+RESCAN_INTERVAL = 5.0  # seconds between two passes that look at every file, when inotify names what changed
+MAX_UNLISTED = 10_000  # changed paths remembered as not followed (a state file among the logs), at most
 
 
 class Chunk(NamedTuple):
@@ -113,6 +115,7 @@ class Waker:
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         self._woken = False
+        self._events: int | None = None  # a descriptor readable when the file system has news (inotify)
         weakref.finalize(self, os.close, self._w)  # once no thread can wake it any more
 
     def wake(self) -> None:
@@ -122,12 +125,19 @@ class Waker:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.write(self._w, b"!")
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds; True if woken. Clears the wake-up."""
+    def watch_fd(self, fd: int | None) -> None:
+        """Also end a wait when ``fd`` is readable (inotify events; read by the poll, not here)."""
+        self._events = fd
+
+    def wait(self, timeout: float, *, events: bool = True) -> bool:
+        """Wait up to ``timeout`` seconds, or until woken or (with ``events``) the file system has
+        news; True if woken or news came. Clears the wake-up."""
+        ready: list[int] = []
         if not self._woken:
+            fds = [self._r] if self._events is None or not events else [self._r, self._events]
             with contextlib.suppress(OSError, ValueError):
-                select.select([self._r], [], [], max(0.0, timeout))
-        woken, self._woken = self._woken, False
+                ready = select.select(fds, [], [], max(0.0, timeout))[0]
+        woken, self._woken = self._woken or bool(ready), False
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self._r, 4096):
                 pass
@@ -195,6 +205,7 @@ class FileTailer(Placement):
         max_open: int | None = None,
         wait_for_missing: bool = False,
         strict: bool = False,
+        rescan_interval: float = RESCAN_INTERVAL,
     ) -> None:
         self._missing = [path for path in paths if not _validate(path, wait_for_missing)]
         self.stats = stats
@@ -233,15 +244,23 @@ class FileTailer(Placement):
         self._seq = 0
         self._waker: Waker | None = None
         self._watcher: Watcher | None = None
+        self.rescan_interval = rescan_interval
+        self._last_full = -rescan_interval  # when a pass last looked at every file (monotonic)
+        self._index: dict[str, Ident] = {}  # absolute path listed (or real path of a symlinked file) -> file
+        self._unlisted: set[str] = set()  # changed paths a full pass did not list: their changes are not ours
+        self._busy: set[str] = set()  # streams read at every pass: a file draining, parked, behind or held
+        self._uncovered = True  # a followed file lies where no notification comes from: every pass is full
+        self._asked: frozenset[str] = frozenset()  # the changed paths that made this pass a full one
+        self._listed: dict[str, Ident] = {}  # what the last full pass listed: absolute path -> file
+        self._copies_held = False  # files that look like a copy wait for their original's truncation
 
     def watch(self, waker: Waker) -> None:
         """Wake ``waker`` on changes in the directories involved; polling stays the source of truth."""
         self._waker = waker
-        try:
-            self._watcher = Watcher(waker.wake, [watch_root(path) for path in self._paths])
-        except Exception as err:  # any failure only means no early wake-ups
-            log.debug("no file system notifications: %s", err)
+        self._watcher = make_watcher(waker.wake, [watch_root(path) for path in self._paths])
+        if self._watcher is None:
             return
+        waker.watch_fd(self._watcher.fileno())
         for f in self._files.values():
             self._watcher.add_target(f.path)
 
@@ -322,11 +341,13 @@ class FileTailer(Placement):
     # -- polling --------------------------------------------------------------------------------
 
     def poll(self) -> list[Chunk]:
-        """One pass: find files, follow rotation and truncation, read what is there (bounded per file)."""
-        if self._watcher is not None:
-            if self._missing:
-                self._watch_appeared()
-            self._watcher.retry()
+        """One pass: find files, follow rotation and truncation, read what is there (bounded per file).
+
+        A full pass lists the directories and looks at every file. When inotify names the files
+        whose content changed, and nothing else happened, a light pass reads only those and the
+        busy ones; a full pass still comes every ``rescan_interval`` seconds.
+        """
+        changed = self._changed()
         if self._first:
             self._started = time.time()
         self._fds.new_poll()
@@ -337,10 +358,72 @@ class FileTailer(Placement):
                 self._lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
         self._cuts = cuts = [c for c in self._cuts if now - c.since < self._copy_wait]
         self._rotated_lately = {s: at for s, at in self._rotated_lately.items() if now - at < self._copy_wait}
+        if changed is not None:
+            files = [self._files[ident] for ident in changed]
+            before = [self.stats.truncations.get(f.stream, 0) for f in files]
+            for f in files:
+                self._check_cut(f, cuts)
+            if all(self.stats.truncations.get(f.stream, 0) == n and f.ident in self._files
+                   for f, n in zip(files, before, strict=True)):
+                return self._read_all({f.stream for f in files} | self._busy)
+            # A file was cut (copytruncate): its copy, found or still to come, is placed by a full pass.
         self._check_open_files(cuts)
         self._scan(cuts)
         self._first = False
-        return self._read_all()
+        self._last_full = now
+        self._after_full()
+        return self._read_all(None)
+
+    def _changed(self) -> set[Ident] | None:
+        """The files a light pass reads (beyond the busy ones); None for a full pass."""
+        w = self._watcher
+        if w is None:
+            return None
+        if self._missing:
+            self._watch_appeared()
+        w.retry()
+        changes = w.changes()  # read every time: events wait in the kernel, merged, until asked for
+        self._asked = changes.paths
+        if (changes.rescan or not w.names_changes or self._first or self._uncovered or self._waiting
+                or self._unopened or self._cuts or self._copies_held or self._resume_later or self._walk_incomplete
+                or time.monotonic() - self._last_full >= self.rescan_interval):
+            return None
+        idents: set[Ident] = set()
+        for path in changes.paths:
+            ident = self._index.get(path)
+            if ident is None:
+                if path in self._unlisted:
+                    continue
+                return None  # a file not listed yet: what it is, the listing decides
+            f = self._files.get(ident)
+            if f is None or f.fd < 0:
+                return None  # let go, or parked: reopened (or placed anew) by a full pass
+            idents.add(ident)
+        return idents
+
+    def _after_full(self) -> None:
+        """After a full pass: which paths lead to which file, and whether every file is covered."""
+        w = self._watcher
+        if w is None or not w.names_changes:
+            return
+        index = self._listed
+        for f in self._files.values():
+            if f.real != f.path:
+                index[f.real] = f.ident
+        self._index = index
+        unknown = [p for p in self._asked if p not in index]
+        if len(self._unlisted) + len(unknown) > MAX_UNLISTED:
+            self._unlisted.clear()
+        self._unlisted.update(unknown)
+        self._unlisted.difference_update(index)
+        self._copies_held = any(k.offset is None for k in self._known.values())
+        self._uncovered = False
+        for ident in self._active.values():
+            f = self._files[ident]
+            if not w.covers(os.path.dirname(os.path.abspath(f.path))) or (
+                    f.real != f.path and not w.covers(os.path.dirname(f.real))):
+                self._uncovered = True
+                break
 
     def _report(self, path: str, err: OSError) -> None:
         if out_of_descriptors(err):
@@ -369,6 +452,7 @@ class FileTailer(Placement):
         idents: set[Ident] = set()
         self._walk_incomplete = False
         self._rotated.clear()
+        self._listed = {}
         listed = discover(self._paths, self._walk_error)
         if self._first and self._resumed_at is not None:
             self._whole = self._saved_still_whole(listed)
@@ -384,6 +468,7 @@ class FileTailer(Placement):
                 ident = (st.st_dev, st.st_ino)
                 present.add(path)
                 idents.add(ident)
+                self._listed[os.path.abspath(path)] = ident
                 try:
                     self._place(path, ident, st, cuts)
                 except OSError as err:
@@ -407,14 +492,25 @@ class FileTailer(Placement):
         for ident in [i for i in self._unopened if i not in idents]:
             del self._unopened[ident]
 
-    def _read_all(self) -> list[Chunk]:
+    def _read_all(self, streams: set[str] | None) -> list[Chunk]:
+        """Read the files of ``streams`` (None: of all)."""
         chunks: list[Chunk] = []
-        lag: dict[str, int] = {}
         stats = self.stats
+        if streams is None:
+            files = list(self._files.values())
+            lag: dict[str, int] = {}
+        else:
+            files = [f for f in self._files.values() if f.stream in streams]
+            lag = {s: n for s, n in stats.lag_bytes.items() if s not in streams}
         held: set[str] = set()  # streams whose older file has more to read: their newer ones wait
+        busy: set[str] = set()
         now = time.monotonic()
-        for f in sorted(self._files.values(), key=lambda f: (f.stream, not f.draining, f.seq)):
+        if len(files) > 1:
+            files.sort(key=lambda f: (f.stream, not f.draining, f.seq))
+        for f in files:
             stream = f.stream
+            if f.draining or f.fd < 0:
+                busy.add(stream)
             if f.fd < 0:  # parked: reopened by _scan once it changes
                 if f.offset < f.size:
                     held.add(stream)
@@ -444,7 +540,11 @@ class FileTailer(Placement):
                 elif f.draining and not nbytes and now - f.idle_since >= self._rotate_wait:
                     self._retire(f, chunks)
                     continue
-            lag[stream] = lag.get(stream, 0) + max(0, f.size - f.offset)
+            behind = f.size - f.offset
+            if behind > 0:
+                busy.add(stream)
+            lag[stream] = lag.get(stream, 0) + max(0, behind)
+        self._busy = busy | held
         stats.lag_bytes = lag
         stats.open_files = len(self._files)
         stats.files_waiting = len(self._waiting)

@@ -2,7 +2,7 @@
 
 ``LineCutter`` holds a stream's partial last line and applies the line-length cap; ``TailFile`` is
 an open file followed by identity (device, inode) with its read offset; ``discover`` finds the
-files under the given paths; ``Watcher`` wakes the poller on changes. Reading works per chunk:
+files under the given paths (``logmetrics.notify`` says which changed). Reading works per chunk:
 nothing runs per line in Python unless a line is longer than the cap.
 """
 
@@ -15,20 +15,6 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-
 from logmetrics.identity import fingerprint
 from logmetrics.layouts import is_log
 
@@ -37,18 +23,7 @@ log = logging.getLogger(__name__)
 HEAD_BYTES = 1024  # the head of a file: its first bytes, up to this many
 SKIP_BUDGET_FACTOR = 64  # how far past its budget a read goes on to skip the rest of an over-long line
 IGNORED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")  # compressed or temporary rotations
-MAX_TARGET_WATCHES = 16  # extra directories watched for symlink targets outside the given paths
 _GLOB_CHARS = frozenset("*?[")
-_WATCHED_EVENTS: list[type[FileSystemEvent]] = [  # not opened/closed-without-write: those are our reads
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileDeletedEvent,
-    FileClosedEvent,
-    DirCreatedEvent,
-    DirMovedEvent,
-    DirDeletedEvent,
-]
 
 Ident = tuple[int, int]
 
@@ -379,70 +354,3 @@ def watch_root(path: str) -> tuple[str, bool]:
     if os.path.isdir(path):
         return path, True
     return os.path.dirname(path) or ".", False
-
-
-class _WakeHandler(FileSystemEventHandler):
-    def __init__(self, wake: Callable[[], None]) -> None:
-        super().__init__()
-        self._wake = wake
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type not in ("opened", "closed_no_write"):  # our own reads
-            self._wake()
-
-
-class Watcher:
-    """Calls ``wake`` on changes in the watched directories (watchdog).
-
-    Polling stays the source of truth: a directory that cannot be watched only costs early
-    wake-ups. Roots that do not exist yet are tried again by ``retry()``.
-    """
-
-    def __init__(self, wake: Callable[[], None], roots: Sequence[tuple[str, bool]]) -> None:
-        self._observer = Observer()
-        self._observer.start()
-        self._handler = _WakeHandler(wake)
-        self._watched: set[str] = set()
-        self._waiting = list(roots)
-        self._limit = len(self._waiting) + MAX_TARGET_WATCHES
-        self.retry()
-
-    def _schedule(self, directory: str, recursive: bool) -> bool:
-        directory = os.path.abspath(directory)
-        if directory in self._watched:
-            return True
-        if not os.path.isdir(directory):
-            return False
-        try:
-            self._observer.schedule(self._handler, directory, recursive=recursive, event_filter=_WATCHED_EVENTS)
-        except Exception as err:  # e.g. out of inotify watches: polling still works
-            log.debug("cannot watch %s: %s", directory, err)
-        self._watched.add(directory)
-        return True
-
-    def retry(self) -> None:
-        """Watch the roots that exist by now."""
-        if self._waiting:
-            self._waiting = [root for root in self._waiting if not self._schedule(*root)]
-
-    def add_root(self, root: tuple[str, bool]) -> None:
-        """Also watch ``root`` (a PATH argument that did not exist at start)."""
-        self._limit += 1
-        self._waiting.append(root)
-        self.retry()
-
-    def add_target(self, path: str) -> None:
-        """Also watch the directory a symlink points into (Kubernetes), unless covered or too many."""
-        real = os.path.dirname(os.path.realpath(path))
-        if len(self._watched) >= self._limit or real == os.path.dirname(os.path.abspath(path)):
-            return
-        if not any(real == w or real.startswith(w.rstrip(os.sep) + os.sep) for w in self._watched):
-            self._schedule(real, False)
-
-    def stop(self) -> None:
-        """Stop the watchdog thread."""
-        try:
-            self._observer.stop()
-            self._observer.join(timeout=2.0)
-        except Exception as err:  # closing must not fail on a broken watcher
-            log.debug("stopping the watcher: %s", err)

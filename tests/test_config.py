@@ -39,7 +39,7 @@ Config = config.Config
 def test_a_full_file_is_read_with_relative_paths_from_its_directory(tmp_path: Path) -> None:
     """Every setting is read; relative paths are taken from the file's directory, not the working one."""
     got = check('listen = "127.0.0.1:9000"\nstate_file = "s.db"\nweb_config = "web.yml"\npoll_interval = 1\n'
-                'from_beginning = true\nmax_line_bytes = 4096\n[label_limits]\nmodel = 7\n'
+                'rescan_interval = 30\nfrom_beginning = true\nmax_line_bytes = 4096\n[label_limits]\nmodel = 7\n'
                 '[[input]]\npath = "logs/*.log"\nparser = "vllm"\nenvelope = "cri"\nsource = "v"\n'
                 '[input.labels]\nmodel = "m"\n[[input]]\npath = "/abs/x.log"\n'
                 '[[process]]\nbackend = "gw"\npattern = "uvicorn .*app"\n', tmp_path)
@@ -49,6 +49,7 @@ def test_a_full_file_is_read_with_relative_paths_from_its_directory(tmp_path: Pa
                                                             str(tmp_path / "web.yml"))
     assert (got.poll_interval, got.from_beginning, got.max_line_bytes, got.label_limits) == (1, True, 4096,
                                                                                              (("model", 7),))
+    assert got.rescan_interval == 30
 
 
 def test_an_empty_file_sets_nothing(tmp_path: Path) -> None:
@@ -62,6 +63,7 @@ ERRORS = [
     ('[[input]]\npath = "a"\n\n[[input]]\npath = "b"\nenvlope = "cri"\n', 6, "unknown key 'envlope'"),
     ('poll_interval = "fast"\n', 1, "poll_interval must be a number, not a string"),
     ('\npoll_interval = 0\n', 2, "between 0.01 and 60"),
+    ('rescan_interval = 7200\n', 1, "between 0.01 and 3600"),
     ('max_line_bytes = 1.5\n', 1, "must be an integer"),
     ('max_line_bytes = 99999999999999999999\n', 1, "a number too large"),
     ('from_beginning = "yes"\n', 1, "from_beginning must be true or false"),

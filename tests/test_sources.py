@@ -56,18 +56,29 @@ def streams(chunks: list[Chunk]) -> set[str]:
     return {c.stream for c in chunks}
 
 
-@pytest.fixture
-def tail() -> Iterator[Tail]:
+@pytest.fixture(params=["poll", "inotify"])
+def tail(request: pytest.FixtureRequest) -> Iterator[Tail]:
+    """Tailers over real paths, closed after the test. Each test runs twice: polling alone (every
+    pass lists everything), and with inotify naming what changed and no safety rescan, so that
+    every case must be seen through its events alone."""
     made: list[FileTailer] = []
+    wakers: list[Waker] = []
 
     def make(*paths: Path | str, from_beginning: bool = False, **kwargs: Any) -> FileTailer:
+        if request.param == "inotify":
+            kwargs.setdefault("rescan_interval", 3600.0)
         tailer = FileTailer([str(p) for p in paths], from_beginning=from_beginning, stats=SourceStats(), **kwargs)
         made.append(tailer)
+        if request.param == "inotify":
+            wakers.append(Waker())
+            tailer.watch(wakers[-1])
         return tailer
 
     yield make
     for tailer in made:
         tailer.close()
+    for waker in wakers:
+        waker.close()
 
 
 def test_append_then_poll(tmp_path: Path, tail: Tail) -> None:

@@ -1,0 +1,173 @@
+"""The tailer driven by inotify: passes that read only what changed, and what still makes it list."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from logmetrics import notify, sources, tailfile
+from logmetrics.sources import FileTailer, SourceStats, Waker
+from tests.test_sources import append, data, drain, line, lines
+
+pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="inotify is Linux's")
+
+Make = Callable[..., FileTailer]
+
+
+@pytest.fixture
+def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Make, list[int]]]:
+    """Tailers watched through inotify with no safety rescan, and how often the directories were listed."""
+    listings = [0]
+    real = tailfile.discover
+
+    def counting(paths: list[str], onerror: Callable[[OSError], None]) -> list[str]:
+        listings[0] += 1
+        return real(paths, onerror)
+
+    monkeypatch.setattr(sources, "discover", counting)
+    made: list[tuple[FileTailer, Waker]] = []
+
+    def make(*paths: Path, watch: bool = True, **kwargs: object) -> FileTailer:
+        t = FileTailer([str(p) for p in paths], from_beginning=False, stats=SourceStats(),
+                       rescan_interval=3600.0, **kwargs)  # type: ignore[arg-type]  # (the tailer's keywords)
+        waker = Waker()
+        if watch:
+            t.watch(waker)
+        made.append((t, waker))
+        return t
+
+    yield make, listings
+    for t, waker in made:
+        t.close()
+        waker.close()
+
+
+def test_appends_are_read_without_listing_the_directory(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
+    """200 appends to one file among 100 are read by passes that list nothing; polling alone lists at each."""
+    make, listings = watched
+    logs = [tmp_path / f"f{i:03d}.log" for i in range(100)]
+    for log in logs:
+        log.write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    assert listings[0] == 1
+    got = []
+    for i in range(200):
+        append(logs[i % 7], line(i))
+        got += t.poll()
+    assert sorted(c.data for c in got) == [line(i) for i in range(200)]
+    assert listings[0] == 1  # not one listing more
+    assert t.stats.lag_bytes == {str(log): 0 for log in logs}
+    plain = make(tmp_path, watch=False)  # the same without notifications: every pass lists
+    plain.poll()
+    for i in range(5):
+        append(logs[0], line(i))
+        plain.poll()
+    assert listings[0] == 1 + 6
+
+
+def test_a_changed_file_that_is_not_followed_costs_one_listing(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
+    """A file written beside the logs but not followed (a compressed rotation) is listed once, then let be."""
+    make, listings = watched
+    log, gz = tmp_path / "a.log", tmp_path / "a.log.1.gz"
+    log.write_bytes(b"")
+    gz.write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    for _ in range(50):
+        append(gz, b"\x1f\x8b" * 100)
+        t.poll()
+    assert listings[0] == 2  # the first change of the .gz made a pass list, to learn it is not ours
+    append(log, line(1))
+    assert data(t.poll()) == line(1)
+    assert listings[0] == 2
+
+
+def test_every_rotation_kind_is_seen_through_events_alone(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
+    """Rename, copytruncate, delete and recreate and a new subdirectory, with no safety rescan: exact."""
+    make, _ = watched
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    append(log, lines(0, 10))
+    got = drain(t)
+    append(log, lines(10, 12))
+    os.rename(log, tmp_path / "x.log.1")
+    log.write_bytes(lines(12, 15))
+    got += drain(t)
+    append(log, lines(15, 17))
+    shutil.copyfile(log, tmp_path / "x.log.2")
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, lines(17, 20))
+    got += drain(t)
+    log.unlink()
+    log.write_bytes(lines(20, 22))
+    got += drain(t)
+    sub = tmp_path / "later" / "deeper"
+    sub.mkdir(parents=True)
+    (sub / "y.log").write_bytes(lines(100, 102))
+    got += drain(t)
+    append(sub / "y.log", lines(102, 104))  # the new directory is watched: this change is seen
+    got += drain(t)
+    assert data(got, log) == lines(0, 22)
+    assert data(got, sub / "y.log") == lines(100, 104)
+
+
+def test_a_directory_moved_within_the_tree_is_followed_under_its_new_name(
+        tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
+    """A subdirectory renamed: its file's appends are still seen (read once, as the file it was)."""
+    make, _ = watched
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.log").write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    os.rename(tmp_path / "a", tmp_path / "b")
+    moved = tmp_path / "b" / "x.log"
+    got = drain(t)
+    append(moved, lines(0, 3))
+    got += drain(t)
+    append(moved, lines(3, 5))
+    got += drain(t)
+    assert data(got) == lines(0, 5)
+
+
+def test_a_directory_beyond_the_watch_limit_is_polled(tmp_path: Path, watched: tuple[Make, list[int]],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of watches, the files of a directory left unwatched are still read: every pass lists then."""
+    make, listings = watched
+    monkeypatch.setattr(notify, "MAX_TREE_WATCHES", 1)
+    monkeypatch.setattr(notify, "MAX_INOTIFY_TARGETS", 0)
+    (tmp_path / "sub").mkdir()
+    log = tmp_path / "sub" / "x.log"
+    log.write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    got = []
+    for i in range(3):
+        append(log, line(i))
+        got += t.poll()
+    assert data(got, log) == lines(0, 3)
+    assert listings[0] == 4
+
+
+def test_the_waker_ends_its_wait_on_an_event(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
+    """A write to a watched file ends Waker.wait at once; with events=False the wait ignores it."""
+    make, _ = watched
+    log = tmp_path / "a.log"
+    log.write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    waker = Waker()
+    t.watch(waker)
+    assert not waker.wait(0.0)
+    append(log, line(1))
+    assert not waker.wait(0.05, events=False)
+    assert waker.wait(5.0)
+    assert data(t.poll()) == line(1)
+    assert not waker.wait(0.0)  # the events were read by the pass
