@@ -191,21 +191,19 @@ class InotifyWatcher:
             self._targets += 1
 
     def changes(self) -> Changes:
-        from inotify_simple import parse_events
-
         paths: set[str] = set()
         rescan, self._rescan = self._rescan, False
         while True:
             try:
-                data = os.read(self._ino.fileno(), 1 << 16)
+                events = self._ino.read(timeout=0)  # what is there (FIONREAD), never blocking
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as err:  # closed, say: list everything, as without a watcher
                 log.debug("reading inotify events: %s", err)
                 return Changes(frozenset(), True)
-            if not data:
+            if not events:
                 break
-            for wd, mask, _cookie, name in parse_events(data):
+            for wd, mask, _cookie, name in events:
                 if mask & IN_Q_OVERFLOW:
                     rescan = True
                     continue
