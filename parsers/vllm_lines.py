@@ -17,6 +17,8 @@ from .common import RouteLabels
 from .vllm_errors import FATAL_TYPES, classify_error
 from .vllm_startup import life_kind
 
+#: How uvicorn's access lines begin (its level name padded to 9 characters).
+ACCESS_START = "\nINFO:     "
 #: A fatal error record: position, error type, whether it starts its record (see ``error_records``).
 Fatal = tuple[int, str, bool]
 
@@ -71,10 +73,18 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     are counted by type in ``errors``, for the parser to label with the model.
     """
     access: Counter[tuple[str, str, str]] = Counter()
+    final = routes.final
+    n_lines = t.count("\n") - 1
+    if t.count(ACCESS_START) == n_lines:  # nothing but access lines, likely (a busy API server):
+        keys = P.ACCESS.findall(t)  # a simpler scan, with one group, gives the same keys
+        if len(keys) == n_lines:
+            for key, n in Counter(keys).items():
+                access[final.get(key) or routes.labels(key)] += n
+            events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
+            return n_lines
     lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
     matched = 0
     multi = False
-    final = routes.final
     for (key, source, inside, raw, text, more, life), n in Counter(P.LINES.findall(t)).items():
         if life:
             records.life.add(life)

@@ -864,3 +864,33 @@ def test_logging_prefix_tag_before_the_header() -> None:
     assert got[("llm_requests_running", ("unknown",))] == 3
     assert got[("backend_errors_total", ("unknown", "bad_request"))] == 1
     assert matched == lines == 2
+
+
+ACCESS_LIKE = [
+    'INFO:     10.0.3.7:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n',
+    'INFO:     10.0.3.7:51408 - "GET /v1/models HTTP/1.1" 404 Not Found\n',
+    'INFO:     127.0.0.1:40000 - "POST /v1/completions?stream=true HTTP/1.1" 500 Internal Server Error\n',
+    'INFO:     [::1]:5000 - "GET /health HTTP/1.1" 200 OK\n',
+    'INFO:     10.0.0.1:1 - "DELETE /v1/files/file-abc123 HTTP/2" 204 No Content\n',
+    "INFO:     Application startup complete.\n",
+    "INFO:     Shutting down\n",
+    "INFO:     Started server process [7]\n",
+    '(APIServer pid=7) INFO:     10.0.0.2:3 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n',
+    'INFO:     10.0.3.7:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK and more text\n',
+    '  File "x.py", line 1, in <module>\n',
+    "ValueError: boom\n",
+]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_chunk_of_access_lines_only_gives_what_the_full_scan_gives(seed: int) -> None:
+    """The scan kept for chunks of nothing but access lines counts what the full scan counts: mostly
+    access lines, with look-alikes (lifecycle lines, a process prefix, a traceback line) mixed in."""
+    rnd = random.Random(seed)
+    pool = ACCESS_LIKE[:5] if seed % 3 == 0 else ACCESS_LIKE  # a third of the texts: access lines only
+    text = "".join(rnd.choice(pool) for _ in range(rnd.randint(1, 300)))
+    fast = by_batches(text, len(text) + 1)
+    full = by_batches(text + "DEBUG 01-05 09:00:00 [core.py:1] EngineCore loop\n", len(text) + 100)
+    assert fast == full
+    if seed % 3 == 0:
+        assert fast[1] == text.count("\n")  # every line is a record that counts
