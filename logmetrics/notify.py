@@ -66,6 +66,10 @@ class Watcher(Protocol):
     def changes(self) -> Changes:
         """The changes since the last call (never blocks)."""
 
+    def urgent(self) -> bool:
+        """Whether something other than a write happened since the last ``changes()`` (a file created,
+        renamed or deleted): the pass should come at once, not after the writes have gathered."""
+
     def covers(self, directory: str) -> bool:
         """Whether changes in the absolute ``directory`` are reported."""
 
@@ -111,6 +115,7 @@ class InotifyWatcher:
         self._roots: dict[str, bool] = {}  # absolute root -> recursive
         self._waiting: list[Root] = list(roots)
         self._targets = 0
+        self._early: list[tuple[int, int, int, str]] = []  # events read by urgent(), for changes()
         self._rescan = False  # set by a root watched late: what is in it was never listed
         self.retry()
 
@@ -190,17 +195,33 @@ class InotifyWatcher:
         if real not in self._wds and self._targets < MAX_INOTIFY_TARGETS and self._add(real):
             self._targets += 1
 
+    def _read(self) -> list[tuple[int, int, int, str]] | None:
+        """The events there now (FIONREAD: never blocking); None if the descriptor cannot be read."""
+        try:
+            return list(self._ino.read(timeout=0))
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as err:  # closed, say: list everything, as without a watcher
+            log.debug("reading inotify events: %s", err)
+            return None
+
+    def urgent(self) -> bool:
+        events = self._read()
+        if events is None:
+            return True
+        self._early += events
+        return any(mask != IN_MODIFY for _, mask, _, _ in events)
+
     def changes(self) -> Changes:
         paths: set[str] = set()
         rescan, self._rescan = self._rescan, False
+        early, self._early = self._early, []
         while True:
-            try:
-                events = self._ino.read(timeout=0)  # what is there (FIONREAD), never blocking
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as err:  # closed, say: list everything, as without a watcher
-                log.debug("reading inotify events: %s", err)
+            events = self._read()
+            if events is None:
                 return Changes(frozenset(), True)
+            if early:
+                events, early = early + events, []
             if not events:
                 break
             for wd, mask, _cookie, name in events:

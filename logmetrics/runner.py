@@ -447,11 +447,12 @@ class Runner:
                 self.engine.finish(self.stdin.stream)  # the files go on
             self.engine.idle()
             self.save_state()
-            if self.waker.wait(self.opts.poll_interval):
+            if self.waker.wait(self.opts.poll_interval) and not (self.tailer is not None and self.tailer.urgent()):
                 # Woken by a write: let the writes of the next moments gather (the kernel merges
                 # their events), so that a busy file costs one pass per COALESCE_SECONDS, not one
                 # per write; and longer when many files are written to at once (up to the poll
-                # interval), as each chunk fed costs about as much as 30 lines in it.
+                # interval), as each chunk fed costs about as much as 30 lines in it. A file
+                # created, renamed or deleted is looked at at once (what a crash then loses is less).
                 gap = COALESCE_SECONDS * max(1.0, fed / COALESCE_CHUNKS)
                 rest = self._polled_mono + min(gap, self.opts.poll_interval) - time.monotonic()
                 if rest > 0:

@@ -374,6 +374,11 @@ class FileTailer(Placement):
         self._after_full()
         return self._read_all(None)
 
+    def urgent(self) -> bool:
+        """Whether the file system reported more than writes since the last poll (a file created,
+        renamed or deleted): then the next poll should not wait for writes to gather."""
+        return self._watcher is not None and self._watcher.urgent()
+
     def _changed(self) -> set[Ident] | None:
         """The files a light pass reads (beyond the busy ones); None for a full pass."""
         w = self._watcher

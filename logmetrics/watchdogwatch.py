@@ -75,6 +75,9 @@ class WatchdogWatcher:
     def covers(self, directory: str) -> bool:
         return False
 
+    def urgent(self) -> bool:
+        return False
+
     def _schedule(self, directory: str, recursive: bool) -> bool:
         directory = os.path.abspath(directory)
         if directory in self._watched:

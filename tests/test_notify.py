@@ -171,3 +171,22 @@ def test_the_waker_ends_its_wait_on_an_event(tmp_path: Path, watched: tuple[Make
     assert waker.wait(5.0)
     assert data(t.poll()) == line(1)
     assert not waker.wait(0.0)  # the events were read by the pass
+
+
+def test_urgent_tells_a_rotation_from_a_write_and_keeps_the_events(
+        tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
+    """urgent() is False after writes, True after a rename; the events it read still reach the pass."""
+    make, _ = watched
+    log = tmp_path / "a.log"
+    log.write_bytes(b"")
+    t = make(tmp_path)
+    t.poll()
+    append(log, line(1))
+    assert not t.urgent()
+    assert data(t.poll()) == line(1)  # the write that urgent() read is still read by this pass
+    append(log, line(2))
+    os.rename(log, tmp_path / "a.log.1")
+    log.write_bytes(line(3))
+    assert t.urgent()
+    got = drain(t)
+    assert data(got, log) == line(2) + line(3)
