@@ -473,6 +473,8 @@ def main() -> int:
     ap.add_argument("--idle-files", type=int, default=1000, help="files followed in the idle measure (default 1000)")
     ap.add_argument("--idle-seconds", type=float, help="seconds over which idle CPU is measured (default 20)")
     ap.add_argument("--no-burst", action="store_true", help="skip the burst measure")
+    ap.add_argument("--no-scenarios", action="store_true",
+                    help="skip the scenarios at a fixed rate (only the idle and burst measures)")
     ap.add_argument("--burst-lines", type=int, help="lines appended at once in the burst measure (default 1000000)")
     ap.add_argument("--burst-wait", type=float, default=120.0,
                     help="seconds after the burst for the counts to reach it (default 120)")
@@ -502,7 +504,7 @@ def main() -> int:
     print(f"machine: {info['cpus']} CPUs, {info['platform']}, load average {info['loadavg'][0]:.2f} at start")
     ok = True
     out: dict[str, Any] = {"info": info, "scenarios": []}
-    for rate in rates:
+    for rate in [] if a.no_scenarios else rates:
         for files in file_counts:
             r = scenario(rate, files, a)
             out["scenarios"].append(r)

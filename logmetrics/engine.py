@@ -51,6 +51,7 @@ NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unma
 #: timing block line by line is not cut in two by a read that falls between its lines (as Vector's
 #: and Fluent Bit's multi-line time-outs), while the delay to visible stays well under a second.
 HOLD_SECONDS = 0.25
+IDLE_SLACK = 0.005  # a wait of ``hold`` seconds may end a hair early: its records are due all the same
 #: A stream whose best sniff is weak (``Route.weak``) is held until a line tells which backend it is,
 #: for at most this long and this many lines, then routed on what was seen (a busy vLLM server's
 #: log can start with hundreds of access lines that a gateway prints too, before its first stats line).
@@ -156,7 +157,7 @@ class Engine:
         """The input went quiet: the held-back records of streams quiet for ``hold`` seconds (of
         all streams, with ``force``) are complete now, and time-outs may be due."""
         now, mono = time.time(), time.monotonic()
-        quiet = mono - self.hold
+        quiet = mono - self.hold + IDLE_SLACK
         for key, stream in self.streams.items():
             if stream.weak and not stream.routed and mono - stream.held_since >= WEAK_HOLD_SECONDS:
                 self._route(stream, final=False)  # waited long enough for a telling line
