@@ -46,6 +46,21 @@ def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Make, list[int]]]
         waker.close()
 
 
+def started(make: Make, directory: Path, name: str = "a.log") -> tuple[Path, FileTailer]:
+    """An empty log ``name`` in ``directory``, and a watched tailer over the directory, past its first pass."""
+    log = directory / name
+    log.write_bytes(b"")
+    t = make(directory)
+    t.poll()
+    return log, t
+
+
+def copytruncate(log: Path, copy: Path) -> None:
+    """logrotate's copytruncate: copy the file, then cut it to nothing."""
+    shutil.copyfile(log, copy)
+    os.truncate(log, 0)
+
+
 def test_appends_are_read_without_listing_the_directory(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
     """200 appends to one file among 100 are read by passes that list nothing; polling alone lists at each."""
     make, listings = watched
@@ -90,10 +105,7 @@ def test_a_changed_file_that_is_not_followed_costs_one_listing(tmp_path: Path, w
 def test_every_rotation_kind_is_seen_through_events_alone(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
     """Rename, copytruncate, delete and recreate and a new subdirectory, with no safety rescan: exact."""
     make, _ = watched
-    log = tmp_path / "x.log"
-    log.write_bytes(b"")
-    t = make(tmp_path)
-    t.poll()
+    log, t = started(make, tmp_path, "x.log")
     append(log, lines(0, 10))
     got = drain(t)
     append(log, lines(10, 12))
@@ -101,9 +113,7 @@ def test_every_rotation_kind_is_seen_through_events_alone(tmp_path: Path, watche
     log.write_bytes(lines(12, 15))
     got += drain(t)
     append(log, lines(15, 17))
-    shutil.copyfile(log, tmp_path / "x.log.2")
-    with open(log, "r+b") as fh:
-        fh.truncate(0)
+    copytruncate(log, tmp_path / "x.log.2")
     append(log, lines(17, 20))
     got += drain(t)
     log.unlink()
@@ -159,10 +169,7 @@ def test_a_directory_beyond_the_watch_limit_is_polled(tmp_path: Path, watched: t
 def test_the_waker_ends_its_wait_on_an_event(tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
     """A write to a watched file ends Waker.wait at once; with events=False the wait ignores it."""
     make, _ = watched
-    log = tmp_path / "a.log"
-    log.write_bytes(b"")
-    t = make(tmp_path)
-    t.poll()
+    log, t = started(make, tmp_path)
     waker = Waker()
     t.watch(waker)
     assert not waker.wait(0.0)
@@ -177,10 +184,7 @@ def test_urgent_tells_a_rotation_from_a_write_and_keeps_the_events(
         tmp_path: Path, watched: tuple[Make, list[int]]) -> None:
     """urgent() is False after writes, True after a rename; the events it read still reach the pass."""
     make, _ = watched
-    log = tmp_path / "a.log"
-    log.write_bytes(b"")
-    t = make(tmp_path)
-    t.poll()
+    log, t = started(make, tmp_path)
     append(log, line(1))
     assert not t.urgent()
     assert data(t.poll()) == line(1)  # the write that urgent() read is still read by this pass
