@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import re
 import signal
@@ -91,6 +92,13 @@ def _label(spec: str) -> tuple[str | None, str, str]:
 def _rules(pairs: Sequence[tuple[str, str]]) -> tuple[ProcessRule, ...]:
     """The ``[[process]]`` rules of a configuration file (checked there) as ``--process`` rules."""
     return tuple((safe_label(backend), re.compile(pattern)) for backend, pattern in pairs)
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A number of seconds that is a number: click's FloatRange lets ``nan`` through (no comparison holds)."""
+    if math.isnan(value):
+        raise click.BadParameter(f"{value} is not a number of seconds")
+    return value
 
 
 def _expiry(ctx: click.Context, param: click.Parameter, text: str) -> float | None:
@@ -195,12 +203,13 @@ def cli(verbose: int) -> None:
 @plugin_option
 @click.option("--oneshot", is_flag=True,
               help="Read every input from the start to EOF, print the metrics on stdout and exit.")
-@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True,
+@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True, callback=_finite,
               metavar="SECONDS",
               help="How often files are checked for new data, rotation and truncation where no file system "
                    "notification comes from (no inotify, a directory that cannot be watched); with inotify, "
                    "files are read when they change, at most every 0.05 s.")
 @click.option("--rescan-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True,
+              callback=_finite,
               metavar="SECONDS",
               help="With inotify, how often every file is looked at all the same. This is how changes that "
                    "inotify does not report are seen: files written from another machine on a network file "

@@ -103,7 +103,8 @@ def source_samples(stats: SourceStats, label: Callable[[str], str]) -> list[Samp
                          ("logmetrics_files_lost_total", stats.files_lost),
                          ("logmetrics_lag_bytes", stats.lag_bytes)):
         summed: dict[str, float] = {}  # several files may have one label (a container's 0.log and 1.log)
-        for stream, v in list(values.items()):
+        for stream, v in values.copy().items():  # one C call (no item tuples, so no GC and no thread
+            # switch inside it): the poll loop may add a stream meanwhile
             key = label(stream)
             summed[key] = summed.get(key, 0.0) + v
         out += [(name, (key,), v) for key, v in summed.items()]

@@ -92,6 +92,13 @@ def test_bad_process_rule(vllm_log: Path, spec: str, says: str) -> None:
     assert "'--process'" in line and says in line and repr(spec) in line, line
 
 
+@pytest.mark.parametrize("flag", ["--poll-interval", "--rescan-interval"])
+def test_an_interval_that_is_not_a_number(vllm_log: Path, flag: str) -> None:
+    """nan passes click's range check (no comparison holds): it is refused, not a busy loop or no rescan."""
+    line = one_error_line(run("watch", str(vllm_log), flag, "nan", *MODES["serve"]))
+    assert f"'{flag}'" in line and "not a number of seconds" in line, line
+
+
 def test_process_rule_with_oneshot(vllm_log: Path) -> None:
     """--process with --oneshot is refused: a one-shot run reports no process metrics."""
     line = one_error_line(run("watch", str(vllm_log), "--process", "vllm=serve", "--oneshot"))
