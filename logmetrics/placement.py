@@ -102,11 +102,13 @@ class Placement:
             if f.fd >= 0:
                 self._check_cut(f, cuts)
 
-    def _check_cut(self, f: TailFile, cuts: list[Cut]) -> None:
+    def _check_cut(self, f: TailFile, cuts: list[Cut]) -> bool:
+        """Whether ``f`` was found cut (restarted at 0, its cut claimed or added to ``cuts``) or, a
+        drained copy written over, let go."""
         unread = max(0, f.size - f.handed_out())  # known there at the last look, not handed out yet
         try:
             if not f.truncated():
-                return
+                return False
             if self._active.get(f.stream) != f.ident and not f.own:
                 # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
                 # is a new copy, for the copy evidence to place, not lines of the stream to read again
@@ -114,14 +116,14 @@ class Placement:
                 # like the stream's file: its copy holds what was not read.)
                 self._fds.release(f)
                 del self._files[f.ident]
-                return
+                return True
             pending = f.cutter.reset()
             cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic(), unread)
             f.seek(0)
             f.head = read_head(f.fd)
         except OSError as err:
             self._report(f.path, err)
-            return
+            return False
         self._rotated_lately[f.stream] = cut.since
         self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
         claimed = False
@@ -134,6 +136,7 @@ class Placement:
                 claimed = True
         if not claimed:  # its copy may show up at a later look; a claimed cut is matched no more, so
             cuts.append(cut)  # that a later copy (logs of identical lines) does not take its offset
+        return True
 
     def _lost(self, stream: str, nbytes: int, why: str) -> None:
         """Count ``nbytes`` of ``stream`` as lost (logmetrics_bytes_lost_total), warned once per stream."""

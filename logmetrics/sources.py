@@ -246,12 +246,11 @@ class FileTailer(Placement):
         self._watcher: Watcher | None = None
         self.rescan_interval = rescan_interval
         self._last_full = -rescan_interval  # when a pass last looked at every file (monotonic)
-        self._index: dict[str, Ident] = {}  # absolute path listed (or real path of a symlinked file) -> file
+        #: what the last full pass listed, absolute path (or real path of a symlinked file) -> file
+        self._index: dict[str, Ident] = {}
         self._unlisted: set[str] = set()  # changed paths a full pass did not list: their changes are not ours
         self._busy: set[str] = set()  # streams read at every pass: a file draining, parked, behind or held
         self._uncovered = True  # a followed file lies where no notification comes from: every pass is full
-        self._asked: frozenset[str] = frozenset()  # the changed paths that made this pass a full one
-        self._listed: dict[str, Ident] = {}  # what the last full pass listed: absolute path -> file
         self._copies_held = False  # files that look like a copy wait for their original's truncation
 
     def watch(self, waker: Waker) -> None:
@@ -347,7 +346,7 @@ class FileTailer(Placement):
         whose content changed, and nothing else happened, a light pass reads only those and the
         busy ones; a full pass still comes every ``rescan_interval`` seconds.
         """
-        changed = self._changed()
+        changed, asked = self._changed()
         if self._first:
             self._started = time.time()
         self._fds.new_poll()
@@ -360,18 +359,14 @@ class FileTailer(Placement):
         self._rotated_lately = {s: at for s, at in self._rotated_lately.items() if now - at < self._copy_wait}
         if changed is not None:
             files = [self._files[ident] for ident in changed]
-            before = [self.stats.truncations.get(f.stream, 0) for f in files]
-            for f in files:
-                self._check_cut(f, cuts)
-            if all(self.stats.truncations.get(f.stream, 0) == n and f.ident in self._files
-                   for f, n in zip(files, before, strict=True)):
+            if not any([self._check_cut(f, cuts) for f in files]):  # (a list: every file is checked)
                 return self._read_all({f.stream for f in files} | self._busy)
             # A file was cut (copytruncate): its copy, found or still to come, is placed by a full pass.
         self._check_open_files(cuts)
         self._scan(cuts)
         self._first = False
         self._last_full = now
-        self._after_full()
+        self._after_full(asked)
         return self._read_all(None)
 
     def urgent(self) -> bool:
@@ -379,44 +374,44 @@ class FileTailer(Placement):
         renamed or deleted): then the next poll should not wait for writes to gather."""
         return self._watcher is not None and self._watcher.urgent()
 
-    def _changed(self) -> set[Ident] | None:
-        """The files a light pass reads (beyond the busy ones); None for a full pass."""
+    def _changed(self) -> tuple[set[Ident] | None, frozenset[str]]:
+        """The files a light pass reads (beyond the busy ones), None for a full pass; and the paths
+        the file system named as changed."""
         w = self._watcher
         if w is None:
-            return None
+            return None, frozenset()
         if self._missing:
             self._watch_appeared()
         w.retry()
         changes = w.changes()  # read every time: events wait in the kernel, merged, until asked for
-        self._asked = changes.paths
         if (changes.rescan or not w.names_changes or self._first or self._uncovered or self._waiting
                 or self._unopened or self._cuts or self._copies_held or self._resume_later or self._walk_incomplete
                 or time.monotonic() - self._last_full >= self.rescan_interval):
-            return None
+            return None, changes.paths
         idents: set[Ident] = set()
         for path in changes.paths:
             ident = self._index.get(path)
             if ident is None:
                 if path in self._unlisted:
                     continue
-                return None  # a file not listed yet: what it is, the listing decides
+                return None, changes.paths  # a file not listed yet: what it is, the listing decides
             f = self._files.get(ident)
             if f is None or f.fd < 0:
-                return None  # let go, or parked: reopened (or placed anew) by a full pass
+                return None, changes.paths  # let go, or parked: reopened (or placed anew) by a full pass
             idents.add(ident)
-        return idents
+        return idents, changes.paths
 
-    def _after_full(self) -> None:
-        """After a full pass: which paths lead to which file, and whether every file is covered."""
+    def _after_full(self, asked: frozenset[str]) -> None:
+        """After a full pass: which paths lead to which file (``_scan`` listed them), which of the
+        changed paths ``asked`` are not ours, and whether every file is covered."""
         w = self._watcher
         if w is None or not w.names_changes:
             return
-        index = self._listed
+        index = self._index
         for f in self._files.values():
             if f.real != f.path:
                 index[f.real] = f.ident
-        self._index = index
-        unknown = [p for p in self._asked if p not in index]
+        unknown = [p for p in asked if p not in index]
         if len(self._unlisted) + len(unknown) > MAX_UNLISTED:
             self._unlisted.clear()
         self._unlisted.update(unknown)
@@ -457,7 +452,7 @@ class FileTailer(Placement):
         idents: set[Ident] = set()
         self._walk_incomplete = False
         self._rotated.clear()
-        self._listed = {}
+        self._index = {}
         listed = discover(self._paths, self._walk_error)
         if self._first and self._resumed_at is not None:
             self._whole = self._saved_still_whole(listed)
@@ -473,7 +468,7 @@ class FileTailer(Placement):
                 ident = (st.st_dev, st.st_ino)
                 present.add(path)
                 idents.add(ident)
-                self._listed[os.path.abspath(path)] = ident
+                self._index[os.path.abspath(path)] = ident
                 try:
                     self._place(path, ident, st, cuts)
                 except OSError as err:
