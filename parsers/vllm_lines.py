@@ -80,7 +80,7 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
         if len(keys) == n_lines:
             for key, n in Counter(keys).items():
                 access[final.get(key) or routes.labels(key)] += n
-            events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
+            events.extend(_access_events(access))
             return n_lines
     lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
     matched = 0
@@ -106,8 +106,13 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     elif lines and not locate(t, lines, fatal):
         fatal.clear()
         error_records(t, Counter(), Records(), fatal)
-    events.extend(Event("http_requests_total", lab, n, rule="access") for lab, n in access.items())
+    events.extend(_access_events(access))
     return matched
+
+
+def _access_events(access: Counter[tuple[str, str, str]]) -> list[Event]:
+    """One ``http_requests_total`` event per (method, route, code) counted."""
+    return [Event("http_requests_total", lab, n, rule="access") for lab, n in access.items()]
 
 
 def life_lines(t: str, texts: set[str]) -> list[tuple[int, int, str]]:
