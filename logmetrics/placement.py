@@ -200,6 +200,7 @@ class Placement:
             self._rotated_lately[path] = time.monotonic()
         f = self._files.get(ident)
         if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
+            f.missed = False
             if f.stream == path and path not in self._active:
                 f.draining = False
                 f.own = True

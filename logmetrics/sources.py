@@ -487,7 +487,15 @@ class FileTailer(Placement):
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):
                 continue  # no listed path leads to it now (a symlink moved on): drained from its real path
-            self._forget_parked(f)
+            if f.missed and f.size > f.offset:
+                self._forget_parked(f)  # gone from two listings in a row, with bytes unread: lost
+            elif not f.missed:
+                # A listing may miss a file renamed while it runs (under both names), and a directory
+                # moved out may come back: it drains, retired once idle, so that its new name finds
+                # it. Only what it held unread waits for the next listing to say whether it is lost.
+                f.missed = True
+                if not f.draining:
+                    self._drain(f)
         forget_absent(self._known, idents, time.monotonic())
         for ident in [i for i in self._unopened if i not in idents]:
             del self._unopened[ident]

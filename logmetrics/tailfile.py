@@ -128,8 +128,8 @@ def read_head(fd: int) -> bytes:
 class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
-    __slots__ = ("birth", "cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "offset", "own",
-                 "path", "real", "replaced", "seq", "size", "stream")
+    __slots__ = ("birth", "cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "missed", "offset",
+                 "own", "path", "real", "replaced", "seq", "size", "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
@@ -147,6 +147,7 @@ class TailFile:
         self.draining = False  # replaced or gone: read to its end, closed once idle
         self.own = False  # it was its stream's file at the stream's path (not a copy, nor found rotated)
         self.idle_since = 0.0
+        self.missed = False  # parked, and missing from the last listing (a rename may hide it from one)
         self.replaced = False  # a read found its content replaced: the next look reports a cut
         self.fp_at = -1  # the offset ``fp`` was taken at
         self.fp = ""

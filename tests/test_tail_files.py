@@ -120,6 +120,37 @@ def test_parked_files_are_reopened_exactly(tmp_path: Path, tail: Tail) -> None:
     assert sum(t.stats.rotations.values()) == 1
 
 
+@pytest.mark.parametrize("rotate_wait", [0.0, 60.0])
+def test_parked_files_moved_out_and_back_are_read_on(tmp_path: Path, tail: Tail, rotate_wait: float) -> None:
+    """Closed idle files whose directory leaves the tree and comes back, or that one listing missed
+    while they were renamed, are read on from where they were, not again from their start."""
+    logs = tmp_path / "logs"
+    sub = logs / "sub"
+    sub.mkdir(parents=True)
+    t = tail(logs, max_open=2, rotate_wait=rotate_wait)
+    t.poll()
+    paths = [sub / f"f{i}.log" for i in range(6)]
+    for i, path in enumerate(paths):
+        path.write_bytes(line(i))
+    got = drain(t)
+    sub.rename(tmp_path / "away")  # the directory moved out of the tree, and back
+    got += drain(t)
+    (tmp_path / "away").rename(sub)
+    got += drain(t)
+    (sub / "f0.log").rename(tmp_path / "f0.log")  # renamed where a listing did not see it (out of the
+    got += drain(t)  # tree for one listing), then found under its rotated name
+    (tmp_path / "f0.log").rename(sub / "f0.log.1")
+    got += drain(t)
+    append(sub / "f0.log.1", line(10))
+    for i, path in enumerate(paths[1:], 1):
+        append(path, line(10 + i))
+    got += drain(t)
+    for i, path in enumerate(paths):
+        assert data(got, path) == line(i) + line(10 + i), path
+    assert streams(got) == {str(p) for p in paths}  # nothing under another name
+    assert not t.stats.bytes_lost
+
+
 def test_symlinked_subdirectories_are_followed_once(tmp_path: Path, tail: Tail) -> None:
     """Symlinked subdirectories are followed; a loop ends; a file reachable by two paths is read once."""
     real = tmp_path / "real"
