@@ -205,8 +205,8 @@ class Placement:
                 f.draining = False
                 f.own = True
                 self._active[path] = ident
-            if f.fd < 0 and size != f.offset:
-                self._unpark(f, path, size, cuts)
+            if f.fd < 0 and (size != f.offset or (st.st_mtime_ns != f.mtime_ns and f.mtime_ns >= 0)):
+                self._unpark(f, path, size, cuts)  # grown, cut, or written over with as many bytes
             return
         if ((self._first or ident in self._resume_later) and self._resumed_at is not None
                 and self._place_resumed(path, ident)):

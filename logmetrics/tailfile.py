@@ -21,6 +21,7 @@ from logmetrics.layouts import is_log
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 1024  # the head of a file: its first bytes, up to this many
+LAST_BYTES = 64  # the last bytes read of a file, kept to tell it rewritten to as many bytes
 SKIP_BUDGET_FACTOR = 64  # how far past its budget a read goes on to skip the rest of an over-long line
 IGNORED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")  # compressed or temporary rotations
 _GLOB_CHARS = frozenset("*?[")
@@ -128,8 +129,8 @@ def read_head(fd: int) -> bytes:
 class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
-    __slots__ = ("birth", "cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "missed", "offset",
-                 "own", "path", "real", "replaced", "seq", "size", "stream")
+    __slots__ = ("birth", "cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "last",
+                 "missed", "mtime_ns", "offset", "own", "path", "real", "replaced", "seq", "size", "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
@@ -144,6 +145,8 @@ class TailFile:
         self.seq = seq  # opening order: older files of a stream are read first
         self.offset = 0
         self.size = 0  # from the last fstat
+        self.mtime_ns = -1  # from the last fstat (-1: not looked at yet)
+        self.last = b""  # the last bytes read, just before the offset (empty: not known)
         self.draining = False  # replaced or gone: read to its end, closed once idle
         self.own = False  # it was its stream's file at the stream's path (not a copy, nor found rotated)
         self.idle_since = 0.0
@@ -172,9 +175,15 @@ class TailFile:
     def park(self) -> None:
         """Close the descriptor of an idle file to make room; it is reopened by path when it grows.
 
-        Its fingerprint is taken first: a parked file's position is saved with it.
+        Its fingerprint and modification time are taken first: a parked file's position is saved
+        with the one, and the other says whether it was written to while it was closed.
         """
         self.fingerprint(self.handed_out())
+        if self.mtime_ns < 0:
+            try:
+                self.mtime_ns = os.fstat(self.fd).st_mtime_ns
+            except OSError:
+                pass
         self.close()
 
     def seek(self, offset: int) -> None:
@@ -182,17 +191,26 @@ class TailFile:
         os.lseek(self.fd, offset, os.SEEK_SET)
         self.offset = offset
         self.fp_at = -1  # the bytes before it may be other ones now (a cut)
+        self.last = b""
 
     def truncated(self) -> bool:
         """fstat the file: whether its content was cut or replaced since the last look (copytruncate)."""
-        old = self.size
-        self.size = size = os.fstat(self.fd).st_size
+        old, old_mtime = self.size, self.mtime_ns
+        st = os.fstat(self.fd)
+        self.size = size = st.st_size
+        self.mtime_ns = st.st_mtime_ns
         if size < self.offset or self.replaced:
             self.replaced = False
             return True
-        if (size == old and not self.draining) or not self.head:  # a drained copy may be written over
-            return False  # with as many bytes (cp x.log x.log.1 again): those few are always compared
-        return os.pread(self.fd, len(self.head), 0) != self.head
+        if not self.head or (size == old and st.st_mtime_ns == old_mtime and not self.draining):
+            return False  # untouched since the last look (a drained copy may be written over with as
+            # many bytes, cp x.log x.log.1 again: those few are always compared)
+        if os.pread(self.fd, len(self.head), 0) != self.head:
+            return True
+        # Written to without growing: touched, or rewritten at once to as many bytes. Its head is the
+        # same (the whole of a small file): the last bytes read tell.
+        last = self.last
+        return size == old and bool(last) and os.pread(self.fd, len(last), self.offset - len(last)) != last
 
     def read(self, read_size: int, budget: int) -> tuple[bytes, int, bool]:
         """Read on from the offset, at most about ``budget`` bytes: (whole lines, bytes read, at end)."""
@@ -214,6 +232,7 @@ class TailFile:
                 self.head += data[: HEAD_BYTES - len(self.head)]  # never from a second look at the file
             total += len(data)
             self.offset += len(data)
+            self.last = data[-LAST_BYTES:] if len(data) >= LAST_BYTES else (self.last + data)[-LAST_BYTES:]
             out = self.cutter.feed(data)
             if out:
                 parts.append(out)

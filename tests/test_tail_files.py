@@ -151,6 +151,26 @@ def test_parked_files_moved_out_and_back_are_read_on(tmp_path: Path, tail: Tail,
     assert not t.stats.bytes_lost
 
 
+@pytest.mark.parametrize(("start", "max_open"), [(b"", None), (b"#" * 1500 + b"\n", 2)])
+def test_rewritten_at_once_to_as_many_bytes(tmp_path: Path, tail: Tail, start: bytes, max_open: int | None) -> None:
+    """Files truncated and written again at once with other lines of the same total size are read
+    anew, each cut counted: small open files by their head, larger parked ones by the fingerprint
+    of what was read."""
+    t = tail(tmp_path, max_open=max_open)
+    t.poll()
+    paths = [tmp_path / f"f{i}.log" for i in range(4)]
+    for path in paths:
+        path.write_bytes(start + lines(100, 110))
+    got = drain(t)
+    time.sleep(0.02)  # a later modification time than the first write's
+    for path in paths:
+        path.write_bytes(start + lines(120, 130))  # as many bytes: 120 * 7 has as many digits as 100 * 7
+    got += drain(t)
+    for path in paths:
+        assert data(got, path) == start + lines(100, 110) + start + lines(120, 130), path
+        assert t.stats.truncations[str(path)] == 1
+
+
 def test_symlinked_subdirectories_are_followed_once(tmp_path: Path, tail: Tail) -> None:
     """Symlinked subdirectories are followed; a loop ends; a file reachable by two paths is read once."""
     real = tmp_path / "real"
