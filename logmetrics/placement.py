@@ -376,8 +376,9 @@ class Placement:
         if path in at_path:  # the successor of a rotated file
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
         for stream in originals(path):
-            if stream in at_path and _ident_at(stream) != at_path[stream]:
-                # written at the stream's path and rotated away while we were down
+            if stream in at_path and (_ident_at(stream) != at_path[stream] or at_path[stream] not in self._whole):
+                # written at the stream's path and rotated away while we were down; or, its file cut
+                # while we were down, a copy of lines written between two copytruncates
                 self._follow_resumed(fd, ident, head, path, stream, 0, size)
                 return True
         self._follow(fd, ident, head, path, path, 0, size, active=True)

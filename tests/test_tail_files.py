@@ -503,6 +503,30 @@ def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, t
     _all_under(got, log, [*range(5), 100, 101, 102, 110, 111, 112])
 
 
+def test_two_copytruncates_while_down_count_under_the_stream(tmp_path: Path, tail: Tail) -> None:
+    """x.log copytruncated twice while logmetrics was down (x.log.1 shifted to x.log.2 between): the
+    older copy is read from the saved offset, the copy of the lines between the cuts whole, all under x.log."""
+    log, one, two = tmp_path / "x.log", tmp_path / "x.log.1", tmp_path / "x.log.2"
+    log.write_bytes(lines(0, 3))
+    first = tail(tmp_path, from_beginning=True)
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time() - 1.0  # before any write below, by the clock
+    first.close()
+    append(log, lines(3, 5))
+    for start in (100, 200):  # logrotate's copytruncate with a shift, twice
+        if one.exists():
+            one.rename(two)
+        shutil.copyfile(log, one)
+        with open(log, "r+b") as fh:
+            fh.truncate(0)
+        append(log, lines(start, start + 3))
+    second = tail(tmp_path)
+    second.resume(positions, saved_at)
+    got += drain(second)
+    _all_under(got, log, [*range(5), 100, 101, 102, 200, 201, 202])
+    assert second.stats.truncations[str(log)] == 1  # one cut seen, and one copy read from its start
+
+
 def test_bytes_cut_away_unread_with_no_copy_are_counted_lost(tmp_path: Path, tail: Tail) -> None:
     """A file truncated with a backlog it was known to hold and no copy found: the backlog is counted lost."""
     log = tmp_path / "x.log"
