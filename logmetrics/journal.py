@@ -46,6 +46,8 @@ SCHEMA = [*(f"CREATE TABLE IF NOT EXISTS {t} (key TEXT PRIMARY KEY, row TEXT NOT
           "sum REAL NOT NULL, count INTEGER NOT NULL)"]
 #: The files SQLite keeps beside the database while it is open (and after a crash).
 SIDE_FILES = ("-wal", "-shm")
+WAL_PAGES = 256  # pages written to the write-ahead log before it is copied into the database (SQLite: 1000)
+WAL_BYTES = 1 << 20  # the size the write-ahead log is cut back to after it was copied
 
 
 def is_journal(path: str) -> bool:
@@ -72,6 +74,10 @@ def _connect(path: str) -> sqlite3.Connection:
         con.execute("PRAGMA locking_mode=EXCLUSIVE")  # one process (the lock file says so): no -shm file
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
+        # The log is copied into the database every WAL_PAGES pages and cut back to WAL_BYTES after
+        # that: left alone, it keeps the size of its largest round, the whole store after a restart.
+        con.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        con.execute(f"PRAGMA journal_size_limit={WAL_BYTES}")
         for statement in SCHEMA:
             con.execute(statement)
     except BaseException:

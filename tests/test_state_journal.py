@@ -14,7 +14,7 @@ from pathlib import Path
 from logmetrics import state as st
 from logmetrics.engine import WEAK_HOLD_SECONDS, Engine
 from logmetrics.events import Event
-from logmetrics.journal import Delta, Journal
+from logmetrics.journal import WAL_BYTES, WAL_PAGES, Delta, Journal
 from logmetrics.plugins import discover
 from logmetrics.runner import CATCH_UP_SECONDS
 from logmetrics.sources import Chunk, Position
@@ -450,3 +450,19 @@ def test_what_was_written_while_down_is_served_whole_at_the_first_scrape(tmp_pat
         assert total(srv.samples(), "http_requests_total") == 200 + 40 * 25
     finally:
         assert srv.stop() == 0
+
+
+def test_the_write_ahead_log_stays_small_over_many_commits(tmp_path: Path) -> None:
+    """40,000 series committed whole, then changed round after round: the -wal file beside the
+    database is cut back after each copy into it, not left at the size of its largest round."""
+    path = tmp_path / "state.db"
+    j = Journal(str(path))
+    keys = [("llm_embeddings_total", ("x", f"/logs/{i}", "m")) for i in range(40_000)]
+    after: list[int] = []
+    for n in range(1, 41):
+        changed = keys if n == 1 else keys[(n * 1000) % 40_000:][:1000]
+        assert j.commit(delta(float(n), [(k, float(n)) for k in changed], []))
+        after.append(os.path.getsize(f"{path}-wal"))
+    j.close()
+    assert os.path.getsize(path) > 2 * WAL_BYTES  # the first, full commit alone is larger than the limit
+    assert max(after[1:]) <= WAL_BYTES + 2 * WAL_PAGES * 4096  # the limit, and a round past it at most
