@@ -76,6 +76,7 @@ class Placement:
     _unopened: dict[Ident, Position]
     _rotated: set[str]
     _rotated_lately: dict[str, float]
+    _cut_lately: dict[str, float]
     _resume: dict[Ident, Position]
     _resumed_inputs: list[str] | None
     _resumed_at: float | None
@@ -124,7 +125,7 @@ class Placement:
         except OSError as err:
             self._report(f.path, err)
             return False
-        self._rotated_lately[f.stream] = cut.since
+        self._cut_lately[f.stream] = cut.since
         self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
         claimed = False
         for known in self._known.values():
@@ -281,9 +282,15 @@ class Placement:
             self._follow_from(fd, ident, head, path, at if at <= size else 0, size)
         elif not self._from_beginning and not proven_new and mtime < self._started - OLD_MARGIN:
             self._follow_from(fd, ident, head, path, size, size)  # there at start, but not seen then
-        elif (owner := self._rotated_into(path) or self._copied_unread(path, proven_new)) is not None:
-            # its stream was rotated twice between two looks: this file came and went at its path unseen;
-            # or it is a copy of what its stream's file held before we read a byte of it
+        elif (owner := self._rotated_into(path)) is not None:
+            # its stream was rotated twice between two looks: this file came and went at its path
+            # unseen, a rotation not counted yet; or, its file cut, a copy of lines written between
+            # two copytruncates, a cut not counted yet
+            counts = self.stats.rotations if owner in self._rotated_lately else self.stats.truncations
+            counts[owner] = counts.get(owner, 0) + 1
+            self._follow(fd, ident, head, path, owner, 0, size)
+        elif (owner := self._copied_unread(path, proven_new)) is not None:
+            # a copy of what its stream's file held before we read a byte of it
             self._follow(fd, ident, head, path, owner, 0, size)
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
@@ -320,7 +327,10 @@ class Placement:
         None (a file of its own)."""
         for stream in originals(path):
             ident = self._active.get(stream)
-            if stream in self._rotated_lately or (ident is not None and _ident_at(stream) != ident):
+            if stream in self._rotated_lately or stream in self._cut_lately or (
+                    ident is not None and _ident_at(stream) != ident):
+                if ident is not None and _ident_at(stream) != ident:
+                    self._rotated_lately[stream] = time.monotonic()  # its file moved away unseen
                 return stream
         return None
 
@@ -377,8 +387,10 @@ class Placement:
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
         for stream in originals(path):
             if stream in at_path and (_ident_at(stream) != at_path[stream] or at_path[stream] not in self._whole):
-                # written at the stream's path and rotated away while we were down; or, its file cut
-                # while we were down, a copy of lines written between two copytruncates
+                # written at the stream's path and rotated away while we were down (a rotation); or,
+                # its file cut while we were down, a copy of lines written between two copytruncates
+                counts = self.stats.rotations if _ident_at(stream) != at_path[stream] else self.stats.truncations
+                counts[stream] = counts.get(stream, 0) + 1
                 self._follow_resumed(fd, ident, head, path, stream, 0, size)
                 return True
         self._follow(fd, ident, head, path, path, 0, size, active=True)

@@ -226,7 +226,8 @@ class FileTailer(Placement):
         self._active: dict[str, Ident] = {}  # stream -> the file now at its path
         self._known: dict[Ident, Known] = {}
         self._cuts: list[Cut] = []  # files found cut lately: a copy of one may show up a few polls later
-        self._rotated_lately: dict[str, float] = {}  # streams whose file was replaced or cut lately: when (monotonic)
+        self._rotated_lately: dict[str, float] = {}  # streams whose file was replaced lately: when (monotonic)
+        self._cut_lately: dict[str, float] = {}  # streams whose file was cut lately: when (monotonic)
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
         self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
         self._unopened: dict[Ident, Position] = {}  # found, waiting for a descriptor: where they will be read from
@@ -357,6 +358,7 @@ class FileTailer(Placement):
                 self._lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
         self._cuts = cuts = [c for c in self._cuts if now - c.since < self._copy_wait]
         self._rotated_lately = {s: at for s, at in self._rotated_lately.items() if now - at < self._copy_wait}
+        self._cut_lately = {s: at for s, at in self._cut_lately.items() if now - at < self._copy_wait}
         if changed is not None:
             files = [self._files[ident] for ident in changed]
             if not any([self._check_cut(f, cuts) for f in files]):  # (a list: every file is checked)

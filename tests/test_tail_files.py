@@ -485,6 +485,7 @@ def test_a_file_rotated_out_unseen_counts_under_its_stream(tmp_path: Path, tail:
     _shift_twice(log, 100)
     got += drain(t)
     _all_under(got, log, [*range(5), 100, 101, 102, 110, 111, 112])
+    assert t.stats.rotations[str(log)] == 2  # the file never seen at x.log counts as a rotation too
 
 
 def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
@@ -501,6 +502,7 @@ def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, t
     second.resume(positions, saved_at)
     got += drain(second)
     _all_under(got, log, [*range(5), 100, 101, 102, 110, 111, 112])
+    assert second.stats.rotations[str(log)] == 2
 
 
 def test_two_copytruncates_while_down_count_under_the_stream(tmp_path: Path, tail: Tail) -> None:
@@ -524,7 +526,7 @@ def test_two_copytruncates_while_down_count_under_the_stream(tmp_path: Path, tai
     second.resume(positions, saved_at)
     got += drain(second)
     _all_under(got, log, [*range(5), 100, 101, 102, 200, 201, 202])
-    assert second.stats.truncations[str(log)] == 1  # one cut seen, and one copy read from its start
+    assert second.stats.truncations[str(log)] == 2  # one cut seen, and the copy made between the cuts
 
 
 def test_bytes_cut_away_unread_with_no_copy_are_counted_lost(tmp_path: Path, tail: Tail) -> None:
@@ -791,6 +793,7 @@ def test_two_copytruncates_between_two_looks_count_under_the_stream(tmp_path: Pa
         append(log, more)
     got += drain(t)
     _all_under(got, log, [*range(11), 100])
+    assert t.stats.truncations[str(log)] == 2  # the cut never seen counts too
 
 
 def test_a_copy_of_a_new_file_found_a_look_after_its_rotation_counts_under_the_stream(
