@@ -44,6 +44,10 @@ def _stream(item: Cut | TailFile | Position) -> str:
     return item.stream
 
 
+def _seq(f: TailFile) -> int:
+    return f.seq
+
+
 def _was_cut(f: TailFile) -> bool:
     """Whether an open file's content was cut (or replaced) since it was read: shorter than what
     was read, or not starting with its head any more."""
@@ -77,6 +81,7 @@ class Placement:
     _rotated: set[str]
     _rotated_lately: dict[str, float]
     _cut_lately: dict[str, float]
+    _name_index: dict[str, list[TailFile]] | None
     _resume: dict[Ident, Position]
     _resumed_inputs: list[str] | None
     _resumed_at: float | None
@@ -255,9 +260,8 @@ class Placement:
                     cuts.remove(cut)
                     self._follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size, pending=cut.pending)
                     return
-            for f in nearest_first(path, list(self._files.values()), _stream):
-                if not copy_name(path, f.stream):  # no size test: the original may be longer now than
-                    continue  # at its last look, or cut (the content decides)
+            for f in self._named_originals(path):  # no size test: the original may be longer now
+                # than at its last look, or cut (the content decides)
                 if f.draining or _ident_at(f.stream) != f.ident:
                     # A drained copy is no original, but the stream's own file is, just rotated: cut,
                     # then renamed or deleted before this look (its cut shows at the next one). Not cut,
@@ -294,6 +298,22 @@ class Placement:
             self._follow(fd, ident, head, path, owner, 0, size)
         else:
             self._follow(fd, ident, head, path, path, 0, size, active=True)
+
+    def _named_originals(self, path: str) -> list[TailFile]:
+        """The followed files of the streams that ``path`` is named like a rotated copy of, those in
+        its directory first, in the order they were followed: looked up by name in an index made
+        once a listing (each new file would compare its name with every followed one's otherwise)."""
+        names = {os.path.basename(o) for o in originals(path)}
+        if not names:
+            return []
+        index = self._name_index
+        if index is None:
+            index = self._name_index = {}
+            for f in self._files.values():
+                index.setdefault(os.path.basename(f.stream), []).append(f)
+        found = [f for name in names for f in index.get(name, ()) if self._files.get(f.ident) is f]
+        found.sort(key=_seq)
+        return nearest_first(path, found, _stream)
 
     def _unread(self, path: str, ident: Ident, size: int, mtime: float, proven_new: bool) -> Position:
         """The position a new file waiting for a descriptor will be read from, for the state: a crash
@@ -494,6 +514,8 @@ class Placement:
         f.cutter.skipping = skip
         f.cutter.pending += pending
         self._files[ident] = f
+        if self._name_index is not None:
+            self._name_index.setdefault(os.path.basename(stream), []).append(f)
         f.own = active
         real = os.path.realpath(path)
         if real != os.path.abspath(path):  # reached through a symlink

@@ -228,6 +228,7 @@ class FileTailer(Placement):
         self._cuts: list[Cut] = []  # files found cut lately: a copy of one may show up a few polls later
         self._rotated_lately: dict[str, float] = {}  # streams whose file was replaced lately: when (monotonic)
         self._cut_lately: dict[str, float] = {}  # streams whose file was cut lately: when (monotonic)
+        self._name_index: dict[str, list[TailFile]] | None = None  # followed files by stream name, in a listing
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
         self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
         self._unopened: dict[Ident, Position] = {}  # found, waiting for a descriptor: where they will be read from
@@ -455,6 +456,7 @@ class FileTailer(Placement):
         self._walk_incomplete = False
         self._rotated.clear()
         self._index = {}
+        self._name_index = None  # made again at its first use in this listing
         listed = discover(self._paths, self._walk_error)
         if self._first and self._resumed_at is not None:
             self._whole = self._saved_still_whole(listed)
