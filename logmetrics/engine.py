@@ -169,6 +169,11 @@ class Engine:
             if parser is not None and type(parser).tick is not Parser.tick and self._tick(stream, parser, now):
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
 
+    def due(self) -> float | None:
+        """When (monotonic) the first held-back record is due to count, if one is held."""
+        fed = [s.fed_at for s in self.streams.values() if s.assembler.pending]
+        return min(fed) + self.hold - IDLE_SLACK if fed else None
+
     def holding(self) -> bool:
         """Whether a routed stream holds back a record that ``idle()`` will let out once it is quiet."""
         return any(s.assembler.pending and s.routed for s in self.streams.values())

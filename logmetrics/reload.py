@@ -16,7 +16,6 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from logmetrics.engine import HOLD_SECONDS
 from logmetrics.errors import UserError
 from logmetrics.procs import ProcessWatcher
 from logmetrics.sources import FileTailer, SourceError
@@ -78,7 +77,6 @@ def reload(runner: Runner) -> None:
     for stream in dropped:
         runner.engine.vanished(stream)  # what it held back counts now; its counters stay
     runner.engine.set_inputs(new.inputs)
-    runner.engine.hold = max(HOLD_SECONDS, new.poll_interval)
     if runner.tailer is not None:
         runner.tailer.rescan_interval = new.rescan_interval
     runner.store.limits = {**LABEL_LIMITS, **dict(new.label_limits)}

@@ -446,9 +446,13 @@ class Runner:
                 for chunk in self.stdin.flush():
                     self.engine.feed(chunk)
                 self.engine.finish(self.stdin.stream)  # the files go on
+            self.engine.hold = self.hold()
             self.engine.idle()
             self.save_state()
-            if self.waker.wait(self.opts.poll_interval) and not (self.tailer is not None and self.tailer.urgent()):
+            timeout = self.opts.poll_interval
+            if (due := self.engine.due()) is not None:  # a held-back record counts when due, not at the
+                timeout = min(timeout, max(0.0, due - time.monotonic()))  # next poll interval
+            if self.waker.wait(timeout) and not (self.tailer is not None and self.tailer.urgent()):
                 # Woken by a write: let the writes of the next moments gather (the kernel merges
                 # their events), so that a busy file costs one pass per COALESCE_SECONDS, not one
                 # per write; and longer when many files are written to at once (up to the poll
@@ -460,6 +464,13 @@ class Runner:
                     self.waker.wait(rest, events=False)
         self.poll()  # what was written up to the stop, a file deleted since the last poll included:
         self.save_state()  # after a restart nothing would lead to it
+
+    def hold(self) -> float:
+        """How long a stream's last record is held back: until a read would have come, that is at
+        once with inotify naming every change, else a poll interval."""
+        if self.tailer is None or self.tailer.event_driven():
+            return HOLD_SECONDS
+        return max(HOLD_SECONDS, self.opts.poll_interval)
 
     def close(self) -> None:
         """Release files and threads."""

@@ -372,6 +372,11 @@ class FileTailer(Placement):
         self._after_full(asked)
         return self._read_all(None)
 
+    def event_driven(self) -> bool:
+        """Whether the file system names every change of every followed file (inotify covers them all)."""
+        w = self._watcher
+        return w is not None and w.names_changes and not self._uncovered
+
     def urgent(self) -> bool:
         """Whether the file system reported more than writes since the last poll (a file created,
         renamed or deleted): then the next poll should not wait for writes to gather."""

@@ -195,3 +195,21 @@ def test_process_rule_serves_cpu_and_memory_until_the_process_exits(tmp_path: Pa
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait(timeout=10)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+def test_the_last_line_counts_soon_with_a_long_poll_interval(tmp_path: Path) -> None:
+    """With inotify naming every change, a file's last line (held back in case more of its record
+    comes) counts a moment after it was written, not a --poll-interval (20 s here) later."""
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    srv = Server(str(tmp_path), "--poll-interval", "20", "--rescan-interval", "20", "--parser", "vllm")
+    try:
+        srv.wait_for(lambda s: total(s, "logmetrics_open_files") == 1)
+        time.sleep(0.5)  # the first passes are over: what comes now wakes the loop by its event alone
+        start = time.monotonic()
+        append(log, access_line(1))
+        srv.wait_for(lambda s: total(s, "http_requests_total") == 1, timeout=15.0)
+        assert time.monotonic() - start < 10.0
+    finally:
+        assert srv.stop() == 0
