@@ -183,24 +183,14 @@ def _boundary(data: bytes, clock: LogClock, lo: int, hi: int, cur: int, step: fl
 def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None = None) -> Result:
     """Backfill: read, write the OpenMetrics text into ``opts.out``, and (unless asked not to)
     create the TSDB blocks there."""
-    files = discover(opts.paths, lambda exc: log.warning("%s", exc))
-    if not files:
-        raise UserError(f"no log file found in {', '.join(opts.paths)}")
-    os.makedirs(opts.out, exist_ok=True)
     store = Store()
     store.limits.update(opts.label_limits)
     stats = SourceStats()
+    files, merged = log_groups(opts.paths, opts.step, opts.tz, stats)
+    os.makedirs(opts.out, exist_ok=True)
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
-    streams: list[Iterator[Group]] = []
-    for number, path in enumerate(files):
-        try:
-            st = os.stat(path)
-        except OSError as exc:
-            raise UserError(f"{path}: {exc.strerror}") from exc
-        stats.lag_bytes[path] = st.st_size
-        streams.append(groups(path, number, opts.step, LogClock(st.st_mtime, opts.tz), stats))
     bar = _Bar(progress, stats) if progress is not None else None
     writer = OpenMetricsWriter(store, opts.out)
     text = os.path.join(opts.out, TEXT_NAME)
@@ -223,7 +213,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
         return max(last + 1 - first, 0)
 
     try:
-        for k, _n, _seq, data, t in heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2])):
+        for k, _n, _seq, data, t in merged:
             if cur is not None and k > cur:
                 if k - cur > GAP_STEPS:
                     _gap(cur, k, step, files[_n])
@@ -257,6 +247,24 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
             os.unlink(text)
     lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
     return Result(len(files), int(lines), steps, writer.samples, first_t, last_t, text)
+
+
+def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None,
+               stats: SourceStats) -> tuple[list[str], Iterator[Group]]:
+    """The log files under ``paths``, and the groups of all of them merged in log time (by step,
+    then file, then file order); raises UserError if there is none or one cannot be read."""
+    files = discover(paths, lambda exc: log.warning("%s", exc))
+    if not files:
+        raise UserError(f"no log file found in {', '.join(paths)}")
+    streams: list[Iterator[Group]] = []
+    for number, path in enumerate(files):
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise UserError(f"{path}: {exc.strerror}") from exc
+        stats.lag_bytes[path] = st.st_size
+        streams.append(groups(path, number, step, LogClock(st.st_mtime, tz), stats))
+    return files, heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2]))
 
 
 def _gap(cur: int, k: int, step: float, path: str) -> None:

@@ -1,4 +1,4 @@
-"""The command line: ``logmetrics watch | check | parsers | metrics | backfill``."""
+"""The command line: ``logmetrics watch | check | parsers | metrics | backfill | report``."""
 
 from __future__ import annotations
 
@@ -388,5 +388,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 from logmetrics.backfillcli import backfill  # noqa: E402  # defined apart; it uses the helpers above
+from logmetrics.reportcli import report  # noqa: E402  # likewise
 
 cli.add_command(backfill)
+cli.add_command(report)

@@ -169,6 +169,14 @@ class Engine:
             if parser is not None and type(parser).tick is not Parser.tick and self._tick(stream, parser, now):
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
 
+    def flush_held(self) -> None:
+        """Let every held-back record count now (``report``: at the end of each second of log time,
+        so that a record counts at its own time, not at the next line's)."""
+        for key, stream in self.streams.items():
+            if stream.assembler.pending:
+                self._records(stream, *stream.assembler.flush())
+                self._changed.add(key)
+
     def due(self) -> float | None:
         """When (monotonic) the first held-back record is due to count, if one is held."""
         fed = [s.fed_at for s in self.streams.values() if s.assembler.pending]

@@ -1,0 +1,218 @@
+"""How ``logmetrics report`` shows its figures: a table on the terminal (``rich``), JSON for
+scripts, or a self-contained HTML page with charts (``pygal``'s SVG, inline: no script, no
+network), to attach to a bug report. The libraries are imported here only, never by ``watch``."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Callable
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from logmetrics import __version__
+from logmetrics.report import LATENCIES, PERCENTILES, Collected, Figures, bucket_for, percentile, summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+Clock = Callable[[float | None], str]
+
+
+def clock(tz: tzinfo | None, iso: bool = False) -> Clock:
+    """Times in ``tz`` (None: the machine's zone), "-" for none: ISO 8601, or for a person (the
+    zone said once, by ``zone``)."""
+    def when(t: float | None) -> str:
+        if t is None:
+            return "-"
+        dt = datetime.fromtimestamp(t, tz).astimezone(tz)
+        return dt.isoformat(timespec="seconds") if iso else dt.strftime("%Y-%m-%d %H:%M:%S")
+    return when
+
+
+def zone(c: Collected, tz: tzinfo | None) -> str:
+    """The name of the zone the times are shown in (at the log's start)."""
+    at = c.first if c.first is not None else 0.0
+    return datetime.fromtimestamp(at, tz).astimezone(tz).strftime("%Z (UTC%z)")
+
+
+def _num(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:
+            return f"{int(v):,}"
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
+    return str(v)
+
+
+def _secs(v: float) -> str:
+    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.3f} s"
+
+
+def rows(s: dict[str, Any], when: Clock) -> list[tuple[str, str]]:
+    """The figures of one backend and model as (label, text) rows, the ones it has."""
+    out = [("log time", f"{when(s['first'])} to {when(s['last'])}")]
+    if s["requests_by_outcome"]:
+        out.append(("requests", ", ".join(f"{k} {_num(v)}" for k, v in s["requests_by_outcome"].items())
+                    + f" (total {_num(s['requests'])})"))
+    if s["http_requests_by_status"]:
+        out.append(("HTTP requests", ", ".join(f"{k} {_num(v)}" for k, v in s["http_requests_by_status"].items())))
+    for key, label in (("prompt_tokens", "prompt tokens"), ("generation_tokens", "generation tokens"),
+                       ("cached_prompt_tokens", "cached prompt tokens"),
+                       ("generation_tokens_per_second", "generation tokens/s (mean)")):
+        if s[key] is not None:
+            out.append((label, _num(s[key])))
+    for name, q in s["latency_seconds"].items():
+        text = ", ".join(f"p{round(p * 100)} {_secs(q[f'p{round(p * 100)}'])}" for p in PERCENTILES)
+        out.append((name.removesuffix("_seconds").replace("_", " "), f"{text} ({q['count']:,} requests)"))
+    for e in s["errors"]:
+        out.append((f"errors: {e['type']}", f"{_num(e['count'])}, first {when(e['first'])}, last {when(e['last'])}"))
+    if s["restarts"]:
+        out.append(("restarts", f"{s['restarts']}: " + ", ".join(when(t) for t in s["restart_times"][:5])
+                    + (" ..." if s["restarts"] > 5 else "")))
+    if s["busiest_minute"] is not None:
+        b = s["busiest_minute"]
+        out.append(("busiest minute", f"{when(b['start'])}: {_num(b['requests'])} requests"))
+    return out
+
+
+def _title(s: dict[str, Any]) -> str:
+    return f"{s['backend']}, model {s['model']}" if s["model"] else f"{s['backend']} (no model named)"
+
+
+def table(c: Collected, tz: tzinfo | None, console: Console | None = None) -> None:
+    """Print the report as tables on the terminal (plain text when the output is not one)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    when = clock(tz)
+    console.print(f"{len(c.files)} file(s), {c.lines:,} lines, log time {when(c.first)} to {when(c.last)}, "
+                  f"times in {zone(c, tz)}")
+    if not c.figures:
+        console.print("No backend's lines were recognised in these files (logmetrics check FILE says why).")
+    for fig in c.figures:
+        s = summary(fig)
+        t = Table(title=_title(s), title_justify="left", show_header=False, expand=False)
+        t.add_column("figure", style="bold")
+        t.add_column("value", overflow="fold")
+        for label, text in rows(s, when):
+            t.add_row(label, text)
+        console.print(t)
+
+
+def as_json(c: Collected, tz: tzinfo | None) -> str:
+    """The report as JSON: times as ISO 8601 strings (in ``tz``) and as Unix seconds."""
+    when = clock(tz, iso=True)
+    backends = []
+    for fig in c.figures:
+        s = summary(fig)
+        for key in ("first", "last"):
+            s[f"{key}_time"] = when(s[key])
+        for e in s["errors"]:
+            e["first_time"], e["last_time"] = when(e["first"]), when(e["last"])
+        if s["busiest_minute"] is not None:
+            s["busiest_minute"]["start_time"] = when(s["busiest_minute"]["start"])
+        backends.append(s)
+    return json.dumps({"version": __version__, "files": c.files, "lines": c.lines, "first": c.first, "last": c.last,
+                       "first_time": when(c.first), "last_time": when(c.last), "backends": backends}, indent=2)
+
+
+def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float]]]:
+    """Chart lines of one backend and model, per ``width`` seconds of log time: tokens/s, requests
+    and errors in each bucket, and latency percentiles of the requests finished in it."""
+    sums: dict[str, dict[int, float]] = {}
+    obs: dict[int, list[float]] = {}
+    for t, name, v in fig.timeline:
+        k = int(t // width)
+        if name == LATENCIES[0]:
+            obs.setdefault(k, []).append(v)
+        elif name in ("generation", "prompt", "requests", "http", "errors"):
+            sums.setdefault(name, {})[k] = sums.get(name, {}).get(k, 0.0) + v
+    first, last = int(fig.first // width), int(fig.last // width)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, label, scale in (("generation", "generation tokens/s", 1 / width),
+                               ("prompt", "prompt tokens/s", 1 / width),
+                               ("requests", "requests", 1.0), ("http", "HTTP requests", 1.0),
+                               ("errors", "errors", 1.0)):
+        if name in sums:
+            out[label] = [(float(k * width), sums[name].get(k, 0.0) * scale) for k in range(first, last + 1)]
+    for p in PERCENTILES:
+        points = [(float(k * width), percentile(sorted(v), p)) for k, v in sorted(obs.items())]
+        if points:
+            out[f"request duration p{round(p * 100)} (s)"] = points
+    return out
+
+
+def _span(seconds: int) -> str:
+    """A bucket's width for a person: 1 s, 5 min, 1 h, 1 day."""
+    for unit, n in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{seconds // n} {unit}" if seconds != 86400 else "day"
+    return f"{seconds} s"
+
+
+def _chart(title: str, lines: dict[str, list[tuple[float, float]]], tz: tzinfo | None) -> str:
+    import pygal
+    from pygal.style import CleanStyle
+
+    chart = pygal.DateTimeLine(title=title, style=CleanStyle, js=[], disable_xml_declaration=True, width=900,
+                               height=320, x_label_rotation=30, show_dots=False, fill=False, legend_at_bottom=True,
+                               x_value_formatter=lambda dt: dt.astimezone(tz).strftime("%m-%d %H:%M:%S"),
+                               truncate_legend=-1)
+    for label, points in lines.items():
+        chart.add(label, [(datetime.fromtimestamp(t, tz), v) for t, v in points])
+    return str(chart.render(is_unicode=True))
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 960px; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
+td {{ border-bottom: 1px solid #ddd; padding: 0.25em 1em 0.25em 0; vertical-align: top; }}
+td:first-child {{ font-weight: 600; white-space: nowrap; }}
+h2 {{ margin-top: 2em; border-bottom: 2px solid #888; }} figure {{ margin: 0 0 1em; }}
+.small {{ color: #666; font-size: 0.9em; }}
+</style></head><body>
+<h1>{title}</h1>
+<p class="small">{intro}</p>
+{body}
+<p class="small">Made by logmetrics {version} (logmetrics report --format html). Latency percentiles are
+nearest-rank over the values the log states; tokens where the backend logs only throughput are
+integrated from it, as on /metrics.</p>
+</body></html>
+"""
+
+
+def as_html(c: Collected, tz: tzinfo | None) -> str:
+    """The report as one self-contained HTML page: per backend and model, its figures and its charts."""
+    when = clock(tz)
+    esc = html.escape
+    parts: list[str] = []
+    for fig in c.figures:
+        s = summary(fig)
+        parts.append(f"<h2>{esc(_title(s))}</h2>\n<table>")
+        parts += [f"<tr><td>{esc(label)}</td><td>{esc(text)}</td></tr>" for label, text in rows(s, when)]
+        parts.append("</table>")
+        width = bucket_for(fig.last - fig.first)
+        lines = series(fig, width)
+        groups = (("tokens/s", [k for k in lines if k.endswith("tokens/s")]),
+                  ("requests and errors", [k for k in lines if k in ("requests", "HTTP requests", "errors")]),
+                  ("request duration", [k for k in lines if k.startswith("request duration")]))
+        for name, keys in groups:
+            if keys and any(len(lines[k]) > 1 for k in keys):
+                title = f"{_title(s)}: {name}, per {_span(width)} of log time"
+                parts.append(f"<figure>{_chart(title, {k: lines[k] for k in keys}, tz)}</figure>")
+    if not c.figures:
+        parts.append("<p>No backend's lines were recognised in these files (<code>logmetrics check FILE</code> "
+                     "says why).</p>")
+    names = ", ".join(c.files[:5]) + (f" and {len(c.files) - 5} more" if len(c.files) > 5 else "")
+    short = ", ".join(os.path.basename(f) for f in c.files[:3]) + (
+        f" and {len(c.files) - 3} more" if len(c.files) > 3 else "")
+    intro = (f"{len(c.files)} file(s) ({names}), {c.lines:,} lines, log time {when(c.first)} to {when(c.last)}, "
+             f"times in {zone(c, tz)}.")
+    return PAGE.format(title=esc(f"logmetrics report: {short}"), intro=esc(intro), body="\n".join(parts),
+                       version=esc(__version__))

@@ -1,0 +1,180 @@
+"""'logmetrics report': figures counted by hand in three samples, agreement with 'watch --oneshot'
+on every sample, the table and the HTML page, and the page rendered by a real Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logmetrics.plugins import discover
+from logmetrics.report import Options, collect, summary
+from tests.helpers import Samples, parse
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+
+
+def report(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run 'logmetrics report ARGS' (times in UTC); fails the test if it fails."""
+    done = subprocess.run([sys.executable, "-m", "logmetrics", "report", "--timezone", "UTC", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def as_json(*paths: Path) -> dict[str, Any]:
+    """The JSON report of ``paths``."""
+    return json.loads(report("--format", "json", *map(str, paths)).stdout)  # type: ignore[no-any-return]
+
+
+def by_model(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(b["backend"], b["model"]): b for b in data["backends"]}
+
+
+def test_vllm_exact_tokens_counted_by_hand() -> None:
+    """vllm/exact-tokens.log: 4 requests (3 finished, 1 aborted), 12+9+7+4 prompt token ids,
+    3+4+5 output token ids, durations 1 s, 2 s and 4 s, 3 access lines, one start-up."""
+    data = as_json(SAMPLES / "vllm" / "exact-tokens.log")
+    assert (data["lines"], data["first_time"], data["last_time"]) == (
+        27, "2026-09-15T10:00:00+00:00", "2026-09-15T10:00:30+00:00")
+    got = by_model(data)
+    qwen = got[("vllm", "qwen2.5-7b")]
+    assert qwen["requests_by_outcome"] == {"ok": 3, "aborted": 1}
+    assert (qwen["prompt_tokens"], qwen["generation_tokens"]) == (32, 12)
+    assert qwen["latency_seconds"]["request_duration_seconds"] == {"count": 3, "p50": 2.0, "p95": 4.0, "p99": 4.0}
+    assert qwen["errors"] == []
+    assert qwen["busiest_minute"]["start_time"] == "2026-09-15T10:00:00+00:00"
+    assert qwen["busiest_minute"]["requests"] == 4
+    server = got[("vllm", "")]
+    assert server["http_requests_by_status"] == {"2xx": 3}
+    assert server["restarts"] == 1 and server["restart_times"] == [1789466400.0]
+
+
+def test_llamacpp_era_c_counted_by_hand() -> None:
+    """llamacpp/server-era-c.log: tasks 1 and 2 finish (1150 ms and 500 ms, first tokens after
+    150 and 200 ms, 50 and 100 ms per token), task 0 fails on its context size at 02:06:54;
+    prompt 30+50+10, generated 20+3, 12 tokens reused from the cache, two requests served."""
+    got = by_model(as_json(SAMPLES / "llamacpp" / "server-era-c.log"))
+    phi = got[("llamacpp", "phi-3-mini-4k-instruct-q4")]
+    assert phi["requests_by_outcome"] == {"ok": 2, "error": 1}
+    assert (phi["prompt_tokens"], phi["generation_tokens"], phi["cached_prompt_tokens"]) == (90, 23, 12)
+    lat = phi["latency_seconds"]
+    assert lat["request_duration_seconds"] == {"count": 2, "p50": 0.5, "p95": 1.15, "p99": 1.15}
+    assert lat["time_to_first_token_seconds"] == {"count": 2, "p50": 0.15, "p95": 0.2, "p99": 0.2}
+    assert lat["time_per_output_token_seconds"] == {"count": 2, "p50": 0.05, "p95": 0.1, "p99": 0.1}
+    assert [(e["type"], e["count"], e["first_time"]) for e in phi["errors"]] == [
+        ("context_overflow", 1, "2024-08-13T02:06:54+00:00")]
+    assert got[("llamacpp", "")]["http_requests_by_status"] == {"2xx": 2}
+
+
+def test_text_embeddings_1x_counted_by_hand() -> None:
+    """embeddings/tei-1.x.log: 4 successes (one with a total time of nan, left out of the
+    percentiles: 25.431 ms, 80.5 ms, 1.502113 s), 3 errors (two refused inputs, one overload), all
+    seven in the minute from 08:01."""
+    data = as_json(SAMPLES / "embeddings" / "tei-1.x.log")
+    assert (data["first_time"], data["last_time"]) == ("2025-03-04T08:00:00+00:00", "2025-03-04T08:02:00+00:00")
+    bge = by_model(data)[("embeddings", "bge-base-en")]
+    assert bge["requests_by_outcome"] == {"ok": 4, "error": 3}
+    assert bge["latency_seconds"]["request_duration_seconds"] == {
+        "count": 3, "p50": 0.0805, "p95": 1.502113, "p99": 1.502113}
+    assert {e["type"]: e["count"] for e in bge["errors"]} == {"validation": 2, "overloaded": 1}
+    assert bge["busiest_minute"] == {"start": 1741075260, "requests": 7, "start_time": "2025-03-04T08:01:00+00:00"}
+
+
+def _sums(samples: Samples, name: str, key: Callable[[dict[str, str]], str]) -> dict[tuple[str, str, str], float]:
+    """The values of the ``name`` series summed by backend, model and ``key`` of their labels (zeros left out)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for (sample, pairs), value in samples.items():
+        if sample == name and value:
+            labels = dict(pairs)
+            k = (labels["backend"], labels.get("model", ""), key(labels))
+            out[k] = out.get(k, 0.0) + value
+    return out
+
+
+@pytest.mark.parametrize("log", sorted(SAMPLES.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_report_adds_up_to_what_watch_serves(log: Path) -> None:
+    """On every sample the report's requests, tokens and errors are the sums of the series that
+    'watch --oneshot' serves for it (its golden file)."""
+    golden = parse(log.with_suffix(".expected.prom").read_text())
+    want = {**_sums(golden, "llm_requests_total", lambda labels: "outcome " + labels["outcome"]),
+            **_sums(golden, "llm_prompt_tokens_total", lambda _: "prompt"),
+            **_sums(golden, "llm_generation_tokens_total", lambda _: "generation"),
+            **_sums(golden, "backend_errors_total", lambda labels: "error " + labels["error_type"]),
+            **_sums(golden, "http_requests_total", lambda labels: "http " + labels["code"][0] + "xx")}
+    got: dict[tuple[str, str, str], float] = {}
+    collected = collect(Options(paths=(str(log),), tz=UTC), discover())
+    for b in (summary(f) for f in collected.figures):
+        k = (b["backend"], b["model"])
+        got.update({(*k, f"outcome {o}"): v for o, v in b["requests_by_outcome"].items()})
+        got.update({(*k, f"http {c}"): v for c, v in b["http_requests_by_status"].items()})
+        got.update({(*k, f"error {e['type']}"): e["count"] for e in b["errors"]})
+        for what in ("prompt", "generation"):
+            if b[f"{what}_tokens"] is not None:
+                got[(*k, what)] = b[f"{what}_tokens"]
+    assert got == pytest.approx(want)
+
+
+def test_the_table_and_the_page(tmp_path: Path) -> None:
+    """The table names each backend and model with its figures; the HTML page, written whole to
+    --output, holds the same figures and its charts inline (nothing fetched)."""
+    log = SAMPLES / "llamacpp" / "server-era-c.log"
+    table = report(str(log)).stdout
+    assert "llamacpp, model phi-3-mini-4k-instruct-q4" in table
+    assert "error 1, ok 2 (total 3)" in table and "p50 500.0 ms, p95 1.150 s" in table
+    page = tmp_path / "report.html"
+    done = report("--format", "html", "-o", str(page), str(log))
+    assert "written to" in done.stderr and done.stdout == ""
+    text = page.read_text()
+    assert text.count("<svg") >= 3 and "context_overflow" in text and "p50 150.0 ms" in text
+    assert "<script src" not in text and 'src="http' not in text and 'href="http' not in text
+
+
+def test_a_log_no_parser_knows(tmp_path: Path) -> None:
+    """A file of lines no parser recognises gives a report that says so, with no figures."""
+    log = tmp_path / "notes.log"
+    log.write_text("hello\nworld\n")
+    assert "No backend's lines were recognised" in report(str(log)).stdout
+    assert as_json(log)["backends"] == []
+
+
+def _browser() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _colored_pixels(png: Path) -> int:
+    """Pixels of a saturated colour (the charts' lines and legend; the text is black and grey)."""
+    from PIL import Image
+
+    with Image.open(png) as img:
+        saturation = img.convert("RGB").convert("HSV").getchannel("S").histogram()
+    return sum(saturation[100:])
+
+
+@pytest.mark.skipif(_browser() is None, reason="chromium is not installed (scripts/test installs it)")
+def test_the_page_in_a_real_browser_shows_its_charts(tmp_path: Path) -> None:
+    """Headless Chromium renders the page of a vLLM and a llama.cpp log: the screenshot holds the
+    charts' coloured lines; the page of a log with no figures holds none."""
+    browser = _browser()
+    assert browser is not None
+    shots = {}
+    for name, logs in (("charts", [SAMPLES / "vllm" / "v1-0.10.log", SAMPLES / "llamacpp" / "server-era-c.log"]),
+                       ("empty", [tmp_path / "notes.log"])):
+        (tmp_path / "notes.log").write_text("hello\n")
+        page = tmp_path / f"{name}.html"
+        report("--format", "html", "-o", str(page), *map(str, logs))
+        shot = tmp_path / f"{name}.png"
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--window-size=1000,3000", f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, timeout=120, check=True)
+        shots[name] = _colored_pixels(shot)
+    assert shots["charts"] > 2000, shots
+    assert shots["empty"] < 100, shots
