@@ -3,9 +3,9 @@
 A process belongs to the first backend whose rule matches its full command line (its arguments
 joined by spaces): the operator's ``--process BACKEND=PATTERN`` rules first, in the order given,
 then the parsers' own ``process_names`` (substrings), by parser name. logmetrics' own process is
-never counted. A scan reads only each process's command line; CPU times and memory are read for
-the processes that matched, and a scan runs at most every ``min_interval`` seconds, however often
-Prometheus scrapes.
+never counted. A scan lists the processes and reads the command line of those it has not seen in
+the last 30 seconds; CPU times and memory are read for the processes that matched, and a scan runs at
+most every ``min_interval`` seconds, however often Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
 Sample = tuple[str, tuple[str, ...], float]
+OTHERS_KEEP = 30.0  # seconds a process found to be no backend's is not looked at again (one that execs a
+# backend after a wrapper script ran under its pid is found within that)
 #: ``--process BACKEND=PATTERN``: the backend label value and the compiled pattern.
 ProcessRule = tuple[str, re.Pattern[str]]
 
@@ -52,6 +54,8 @@ class ProcessWatcher:
         # (pid, start time) -> backend, CPU seconds last seen; the start time tells a reused pid apart
         self._alive: dict[tuple[int, float], tuple[str, float]] = {}
         self._gone: dict[str, float] = {}  # CPU seconds of a backend's processes that have exited
+        self._others: set[int] = set()  # pids whose command line matched no rule, lately
+        self._others_at = -1e9
 
     def backend_of(self, cmdline: Sequence[str]) -> str | None:
         """The backend a command line counts for: the first rule that matches it, or None."""
@@ -99,14 +103,24 @@ class ProcessWatcher:
         rss: dict[str, float] = {}
         alive: dict[tuple[int, float], tuple[str, float]] = {}
         me = os.getpid()
-        for proc in psutil.process_iter(["cmdline"]):  # the command line only: most processes stop here
-            backend = self.backend_of(proc.info.get("cmdline") or ()) if proc.pid != me else None
-            if backend is None:
-                continue
+        now = time.monotonic()
+        pids = psutil.pids()
+        if now - self._others_at >= OTHERS_KEEP:  # looked at again now and then: a pid reused, or a
+            self._others, self._others_at = set(), now  # command line rewritten, is found within that
+        else:
+            self._others.intersection_update(pids)
+        for pid in pids:
+            if pid == me or pid in self._others:
+                continue  # known to be no backend's: not read again (most processes stop here)
             try:
+                proc = psutil.Process(pid)
+                backend = self.backend_of(proc.cmdline())
+                if backend is None:
+                    self._others.add(pid)
+                    continue
                 with proc.oneshot():
                     key, times, mem = (proc.pid, proc.create_time()), proc.cpu_times(), proc.memory_info()
-            except psutil.Error:  # gone since its command line was read
+            except psutil.Error:  # gone meanwhile, or not ours to read
                 continue
             seen = self._alive.get(key)
             if seen is not None:  # a process keeps its backend, even if it rewrites its command line

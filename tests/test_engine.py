@@ -120,6 +120,26 @@ def test_process_watcher_finds_a_backend_by_command_line(tmp_path: Path) -> None
     assert mem == []  # no process left: no memory to report
 
 
+def test_a_process_that_is_no_backend_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan reads the command line of the processes it has not seen lately only: the second of
+    two scans in a row reads next to none (a scrape stays cheap on a host of many processes)."""
+    import psutil
+
+    reads = [0]
+    real = psutil.Process.cmdline
+
+    def counting(self: psutil.Process) -> list[str]:
+        reads[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(psutil.Process, "cmdline", counting)
+    watcher = ProcessWatcher({"vllm": (f"--no-such-backend-{os.getpid()}",)}, min_interval=0)
+    watcher.samples()
+    first, reads[0] = reads[0], 0
+    watcher.samples()
+    assert first >= 5 and reads[0] <= 2, (first, reads[0])  # (a process or two may start between)
+
+
 def test_process_rules_first_in_order_then_the_parsers_names() -> None:
     """A command line counts for the first match: the --process rules in the order given, then the parsers'
     own names in parser-name order; logmetrics' own command line never counts."""
