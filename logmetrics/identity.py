@@ -102,21 +102,24 @@ def same_file(fd: int, size: int, head: bytes, saved_head: bytes, offset: int, f
     return fp is None or fingerprint(fd, offset) == fp
 
 
-def forget_absent(known: dict[Ident, Known], listed: set[Ident], now: float) -> None:
-    """After a full listing: note when each remembered file was last ``listed``, forget old absent ones.
+def forget_absent(known: dict[Ident, Known], listed: set[Ident], now: float) -> list[Known]:
+    """After a full listing: note when each remembered file was last ``listed``, forget old absent
+    ones; the retired files forgotten (their ``unread`` bytes are lost).
 
     A presumed copy (``offset`` None) missing from a listing is forgotten at once: it is compared
     with its original again if it shows up. A retired file is kept for ``KEEP`` seconds.
     """
     absent: list[tuple[float, Ident]] = []
+    gone: list[Known] = []
     for ident, k in list(known.items()):
         if ident in listed:
             k.seen = now
         elif k.offset is None or now - k.seen > KEEP:
-            del known[ident]
+            gone.append(known.pop(ident))
         else:
             absent.append((k.seen, ident))
     if len(absent) > MAX_ABSENT:
         absent.sort()
         for _, ident in absent[: len(absent) - MAX_ABSENT]:
-            del known[ident]
+            gone.append(known.pop(ident))
+    return [k for k in gone if k.offset is not None]

@@ -247,7 +247,7 @@ class Placement:
                 if size > known.offset:
                     self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
                 else:  # the same, only touched (or first looked at since it was retired parked)
-                    known.mtime_ns = st.st_mtime_ns
+                    known.mtime_ns, known.unread = st.st_mtime_ns, 0  # (back: nothing it held is lost)
                     self._known[ident] = known
                     self._fds.close(fd)
                 return

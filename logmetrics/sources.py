@@ -496,8 +496,11 @@ class FileTailer(Placement):
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):
                 continue  # no listed path leads to it now (a symlink moved on): drained from its real path
-            if f.missed and f.size > f.offset:
-                self._forget_parked(f)  # gone from two listings in a row, with bytes unread: lost
+            if f.missed and f.size > f.offset:  # gone from two listings in a row, with bytes unread
+                if os.path.isdir(os.path.dirname(f.path)):
+                    self._forget_parked(f)  # deleted (or renamed out of the tree): lost
+                else:  # its directory moved away, maybe to come back: remembered, lost if it does not
+                    self._retire_parked(f)
             elif not f.missed:
                 # A listing may miss a file renamed while it runs (under both names), and a directory
                 # moved out may come back: it drains, retired once idle, so that its new name finds
@@ -505,7 +508,9 @@ class FileTailer(Placement):
                 f.missed = True
                 if not f.draining:
                     self._drain(f)
-        forget_absent(self._known, idents, time.monotonic())
+        for k in forget_absent(self._known, idents, time.monotonic()):
+            if k.unread:
+                self._lost(k.stream, k.unread, "was in a directory that went away while closed for want of descriptors")
         for ident in [i for i in self._unopened if i not in idents]:
             del self._unopened[ident]
 
@@ -583,6 +588,18 @@ class FileTailer(Placement):
         del self._files[f.ident]
         self._known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic(),
                                      birth=f.birth)
+        self._vanish_if_last(f.stream)
+
+    def _retire_parked(self, f: TailFile) -> None:
+        """Let go of a closed file with bytes unread whose directory went away: remembered as read
+        to where it was (its partial last line kept), so that it is read on if the directory comes
+        back; what it held is counted lost if it does not (``forget_absent``)."""
+        del self._files[f.ident]
+        if self._active.get(f.stream) == f.ident:
+            del self._active[f.stream]
+        self._known[f.ident] = Known(f.stream, f.head, f.offset, pending=bytes(f.cutter.pending),
+                                     fp=f.fingerprint(f.offset), seen=time.monotonic(), birth=f.birth,
+                                     unread=f.size - f.offset)
         self._vanish_if_last(f.stream)
 
     def _vanish_if_last(self, stream: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from logmetrics import identity
 from logmetrics.copies import Cut, copy_name, same_tail
 from logmetrics.sources import Chunk, FileTailer
 from logmetrics.tailfile import LineCutter, TailFile
@@ -567,6 +568,45 @@ def test_a_file_deleted_while_closed_for_descriptors_is_let_go_and_counted(tmp_p
     a.write_bytes(line(6000))  # the stream goes on with a new file
     got = drain(t)
     assert data(got, a) == line(6000)
+
+
+@pytest.mark.parametrize("back", [True, False])
+def test_a_waiting_file_whose_directory_moves_away(tmp_path: Path, tail: Tail, back: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file closed for want of descriptors, with lines unread, whose directory leaves the tree:
+    read on from where it was if the directory comes back; if not, once it is forgotten, its
+    unread bytes are counted lost (not at once: a directory moved out may come back)."""
+    logs = tmp_path / "logs"
+    sub = logs / "sub"
+    sub.mkdir(parents=True)
+    a, b, c = sub / "a.log", logs / "b.log", logs / "c.log"
+    for path in (a, b, c):
+        path.write_bytes(b"")
+    t = tail(logs, from_beginning=True, max_open=2, read_size=1024, poll_budget=1024)
+    drain(t)
+    append(b, lines(0, 2000))  # b and c keep their descriptors while they have a backlog
+    append(c, lines(0, 2000))
+    got = t.poll()
+    append(a, lines(5000, 5003))
+    got += t.poll()  # a changed, but waits for a descriptor
+    assert t.stats.files_waiting >= 1
+    sub.rename(tmp_path / "away")
+    for _ in range(3):  # missing from three listings
+        got += t.poll()
+    assert not t.stats.bytes_lost
+    if back:
+        (tmp_path / "away").rename(sub)
+        got += drain(t, rounds=1000)
+        assert data(got, a) == lines(5000, 5003)
+        assert not t.stats.bytes_lost
+    else:
+        monkeypatch.setattr(identity, "KEEP", 0.0)
+        t.rescan_interval = 0.0  # the safety rescan, where files long gone are forgotten
+        got += drain(t, rounds=1000)
+        got += t.poll()
+        assert data(got, a) == b""
+        assert t.stats.bytes_lost == {str(a): len(lines(5000, 5003))}
+    assert data(got, b) == lines(0, 2000) and data(got, c) == lines(0, 2000)
 
 
 def test_a_copytruncate_seen_only_after_a_rename_reads_the_copy_from_the_cut(tmp_path: Path, tail: Tail) -> None:
