@@ -249,21 +249,35 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     return Result(len(files), int(lines), steps, writer.samples, first_t, last_t, text)
 
 
-def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None,
-               stats: SourceStats) -> tuple[list[str], Iterator[Group]]:
-    """The log files under ``paths``, and the groups of all of them merged in log time (by step,
-    then file, then file order); raises UserError if there is none or one cannot be read."""
-    files = discover(paths, lambda exc: log.warning("%s", exc))
-    if not files:
+def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: SourceStats,
+               clocks: list[LogClock] | None = None) -> tuple[list[str], Iterator[Group]]:
+    """The readable log files under ``paths`` (each once, whatever paths lead to it), and the
+    groups of all of them merged in log time (by step, then file, then file order); each file's
+    clock is appended to ``clocks``. Raises UserError if there is none."""
+    clocks = [] if clocks is None else clocks
+    found = discover(paths, lambda exc: log.warning("%s", exc))
+    if not found:
         raise UserError(f"no log file found in {', '.join(paths)}")
+    files: list[str] = []
+    seen: set[tuple[int, int]] = set()
     streams: list[Iterator[Group]] = []
-    for number, path in enumerate(files):
+    for path in found:
         try:
             st = os.stat(path)
+            with open(path, "rb"):  # readable (a file that is not is left out, with a warning)
+                pass
         except OSError as exc:
-            raise UserError(f"{path}: {exc.strerror}") from exc
+            log.warning("cannot read %s: %s; left out", path, exc.strerror or exc)
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue  # the same file by another path (a symlink): read once, as watch does
+        seen.add((st.st_dev, st.st_ino))
         stats.lag_bytes[path] = st.st_size
-        streams.append(groups(path, number, step, LogClock(st.st_mtime, tz), stats))
+        clocks.append(clock := LogClock(st.st_mtime, tz))
+        streams.append(groups(path, len(files), step, clock, stats))
+        files.append(path)
+    if not files:
+        raise UserError(f"no readable log file in {', '.join(paths)}")
     return files, heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2]))
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -15,6 +16,27 @@ from logmetrics.errors import UserError
 FORMATS = ("table", "json", "html")
 
 
+def write_output(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path``: a regular file is replaced whole (a new file renamed over it, so
+    that a reader never sees half a report); a symlink, device or FIFO is written into, as a shell
+    redirection would; a file that may not be written is refused."""
+    if os.path.lexists(path) and not os.access(path, os.W_OK):
+        raise PermissionError(13, "not writable")
+    if os.path.islink(path) or (os.path.exists(path) and not os.path.isfile(path)):
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("paths", nargs=-1, required=True, metavar="FILE|DIR...")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -22,7 +44,8 @@ FORMATS = ("table", "json", "html")
                    "self-contained page with charts of tokens/s, requests, errors and latency percentiles over "
                    "the log's time, to attach to a bug report.")
 @click.option("-o", "--output", default=None, metavar="FILE", type=click.Path(dir_okay=False),
-              help="Write the report to FILE instead of standard output (written whole, or not at all).")
+              help="Write the report to FILE instead of standard output (a regular file is replaced whole, or not at "
+                   "all; a symlink, device or FIFO is written into).")
 @click.option("--timezone", "timezone", default=None, metavar="ZONE",
               help="The zone of log times that carry none (vLLM's 'INFO 04-10 03:30:00'), and of the times "
                    "shown: an IANA name such as UTC or Europe/Berlin. Default: the machine's local zone.")
@@ -79,14 +102,13 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str |
         text = console.export_text()
     else:
         text = view.as_json(collected, tz) + "\n" if fmt == "json" else view.as_html(collected, tz)
+    data = text.encode("utf-8", "replace")  # (a file name that is not UTF-8: its bytes as U+FFFD)
     if output is None:
-        sys.stdout.write(text)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
         return
-    tmp = f"{output}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, output)
+        write_output(output, data)
     except OSError as exc:
         raise UserError(f"--output {output}: {exc.strerror or exc}") from exc
     click.echo(f"logmetrics: report: {len(collected.figures)} backend(s) and model(s) of {len(collected.files)} "

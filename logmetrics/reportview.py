@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 Clock = Callable[[float | None], str]
 
 
+def iso_time(tz: tzinfo | None) -> Callable[[float | None], str | None]:
+    """Times as ISO 8601 strings in ``tz`` (None: the machine's zone), None for none (JSON)."""
+    def when(t: float | None) -> str | None:
+        return None if t is None else datetime.fromtimestamp(t, tz).astimezone(tz).isoformat(timespec="seconds")
+    return when
+
+
 def clock(tz: tzinfo | None, iso: bool = False) -> Clock:
     """Times in ``tz`` (None: the machine's zone), "-" for none: ISO 8601, or for a person (the
     zone said once, by ``zone``)."""
@@ -60,22 +67,30 @@ def rows(s: dict[str, Any], when: Clock) -> list[tuple[str, str]]:
     if s["http_requests_by_status"]:
         out.append(("HTTP requests", ", ".join(f"{k} {_num(v)}" for k, v in s["http_requests_by_status"].items())))
     for key, label in (("prompt_tokens", "prompt tokens"), ("generation_tokens", "generation tokens"),
-                       ("cached_prompt_tokens", "cached prompt tokens"),
+                       ("cached_prompt_tokens", "cached prompt tokens"), ("audio_seconds", "audio seconds"),
+                       ("embeddings", "embeddings"),
                        ("generation_tokens_per_second", "generation tokens/s (mean)")):
         if s[key] is not None:
             out.append((label, _num(s[key])))
     for name, q in s["latency_seconds"].items():
         text = ", ".join(f"p{round(p * 100)} {_secs(q[f'p{round(p * 100)}'])}" for p in PERCENTILES)
-        out.append((name.removesuffix("_seconds").replace("_", " "), f"{text} ({q['count']:,} requests)"))
+        n = q["count"]
+        out.append((name.removesuffix("_seconds").replace("_", " "), f"{text} ({n:,} request{'s' * (n != 1)})"))
     for e in s["errors"]:
         out.append((f"errors: {e['type']}", f"{_num(e['count'])}, first {when(e['first'])}, last {when(e['last'])}"))
-    if s["restarts"]:
-        out.append(("restarts", f"{s['restarts']}: " + ", ".join(when(t) for t in s["restart_times"][:5])
-                    + (" ..." if s["restarts"] > 5 else "")))
+    if s["startups"]:
+        out.append(("start-ups", f"{s['startups']}: " + ", ".join(when(t) for t in s["startup_times"][:5])
+                    + (" ..." if s["startups"] > 5 else "")))
     if s["busiest_minute"] is not None:
         b = s["busiest_minute"]
         out.append(("busiest minute", f"{when(b['start'])}: {_num(b['requests'])} requests"))
     return out
+
+
+def _untimed(c: Collected) -> str:
+    names = ", ".join(os.path.basename(f) for f in c.untimed[:3]) + (" ..." if len(c.untimed) > 3 else "")
+    return (f"{len(c.untimed)} file(s) state no time on any line ({names}): their lines are shown at the "
+            "file's modification time.")
 
 
 def _title(s: dict[str, Any]) -> str:
@@ -91,6 +106,8 @@ def table(c: Collected, tz: tzinfo | None, console: Console | None = None) -> No
     when = clock(tz)
     console.print(f"{len(c.files)} file(s), {c.lines:,} lines, log time {when(c.first)} to {when(c.last)}, "
                   f"times in {zone(c, tz)}")
+    if c.untimed:
+        console.print(f"{_untimed(c)}")
     if not c.figures:
         console.print("No backend's lines were recognised in these files (logmetrics check FILE says why).")
     for fig in c.figures:
@@ -105,25 +122,28 @@ def table(c: Collected, tz: tzinfo | None, console: Console | None = None) -> No
 
 def as_json(c: Collected, tz: tzinfo | None) -> str:
     """The report as JSON: times as ISO 8601 strings (in ``tz``) and as Unix seconds."""
-    when = clock(tz, iso=True)
+    when = iso_time(tz)
     backends = []
     for fig in c.figures:
         s = summary(fig)
         for key in ("first", "last"):
             s[f"{key}_time"] = when(s[key])
+        s["startup_times"] = [when(t) for t in s["startup_times"]]
         for e in s["errors"]:
             e["first_time"], e["last_time"] = when(e["first"]), when(e["last"])
         if s["busiest_minute"] is not None:
             s["busiest_minute"]["start_time"] = when(s["busiest_minute"]["start"])
         backends.append(s)
     return json.dumps({"version": __version__, "files": c.files, "lines": c.lines, "first": c.first, "last": c.last,
-                       "first_time": when(c.first), "last_time": when(c.last), "backends": backends}, indent=2)
+                       "first_time": when(c.first), "last_time": when(c.last), "untimed_files": c.untimed,
+                       "backends": backends}, indent=2)
 
 
-def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float]]]:
+def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float | None]]]:
     """Chart lines of one backend and model, per ``width`` seconds of log time: tokens/s, requests
     and errors in each bucket, and latency percentiles of the requests finished in it."""
     sums: dict[str, dict[int, float]] = {}
+    rates: dict[str, dict[int, list[float]]] = {}
     obs: dict[int, list[float]] = {}
     for t, name, v in fig.timeline:
         k = int(t // width)
@@ -131,18 +151,27 @@ def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float]]]:
             obs.setdefault(k, []).append(v)
         elif name in ("generation", "prompt", "requests", "http", "errors"):
             sums.setdefault(name, {})[k] = sums.get(name, {}).get(k, 0.0) + v
+        elif name in ("generation_rate", "prompt_rate"):
+            rates.setdefault(name, {}).setdefault(k, []).append(v)
     first, last = int(fig.first // width), int(fig.last // width)
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, list[tuple[float, float | None]]] = {}
+    for name in ("generation", "prompt"):
+        if name + "_rate" in rates:  # the throughput the backend logs: its mean in each bucket, gaps left open
+            got = rates[name + "_rate"]
+            out[f"{name} tokens/s"] = [(float(k * width), sum(got[k]) / len(got[k]) if k in got else None)
+                                       for k in range(first, last + 1)]
+            sums.pop(name, None)
     for name, label, scale in (("generation", "generation tokens/s", 1 / width),
                                ("prompt", "prompt tokens/s", 1 / width),
                                ("requests", "requests", 1.0), ("http", "HTTP requests", 1.0),
                                ("errors", "errors", 1.0)):
         if name in sums:
             out[label] = [(float(k * width), sums[name].get(k, 0.0) * scale) for k in range(first, last + 1)]
+    ordered = {k: sorted(v) for k, v in obs.items()}
     for p in PERCENTILES:
-        points = [(float(k * width), percentile(sorted(v), p)) for k, v in sorted(obs.items())]
-        if points:
-            out[f"request duration p{round(p * 100)} (s)"] = points
+        if ordered:  # no line across the buckets where no request finished
+            out[f"request duration p{round(p * 100)} (s)"] = [
+                (float(k * width), percentile(ordered[k], p) if k in ordered else None) for k in range(first, last + 1)]
     return out
 
 
@@ -154,14 +183,15 @@ def _span(seconds: int) -> str:
     return f"{seconds} s"
 
 
-def _chart(title: str, lines: dict[str, list[tuple[float, float]]], tz: tzinfo | None) -> str:
+def _chart(title: str, lines: dict[str, list[tuple[float, float | None]]], tz: tzinfo | None, width: int) -> str:
     import pygal
     from pygal.style import CleanStyle
 
+    fmt = "%Y-%m-%d" if width >= 86400 else "%Y-%m-%d %H:%M" if width >= 3600 else "%m-%d %H:%M:%S"
     chart = pygal.DateTimeLine(title=title, style=CleanStyle, js=[], disable_xml_declaration=True, width=900,
                                height=320, x_label_rotation=30, show_dots=False, fill=False, legend_at_bottom=True,
-                               x_value_formatter=lambda dt: dt.astimezone(tz).strftime("%m-%d %H:%M:%S"),
-                               truncate_legend=-1)
+                               x_value_formatter=lambda dt: dt.astimezone(tz).strftime(fmt),
+                               truncate_legend=-1, include_x_axis=True, allow_interruptions=True)
     for label, points in lines.items():
         chart.add(label, [(datetime.fromtimestamp(t, tz), v) for t, v in points])
     return str(chart.render(is_unicode=True))
@@ -205,7 +235,9 @@ def as_html(c: Collected, tz: tzinfo | None) -> str:
         for name, keys in groups:
             if keys and any(len(lines[k]) > 1 for k in keys):
                 title = f"{_title(s)}: {name}, per {_span(width)} of log time"
-                parts.append(f"<figure>{_chart(title, {k: lines[k] for k in keys}, tz)}</figure>")
+                parts.append(f"<figure>{_chart(title, {k: lines[k] for k in keys}, tz, width)}</figure>")
+    if c.untimed:
+        parts.insert(0, f"<p><strong>{esc(_untimed(c))}</strong></p>")
     if not c.figures:
         parts.append("<p>No backend's lines were recognised in these files (<code>logmetrics check FILE</code> "
                      "says why).</p>")
