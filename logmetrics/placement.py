@@ -108,10 +108,11 @@ class Placement:
             if f.fd >= 0:
                 self._check_cut(f, cuts)
 
-    def _check_cut(self, f: TailFile, cuts: list[Cut]) -> bool:
+    def _check_cut(self, f: TailFile, cuts: list[Cut], held: int = -1) -> bool:
         """Whether ``f`` was found cut (restarted at 0, its cut claimed or added to ``cuts``) or, a
-        drained copy written over, let go."""
-        unread = max(0, f.size - f.handed_out())  # known there at the last look, not handed out yet
+        drained copy written over, let go. ``held``: the size it was last known to have, if more
+        than ``f.size`` says (a closed file reopened)."""
+        unread = max(0, max(f.size, held) - f.handed_out())  # known there at the last look, not handed out yet
         try:
             if not f.truncated():
                 return False
@@ -466,11 +467,12 @@ class Placement:
 
     def _unpark(self, f: TailFile, path: str, size: int, cuts: list[Cut]) -> None:
         """Reopen a parked file that changed (``size`` from stat), if its path still leads to it."""
-        f.size = size  # for lag and files_waiting until it is reopened
+        held = max(f.size, f.offset)  # what it held when last looked at: unread if it was cut since
+        f.size = size if size >= f.offset else held  # for lag and files_waiting until it is reopened
         if not self._reopen(f, path):
             return  # waiting for a descriptor, or replaced meanwhile: placed at the next poll
         f.size = f.offset  # so that truncated() compares the head if it grew: replaced content is a cut
-        self._check_cut(f, cuts)
+        self._check_cut(f, cuts, held)
 
     def _reopen(self, f: TailFile, path: str) -> bool:
         """Reopen parked ``f`` through ``path`` at its offset, if ``path`` still leads to it."""

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file does not starve others
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
+COPY_WAIT_STARVED = 6  # a cut waits this many times copy_wait while found files wait for descriptors
 RESCAN_INTERVAL = 5.0  # seconds between two passes that look at every file, when inotify names what changed
 MAX_UNLISTED = 10_000  # changed paths remembered as not followed (a state file among the logs), at most
 
@@ -354,12 +355,15 @@ class FileTailer(Placement):
         self._fds.new_poll()
         self._waiting = set()
         now = time.monotonic()
+        # A file found but waiting for a descriptor may be the copy that a cut waits for: the cuts
+        # (and what rotated lately) wait on with it, up to COPY_WAIT_STARVED times as long.
+        wait = self._copy_wait * (COPY_WAIT_STARVED if self._unopened else 1)
         for cut in self._cuts:
-            if now - cut.since >= self._copy_wait and cut.unread:  # no copy came: what it held is gone
+            if now - cut.since >= wait and cut.unread:  # no copy came: what it held is gone
                 self._lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
-        self._cuts = cuts = [c for c in self._cuts if now - c.since < self._copy_wait]
-        self._rotated_lately = {s: at for s, at in self._rotated_lately.items() if now - at < self._copy_wait}
-        self._cut_lately = {s: at for s, at in self._cut_lately.items() if now - at < self._copy_wait}
+        self._cuts = cuts = [c for c in self._cuts if now - c.since < wait]
+        self._rotated_lately = {s: at for s, at in self._rotated_lately.items() if now - at < wait}
+        self._cut_lately = {s: at for s, at in self._cut_lately.items() if now - at < wait}
         if changed is not None:
             files = [self._files[ident] for ident in changed]
             if not any([self._check_cut(f, cuts) for f in files]):  # (a list: every file is checked)
