@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import datetime, tzinfo
 
 import click
@@ -38,6 +39,28 @@ def _time(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
     return t
 
 
+def reading_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options that say how past log files are parsed, as in watch (backfill's and report's)."""
+    for option in reversed((
+        click.option("--parser", default=None, metavar="NAME",
+                     help="Parse every input with this parser instead of routing by path or content."),
+        click.option("--source", default=None, metavar="NAME",
+                     help="The 'source' label for every input (default: the file path, or the compose service)."),
+        click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
+                     help="Container log wrapper to peel off, as for 'watch --envelope' (see 'logmetrics watch "
+                          "--help'); 'auto' detects it per file from its first lines."),
+        click.option("--label", "labels", multiple=True, metavar="[GLOB:]model=NAME",
+                     help="Set the model label of every input, or with GLOB: of the matching ones, as 'watch "
+                          "--label'. Repeatable."),
+        click.option("--plugin", "plugins", multiple=True, metavar="SPEC",
+                     help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable."),
+        click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True,
+                     metavar="BYTES", help="Longer lines are cut to this length, as in watch."),
+    )):
+        command = option(command)
+    return command
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("paths", nargs=-1, metavar="FILE|DIR...")
 @click.option("--out", required=True, metavar="DIR", type=click.Path(file_okay=False),
@@ -56,20 +79,7 @@ def _time(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
 @click.option("--config", "config_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Take inputs (with their parser, envelope, source and model) and label_limits from this "
                    "TOML file, as 'watch --config' does; its other settings are for a running watch.")
-@click.option("--parser", default=None, metavar="NAME",
-              help="Parse every input with this parser instead of routing by path or content.")
-@click.option("--source", default=None, metavar="NAME",
-              help="The 'source' label for every input (default: the file path, or the compose service).")
-@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
-              help="Container log wrapper to peel off, as for 'watch --envelope' (see 'logmetrics watch --help'); "
-                   "'auto' detects it per file from its first lines.")
-@click.option("--label", "labels", multiple=True, metavar="[GLOB:]model=NAME",
-              help="Set the model label of every input, or with GLOB: of the matching ones, as 'watch --label'. "
-                   "Repeatable.")
-@click.option("--plugin", "plugins", multiple=True, metavar="SPEC",
-              help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
-@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True, metavar="BYTES",
-              help="Longer lines are cut to this length, as in watch.")
+@reading_options
 @click.option("--state-file", default=None, metavar="PATH", type=click.Path(dir_okay=False),
               help="Also write a state file (PATH must not exist) that 'watch --state-file PATH' with the same "
                    "FILE|DIR arguments goes on from: read positions at the files' ends, counters as backfilled, "

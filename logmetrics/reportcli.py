@@ -9,8 +9,7 @@ import sys
 
 import click
 
-from logmetrics.backfillcli import CONTEXT, _zone
-from logmetrics.envelopes import MODES
+from logmetrics.backfillcli import CONTEXT, _zone, reading_options
 from logmetrics.errors import UserError
 
 FORMATS = ("table", "json", "html")
@@ -49,17 +48,7 @@ def write_output(path: str, data: bytes) -> None:
 @click.option("--timezone", "timezone", default=None, metavar="ZONE",
               help="The zone of log times that carry none (vLLM's 'INFO 04-10 03:30:00'), and of the times "
                    "shown: an IANA name such as UTC or Europe/Berlin. Default: the machine's local zone.")
-@click.option("--parser", default=None, metavar="NAME",
-              help="Parse every input with this parser instead of routing by path or content.")
-@click.option("--source", default=None, metavar="NAME", help="The 'source' of every input (default: the file path).")
-@click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
-              help="Container log wrapper to peel off, as for 'watch --envelope'; 'auto' detects it per file.")
-@click.option("--label", "labels", multiple=True, metavar="[GLOB:]model=NAME",
-              help="Set the model of every input, or with GLOB: of the matching ones, as 'watch --label'. Repeatable.")
-@click.option("--plugin", "plugins", multiple=True, metavar="SPEC",
-              help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
-@click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True, metavar="BYTES",
-              help="Longer lines are cut to this length, as in watch.")
+@reading_options
 def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str | None, parser: str | None,
            source: str | None, envelope: str, labels: tuple[str, ...], plugins: tuple[str, ...],
            max_line_bytes: int) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from logmetrics import identity
 from logmetrics.copies import Cut, copy_name, same_tail
-from logmetrics.sources import Chunk, FileTailer
+from logmetrics.sources import Chunk, FileTailer, Position
 from logmetrics.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines, streams
@@ -489,15 +489,22 @@ def test_a_file_rotated_out_unseen_counts_under_its_stream(tmp_path: Path, tail:
     assert t.stats.rotations[str(log)] == 2  # the file never seen at x.log counts as a rotation too
 
 
-def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
-    """x.log shifted twice while logmetrics was down: every line is read once, all under x.log."""
-    log = tmp_path / "x.log"
+def _read_then_down(tmp_path: Path, tail: Tail, log: Path) -> tuple[list[Chunk], list[Position], float]:
+    """``log`` with lines 0-2, read whole by a tailer that then stops, and lines 3-4 written while it
+    is down: what it read, its positions, and a save time before any write since, by the clock."""
     log.write_bytes(lines(0, 3))
     first = tail(tmp_path, from_beginning=True)
     got = drain(first)
-    positions, saved_at = first.positions(), time.time() - 1.0  # before any write below, by the clock
+    positions, saved_at = first.positions(), time.time() - 1.0
     first.close()
     append(log, lines(3, 5))
+    return got, positions, saved_at
+
+
+def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
+    """x.log shifted twice while logmetrics was down: every line is read once, all under x.log."""
+    log = tmp_path / "x.log"
+    got, positions, saved_at = _read_then_down(tmp_path, tail, log)
     _shift_twice(log, 100)
     second = tail(tmp_path)
     second.resume(positions, saved_at)
@@ -510,12 +517,7 @@ def test_two_copytruncates_while_down_count_under_the_stream(tmp_path: Path, tai
     """x.log copytruncated twice while logmetrics was down (x.log.1 shifted to x.log.2 between): the
     older copy is read from the saved offset, the copy of the lines between the cuts whole, all under x.log."""
     log, one, two = tmp_path / "x.log", tmp_path / "x.log.1", tmp_path / "x.log.2"
-    log.write_bytes(lines(0, 3))
-    first = tail(tmp_path, from_beginning=True)
-    got = drain(first)
-    positions, saved_at = first.positions(), time.time() - 1.0  # before any write below, by the clock
-    first.close()
-    append(log, lines(3, 5))
+    got, positions, saved_at = _read_then_down(tmp_path, tail, log)
     for start in (100, 200):  # logrotate's copytruncate with a shift, twice
         if one.exists():
             one.rename(two)
@@ -548,19 +550,27 @@ def test_bytes_cut_away_unread_with_no_copy_are_counted_lost(tmp_path: Path, tai
     assert t.stats.bytes_lost == {str(log): len(backlog) - len(first)}
 
 
-def test_a_file_deleted_while_closed_for_descriptors_is_let_go_and_counted(tmp_path: Path, tail: Tail) -> None:
-    """A parked file that grew and was deleted before it got a descriptor: its unread bytes lost, its stream goes on."""
-    a, b, c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
+def _waiting_for_a_descriptor(tail: Tail, root: Path, a: Path, beside: Path) -> tuple[FileTailer, list[Chunk]]:
+    """A tailer of ``root`` with room for 2 open files: b.log and c.log in ``beside`` keep theirs
+    with a backlog of 2,000 lines each, while ``a``, written to (lines 5000-5002), waits for one."""
+    b, c = beside / "b.log", beside / "c.log"
     for path in (a, b, c):
         path.write_bytes(b"")
-    t = tail(tmp_path, from_beginning=True, max_open=2, read_size=1024, poll_budget=1024)
+    t = tail(root, from_beginning=True, max_open=2, read_size=1024, poll_budget=1024)
     drain(t)
-    append(b, lines(0, 2000))  # b and c keep their descriptors while they have a backlog
+    append(b, lines(0, 2000))
     append(c, lines(0, 2000))
-    t.poll()
+    got = t.poll()
     append(a, lines(5000, 5003))
-    t.poll()  # a changed, but waits for a descriptor
+    got += t.poll()  # a changed, but waits for a descriptor
     assert t.stats.files_waiting >= 1
+    return t, got
+
+
+def test_a_file_deleted_while_closed_for_descriptors_is_let_go_and_counted(tmp_path: Path, tail: Tail) -> None:
+    """A parked file that grew and was deleted before it got a descriptor: its unread bytes lost, its stream goes on."""
+    a = tmp_path / "a.log"
+    t, _ = _waiting_for_a_descriptor(tail, tmp_path, a, tmp_path)
     a.unlink()
     got = drain(t, rounds=1000)
     assert data(got, a) == b""
@@ -580,16 +590,7 @@ def test_a_waiting_file_whose_directory_moves_away(tmp_path: Path, tail: Tail, b
     sub = logs / "sub"
     sub.mkdir(parents=True)
     a, b, c = sub / "a.log", logs / "b.log", logs / "c.log"
-    for path in (a, b, c):
-        path.write_bytes(b"")
-    t = tail(logs, from_beginning=True, max_open=2, read_size=1024, poll_budget=1024)
-    drain(t)
-    append(b, lines(0, 2000))  # b and c keep their descriptors while they have a backlog
-    append(c, lines(0, 2000))
-    got = t.poll()
-    append(a, lines(5000, 5003))
-    got += t.poll()  # a changed, but waits for a descriptor
-    assert t.stats.files_waiting >= 1
+    t, got = _waiting_for_a_descriptor(tail, logs, a, logs)
     sub.rename(tmp_path / "away")
     for _ in range(3):  # missing from three listings
         got += t.poll()
