@@ -156,10 +156,9 @@ def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float | None
     first, last = int(fig.first // width), int(fig.last // width)
     out: dict[str, list[tuple[float, float | None]]] = {}
     for name in ("generation", "prompt"):
-        if name + "_rate" in rates:  # the throughput the backend logs: its mean in each bucket, gaps left open
-            got = rates[name + "_rate"]
-            out[f"{name} tokens/s"] = [(float(k * width), sum(got[k]) / len(got[k]) if k in got else None)
-                                       for k in range(first, last + 1)]
+        if name + "_rate" in rates:  # the throughput the backend logs, sampled: its mean in each bucket
+            got = rates[name + "_rate"]  # that has a sample, joined up
+            out[f"{name} tokens/s"] = [(float(k * width), sum(v) / len(v)) for k, v in sorted(got.items())]
             sums.pop(name, None)
     for name, label, scale in (("generation", "generation tokens/s", 1 / width),
                                ("prompt", "prompt tokens/s", 1 / width),
@@ -189,7 +188,7 @@ def _chart(title: str, lines: dict[str, list[tuple[float, float | None]]], tz: t
 
     fmt = "%Y-%m-%d" if width >= 86400 else "%Y-%m-%d %H:%M" if width >= 3600 else "%m-%d %H:%M:%S"
     chart = pygal.DateTimeLine(title=title, style=CleanStyle, js=[], disable_xml_declaration=True, width=900,
-                               height=320, x_label_rotation=30, show_dots=False, fill=False, legend_at_bottom=True,
+                               height=320, x_label_rotation=30, dots_size=1.5, fill=False, legend_at_bottom=True,
                                x_value_formatter=lambda dt: dt.astimezone(tz).strftime(fmt),
                                truncate_legend=-1, include_x_axis=True, allow_interruptions=True)
     for label, points in lines.items():
