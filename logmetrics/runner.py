@@ -249,6 +249,10 @@ class Runner:
                         path, problem, f"set aside as {aside}" if aside else "could not be set aside",
                         kept, "" if kept == 1 else "s", when)
         series = self.store.load(saved.store)
+        rows = sum(len(v) for v in saved.store.values() if isinstance(v, list))
+        if series < rows:
+            log.warning("state file %s: %d of its %d series left out (of a metric family no parser serves now, "
+                        "or with labels that do not fit it)", path, rows - series, rows)
         self.engine.restore_streams(saved.streams)
         if self.tailer is not None:
             self.tailer.resume(saved.positions, saved.saved_at, saved.inputs)

@@ -107,6 +107,27 @@ def test_a_damaged_store_keeps_the_valid_positions(tmp_path: Path) -> None:
     assert "1 read position kept" in stderr_of(srv)
 
 
+def test_series_a_state_holds_that_fit_no_family_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    """A state row of a family no parser serves, or with labels that do not fit its family, is left
+    out, and stderr says how many; the other series go on."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    d.mkdir()
+    (d / "vllm.log").write_text("")
+    counted_run(d, state, lines(10), 10)
+    data = st.read(str(state))
+    data["store"]["counters"] += [["no_such_family_total", ["vllm", str(d / "vllm.log")], 3.0],
+                                  ["http_requests_total", ["too", "few"], 4.0]]
+    state.write_text(json.dumps(data))  # (the older JSON form, which is still read)
+    srv = Server(str(d), "--state-file", str(state), *ARGS)
+    try:
+        append(d / "vllm.log", lines(1, 10))
+        assert requests(srv, 11) == 11
+    finally:
+        assert srv.stop() == 0
+    err = stderr_of(srv)
+    assert "2 of its" in err and "series left out" in err
+
+
 def test_an_unreadable_state_reads_the_files_changed_since_it_was_written(tmp_path: Path) -> None:
     """With nothing of the state usable, a file written while down is read from its start, not its end."""
     d, state = tmp_path / "logs", tmp_path / "state.json"
