@@ -37,7 +37,7 @@ LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and sh
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
 DEFAULT_EXPIRE_AFTER = 3600.0  # --expire-after's default: an hour after a source's last file went away
 WARN_AGAIN_SECONDS = 60.0  # a new run of failed saves this soon after the last one warned is not warned again
-COALESCE_SECONDS = 0.05  # after a wake-up, a pass waits until this long after the last one began
+COALESCE_SECONDS = 0.1  # after a wake-up, a pass waits until this long after the last one began
 COALESCE_CHUNKS = 4  # ... times the chunks the last one fed over this many (a pass over many busy files)
 CATCH_UP_SECONDS = 10.0  # after a restart, read at most this long before serving (what was written while down)
 
