@@ -121,7 +121,8 @@ class RecordingStore(Store):
         name = ev.metric
         if name in LATENCIES:
             fig.latencies.setdefault(name, []).extend(values)
-            fig.timeline.extend((t, name, v) for v in values)
+            if name == LATENCIES[0]:  # (the charts draw the request duration's percentiles only)
+                fig.timeline.extend((t, name, v) for v in values)
         elif name == "llm_requests_total":
             outcome = labels.get("outcome", "")
             fig.outcomes[outcome] = fig.outcomes.get(outcome, 0.0) + values[0]

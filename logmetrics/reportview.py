@@ -27,14 +27,11 @@ def iso_time(tz: tzinfo | None) -> Callable[[float | None], str | None]:
     return when
 
 
-def clock(tz: tzinfo | None, iso: bool = False) -> Clock:
-    """Times in ``tz`` (None: the machine's zone), "-" for none: ISO 8601, or for a person (the
-    zone said once, by ``zone``)."""
+def clock(tz: tzinfo | None) -> Clock:
+    """Times in ``tz`` (None: the machine's zone) for a person, "-" for none (the zone is said
+    once, by ``zone``)."""
     def when(t: float | None) -> str:
-        if t is None:
-            return "-"
-        dt = datetime.fromtimestamp(t, tz).astimezone(tz)
-        return dt.isoformat(timespec="seconds") if iso else dt.strftime("%Y-%m-%d %H:%M:%S")
+        return "-" if t is None else datetime.fromtimestamp(t, tz).astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
     return when
 
 
