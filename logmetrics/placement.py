@@ -182,12 +182,16 @@ class Placement:
         """A file closed for want of descriptors, then deleted: what it held past the offset is gone."""
         if self._files.get(f.ident) is not f:
             return  # forgotten already
-        del self._files[f.ident]
-        if self._active.get(f.stream) == f.ident:
-            del self._active[f.stream]
+        self._let_go(f)
         if f.size > f.offset:
             self._lost(f.stream, f.size - f.offset, "was deleted while closed for want of descriptors")
         self._vanish_if_last(f.stream)
+
+    def _let_go(self, f: TailFile) -> None:
+        """Follow ``f`` no more (closed already): out of the followed files, and its stream's file no more."""
+        del self._files[f.ident]
+        if self._active.get(f.stream) == f.ident:
+            del self._active[f.stream]
 
     def _vanish_if_last(self, stream: str) -> None:
         raise NotImplementedError  # the tailer's: reports a stream whose files are all gone
@@ -348,10 +352,10 @@ class Placement:
         None (a file of its own)."""
         for stream in originals(path):
             ident = self._active.get(stream)
-            if stream in self._rotated_lately or stream in self._cut_lately or (
-                    ident is not None and _ident_at(stream) != ident):
-                if ident is not None and _ident_at(stream) != ident:
-                    self._rotated_lately[stream] = time.monotonic()  # its file moved away unseen
+            if ident is not None and _ident_at(stream) != ident:
+                self._rotated_lately[stream] = time.monotonic()  # its file moved away unseen
+                return stream
+            if stream in self._rotated_lately or stream in self._cut_lately:
                 return stream
         return None
 
@@ -407,10 +411,13 @@ class Placement:
         if path in at_path:  # the successor of a rotated file
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
         for stream in originals(path):
-            if stream in at_path and (_ident_at(stream) != at_path[stream] or at_path[stream] not in self._whole):
+            if stream not in at_path:
+                continue
+            moved = _ident_at(stream) != at_path[stream]
+            if moved or at_path[stream] not in self._whole:
                 # written at the stream's path and rotated away while we were down (a rotation); or,
                 # its file cut while we were down, a copy of lines written between two copytruncates
-                counts = self.stats.rotations if _ident_at(stream) != at_path[stream] else self.stats.truncations
+                counts = self.stats.rotations if moved else self.stats.truncations
                 counts[stream] = counts.get(stream, 0) + 1
                 self._follow_resumed(fd, ident, head, path, stream, 0, size)
                 return True

@@ -598,9 +598,7 @@ class FileTailer(Placement):
         """Let go of a closed file with bytes unread whose directory went away: remembered as read
         to where it was (its partial last line kept), so that it is read on if the directory comes
         back; what it held is counted lost if it does not (``forget_absent``)."""
-        del self._files[f.ident]
-        if self._active.get(f.stream) == f.ident:
-            del self._active[f.stream]
+        self._let_go(f)
         self._known[f.ident] = Known(f.stream, f.head, f.offset, pending=bytes(f.cutter.pending),
                                      fp=f.fingerprint(f.offset), seen=time.monotonic(), birth=f.birth,
                                      unread=f.size - f.offset)
