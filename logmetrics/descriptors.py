@@ -2,9 +2,10 @@
 
 The soft limit on open files is raised to the hard limit at start. The tailer keeps at most a
 budget of files open (most of the limit, leaving room for sockets, inotify, directory walks and
-the state file); beyond it the least recently active files that are read to their end are
-*parked*: closed, and reopened by path once a stat shows they changed. A file that cannot get a
-descriptor now waits for the next poll; it is neither reported unreadable nor forgotten.
+the state file); beyond it files read to their end are *parked*: closed, and reopened by path
+once a stat shows they changed. Drained rotated files go first, then the least recently active.
+A file that cannot get a descriptor waits until the files read in the same pass leave room, or
+for the next poll; it is neither reported unreadable nor forgotten.
 """
 
 from __future__ import annotations
@@ -51,7 +52,13 @@ def budget() -> int:
 
 
 def _parkable(f: TailFile) -> bool:
-    return f.fd >= 0 and not f.draining and f.offset >= f.size
+    return f.fd >= 0 and f.offset >= f.size
+
+
+def _park_order(f: TailFile) -> tuple[bool, float]:
+    """Drained rotated files first (rarely written again, and closed soon anyway), then the least
+    recently active: the key of the candidates sorted so that the first to park comes last."""
+    return not f.draining, f.idle_since
 
 
 class Descriptors:
@@ -107,7 +114,7 @@ class Descriptors:
                 return False
             if self._idle is None:
                 idle = [f for f in self._files() if _parkable(f)]
-                self._idle = sorted(idle, key=lambda f: f.idle_since, reverse=True)
+                self._idle = sorted(idle, key=_park_order, reverse=True)
                 self._none_idle = not self._idle
             while self._idle:
                 f = self._idle.pop()

@@ -374,7 +374,35 @@ class FileTailer(Placement):
         self._first = False
         self._last_full = now
         self._after_full(asked)
-        return self._read_all(None)
+        chunks = self._read_all(None)
+        if self._waiting:
+            chunks += self._place_waiting(cuts)
+        return chunks
+
+    def _place_waiting(self, cuts: list[Cut]) -> list[Chunk]:
+        """Place again the files that waited for a descriptor in this pass, now that the files just
+        read to their end can be closed for room, and read them: with more files changing than
+        descriptors, each gets its turn instead of the open ones keeping theirs."""
+        waiting, self._waiting = self._waiting, set()
+        self._fds.new_poll()
+        for path in sorted(waiting):  # a file before its copies (x.log, x.log.1): its cut comes first
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # gone: the next listing says what became of it
+            if stat.S_ISREG(st.st_mode):
+                try:
+                    self._place(path, (st.st_dev, st.st_ino), st, cuts)
+                except OSError as err:
+                    self._report(path, err)
+        streams = {f.stream for f in self._files.values() if f.path in waiting and f.fd >= 0}
+        if not streams:
+            self.stats.files_waiting = len(self._waiting)
+            return []
+        busy = self._busy
+        chunks = self._read_all(streams)
+        self._busy |= busy
+        return chunks
 
     def event_driven(self) -> bool:
         """Whether the file system names every change of every followed file (inotify covers them all)."""

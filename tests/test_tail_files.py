@@ -121,6 +121,41 @@ def test_parked_files_are_reopened_exactly(tmp_path: Path, tail: Tail) -> None:
     assert sum(t.stats.rotations.values()) == 1
 
 
+def test_drained_rotated_files_make_room(tmp_path: Path, tail: Tail) -> None:
+    """Rotated files read to their end give their descriptors to the new files at once, not after
+    the wait for late writes to them: with room for 3, 3 renames and 3 new files are all read."""
+    t = tail(tmp_path, max_open=3, rotate_wait=60.0)
+    paths = [tmp_path / f"{name}.log" for name in "abc"]
+    for i, path in enumerate(paths):
+        path.write_bytes(line(i))
+    t.poll()
+    got = drain(t)
+    for i, path in enumerate(paths):
+        path.rename(f"{path}.1")
+        append(Path(f"{path}.1"), line(10 + i))  # written before the writer reopens
+        path.write_bytes(line(20 + i))
+    got += drain(t)
+    for i, path in enumerate(paths):
+        assert data(got, path) == line(10 + i) + line(20 + i), path
+    assert t.stats.files_waiting == 0
+
+
+def test_files_written_at_every_poll_take_turns(tmp_path: Path, tail: Tail) -> None:
+    """8 files written before every poll, with room for 4: each poll reads every file, the closed
+    ones reopened in the room the files just read leave (no file waits while the others are busy)."""
+    t = tail(tmp_path, max_open=4)
+    paths = [tmp_path / f"f{i}.log" for i in range(8)]
+    for path in paths:
+        path.write_bytes(b"")
+    t.poll()
+    for r in range(10):
+        for i, path in enumerate(paths):
+            append(path, line(100 * r + i))
+        got = t.poll()
+        assert {p: data(got, p) for p in paths} == {p: line(100 * r + i) for i, p in enumerate(paths)}, r
+    assert t.stats.files_waiting == 0
+
+
 @pytest.mark.parametrize("rotate_wait", [0.0, 60.0])
 def test_parked_files_moved_out_and_back_are_read_on(tmp_path: Path, tail: Tail, rotate_wait: float) -> None:
     """Closed idle files whose directory leaves the tree and comes back, or that one listing missed
