@@ -41,7 +41,7 @@ class Known:
     fp: str | None = None  # a retired file: its fingerprint at ``offset`` (``logmetrics.identity``)
     mtime_ns: int = -1  # a retired file: its modification time when last found the same (-1: not yet)
     seen: float = 0.0  # when it was last found in a listing (monotonic)
-    birth: int | None = None  # a retired file: when it was created (``logmetrics.identity.birth``), if known
+    birth: int | None = None  # when it was created (``logmetrics.identity.birth``), if known
     unread: int = 0  # a file let go with bytes it was known to hold unread (its directory moved away)
 
 

@@ -36,6 +36,7 @@ MAX_ABSENT = 10_000  # retired files missing from the listings remembered at mos
 _HEX = frozenset(string.hexdigits.lower())
 _STATX_BTIME = 0x800  # the statx mask bit of the birth time
 _AT_EMPTY_PATH = 0x1000  # statx of the descriptor itself
+_AT_FDCWD = -100  # statx of a path from the working directory
 _BTIME_AT = 80  # offset of stx_btime (seconds: s64, then nanoseconds: u32) in struct statx
 
 Ident = tuple[int, int]
@@ -59,10 +60,19 @@ _statx = _load_statx()
 def birth(fd: int) -> int | None:
     """When the open file ``fd`` was created, in nanoseconds, where the system and its file system
     tell (``statx``); None where they do not."""
+    return _btime(fd, b"", _AT_EMPTY_PATH)
+
+
+def birth_at(path: str) -> int | None:
+    """``birth`` of the file at ``path`` (symlinks followed), without a descriptor for it."""
+    return _btime(_AT_FDCWD, os.fsencode(path), 0)
+
+
+def _btime(dirfd: int, path: bytes, flags: int) -> int | None:
     if _statx is None:
         return None
     buf = ctypes.create_string_buffer(256)
-    if _statx(fd, b"", _AT_EMPTY_PATH, _STATX_BTIME, buf) != 0:
+    if _statx(dirfd, path, flags, _STATX_BTIME, buf) != 0:
         return None
     mask, = struct.unpack_from("I", buf, 0)
     if not mask & _STATX_BTIME:
@@ -76,6 +86,14 @@ def other_birth(fd: int, born: int | None) -> bool:
     if born is None:
         return False
     now = birth(fd)
+    return now is not None and now != born
+
+
+def other_birth_at(path: str, born: int | None) -> bool:
+    """``other_birth`` of the file at ``path``."""
+    if born is None:
+        return False
+    now = birth_at(path)
     return now is not None and now != born
 
 

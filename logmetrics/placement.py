@@ -28,7 +28,7 @@ from logmetrics.copies import (
     still_copy,
 )
 from logmetrics.descriptors import Descriptors
-from logmetrics.identity import birth, other_birth, same_file
+from logmetrics.identity import birth, other_birth, other_birth_at, same_file
 from logmetrics.notify import Watcher
 from logmetrics.tailfile import Ident, LineCutter, TailFile, covers, read_head
 
@@ -210,6 +210,9 @@ class Placement:
             self._rotated.add(path)
             self._rotated_lately[path] = time.monotonic()
         f = self._files.get(ident)
+        if f is not None and f.fd < 0 and other_birth_at(path, f.birth):
+            self._forget_parked(f)  # deleted while closed, and its inode given to this new file
+            f = None
         if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
             f.missed = False
             if f.stream == path and path not in self._active:
@@ -224,6 +227,7 @@ class Placement:
             return
         known = self._known.get(ident)
         proven_new = False
+        held_born: int | None = None  # the birth of the file a held copy was when first found
         if known is not None:
             if known.offset is None:
                 original = self._files.get(self._active.get(known.stream, (-1, -1)))
@@ -233,7 +237,7 @@ class Placement:
                 # No truncation came in time: a new file. Or its content parted from that file's (a copy
                 # seen empty, as cp creates it, looks like any file): it may still be another one's copy.
                 proven_new = time.monotonic() - known.since >= self._copy_wait
-                known = None
+                held_born, known = known.birth, None
             elif size == known.offset and st.st_mtime_ns == known.mtime_ns:
                 return  # retired, and unchanged since it was last found the same
         if self._first:
@@ -245,6 +249,8 @@ class Placement:
             return
         self._unopened.pop(ident, None)
         fd, size, head = opened
+        if proven_new and other_birth(fd, held_born):
+            proven_new = False  # not the file held so long: another one that got its inode (a new copy)
         if known is not None:
             del self._known[ident]
             if known.offset is not None and not other_birth(fd, known.birth) \
@@ -278,7 +284,8 @@ class Placement:
                 if starts_like(head, f.head) and same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one
-                    self._known[ident] = Known(f.stream, head, None, since=time.monotonic(), size=size)
+                    now = time.monotonic()  # (seen now: once claimed by a cut, it is kept while it is listed)
+                    self._known[ident] = Known(f.stream, head, None, since=now, size=size, seen=now, birth=birth(fd))
                     self._fds.close(fd)
                     return
         if path in self._streams:
