@@ -386,7 +386,7 @@ def _add_declared(trial: Trial, lm: Logmetrics, declared: list[float]) -> None:
 
 
 def _settle(trial: Trial, lm: Logmetrics, declared: list[float]) -> Counts:
-    """Scrape until every file is counted exactly, or until nothing moved for 1 s (then the counts
+    """Scrape until every file is counted exactly, or until nothing moved for 3 s (then the counts
     are what they will stay), at most 20 s."""
     deadline = time.monotonic() + 20
     last: Counts = {}
@@ -398,6 +398,6 @@ def _settle(trial: Trial, lm: Logmetrics, declared: list[float]) -> Counts:
                     for i, w in enumerate(trial.writer.written))
         if got != last:
             last, still = got, time.monotonic()
-        if exact or time.monotonic() - still >= 1.0 or time.monotonic() > deadline:
+        if exact or time.monotonic() - still >= 3.0 or time.monotonic() > deadline:
             return got
         time.sleep(0.02)
