@@ -79,7 +79,7 @@ class Stream:
     unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
     model: str | None = None  # a static model label (--label)
     zeroed: set[str] = field(default_factory=set)  # the models whose zero_series were applied
-    fed_at: float = 0.0  # monotonic time of the stream's last text
+    fed_at: float = 0.0  # monotonic time of the stream's last text (of its file's last write, if earlier)
     held_since: float = 0.0  # monotonic time of the first text held while the stream is not routed
     weak: bool = False  # its best sniff so far is weak: the engine waits for a telling line
 
@@ -109,6 +109,7 @@ class Engine:
         # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
         self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
         self._changed: set[str] = set()  # streams fed since the last take_changed
+        self._fed_at = 0.0  # the chunk being fed: when its stream's file was last written (monotonic)
         #: sources whose every stream is gone: since when (monotonic), and the raw streams that fed them
         self.orphans: dict[str, tuple[float, set[str]]] = {}
         for entry in parsers.values():
@@ -148,6 +149,12 @@ class Engine:
         if unwrapper is None:
             unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self._envelope(chunk.stream),
                                                                   max_line_bytes=self.max_line_bytes)
+        # The last record of a read is held until its stream is quiet for ``hold`` seconds: counted
+        # from the file's last write, so that a backlog read long after it was written (a burst
+        # read in several passes) is not held on top of the time it took to read.
+        now = time.monotonic()
+        quiet = 0.0 if chunk.written is None else min(self.hold, max(0.0, chunk.time - chunk.written))
+        self._fed_at = now - quiet
         for piece in unwrapper.feed(chunk.data, chunk.time):
             self._piece(chunk.stream, piece)
         if unwrapper.truncated:
@@ -389,6 +396,7 @@ class Engine:
         stream.time = piece.time
         self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
         self.store.set_self("logmetrics_last_line_timestamp_seconds", (stream.source,), piece.time)
+        stream.fed_at = self._fed_at
         if stream.routed:
             self._text(stream, piece.text, piece.lines)
             return
@@ -455,7 +463,6 @@ class Engine:
             n = text.count("\n") if lines is None else lines
             self.store.add_self("logmetrics_lines_unmatched_total", (UNROUTED,), n)
             return
-        stream.fed_at = time.monotonic()
         self._records(stream, *stream.assembler.feed(text, lines))
 
     def _records(self, stream: Stream, text: str, lines: int) -> None:

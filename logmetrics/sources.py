@@ -57,11 +57,13 @@ MAX_UNLISTED = 10_000  # changed paths remembered as not followed (a state file 
 
 
 class Chunk(NamedTuple):
-    """Whole lines read from one stream: ``data`` ends in ``b"\\n"``; ``time`` is when it was read."""
+    """Whole lines read from one stream: ``data`` ends in ``b"\\n"``; ``time`` is when it was read;
+    ``written``, when the read reached the end of a file, is when that file was last written."""
 
     stream: str
     data: bytes
     time: float
+    written: float | None = None
 
 
 class SourceError(Exception):
@@ -187,6 +189,14 @@ def _validate(path: str, wait_for_missing: bool) -> bool:
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise SourceError(f"logmetrics: not a regular file or directory: {path}")
     return True
+
+
+def _written(f: TailFile) -> float | None:
+    """When open ``f`` was last written (its modification time), None if that cannot be told."""
+    try:
+        return os.fstat(f.fd).st_mtime
+    except OSError:
+        return None
 
 
 class FileTailer(Placement):
@@ -583,7 +593,7 @@ class FileTailer(Placement):
                     f.idle_since = now
                     f.size = max(f.size, f.offset)
                 if data:
-                    chunks.append(Chunk(stream, data, time.time()))
+                    chunks.append(Chunk(stream, data, time.time(), _written(f) if at_end else None))
                 if f.cutter.truncated:
                     stats.lines_truncated[stream] = stats.lines_truncated.get(stream, 0) + f.cutter.truncated
                     f.cutter.truncated = 0

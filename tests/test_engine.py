@@ -481,3 +481,27 @@ def test_a_held_back_record_counts_once_the_stream_is_quiet() -> None:
     """After the hold time (or when forced, as before a state save) the held-back record counts by itself."""
     assert _vllm_errors(hold=0.0, force=False)[0] >= 1.0
     assert _vllm_errors(hold=1000.0, force=True)[0] >= 1.0
+
+
+def _held_errors(written_ago: float | None) -> float:
+    """Errors counted after a traceback's head is fed, from a file last written ``written_ago``
+    seconds before the read (None: not known), and the engine went idle once, with 5 s of hold."""
+    from logmetrics.engine import Engine
+    from logmetrics.plugins import discover
+    from logmetrics.sources import Chunk
+    from logmetrics.store import Store
+
+    store = Store()
+    engine = Engine(discover(), store, parser="vllm", hold=5.0)
+    now = time.time()
+    engine.feed(Chunk("v.log", TB_HEAD.encode(), now, None if written_ago is None else now - written_ago))
+    engine.idle()
+    return sum(v for k, v in store.counters.items() if k[0] == "backend_errors_total")
+
+
+def test_the_hold_counts_from_the_files_last_write() -> None:
+    """A record read from a file quiet for the hold time already counts at the next idle; one just
+    written, or from a read that did not reach the end of its file, is held."""
+    assert _held_errors(written_ago=10.0) == 1.0
+    assert _held_errors(written_ago=0.0) == 0.0
+    assert _held_errors(written_ago=None) == 0.0

@@ -121,6 +121,18 @@ def test_parked_files_are_reopened_exactly(tmp_path: Path, tail: Tail) -> None:
     assert sum(t.stats.rotations.values()) == 1
 
 
+def test_a_read_to_the_end_says_when_the_file_was_last_written(tmp_path: Path, tail: Tail) -> None:
+    """A chunk that reaches the end of its file carries the file's modification time; one cut short
+    by the poll's budget does not (more of the file is there: it is not quiet)."""
+    t = tail(tmp_path, from_beginning=True, read_size=1024, poll_budget=1024)
+    log = tmp_path / "a.log"
+    log.write_bytes(lines(0, 100))
+    os.utime(log, (1_000_000.0, 1_000_000.0))
+    got = drain(t)
+    assert data(got) == lines(0, 100) and len(got) > 1
+    assert [c.written for c in got] == [None] * (len(got) - 1) + [1_000_000.0]
+
+
 def test_drained_rotated_files_make_room(tmp_path: Path, tail: Tail) -> None:
     """Rotated files read to their end give their descriptors to the new files at once, not after
     the wait for late writes to them: with room for 3, 3 renames and 3 new files are all read."""
