@@ -86,6 +86,7 @@ class Placement:
     _resumed_inputs: list[str] | None
     _resumed_at: float | None
     _resume_later: set[Ident]
+    _resume_unseen: dict[Ident, Position]
     _whole: set[Ident]
     _unchanged: set[Ident]
     _first: bool
@@ -222,8 +223,8 @@ class Placement:
             if f.fd < 0 and (size != f.offset or (st.st_mtime_ns != f.mtime_ns and f.mtime_ns >= 0)):
                 self._unpark(f, path, size, cuts)  # grown, cut, or written over with as many bytes
             return
-        if ((self._first or ident in self._resume_later) and self._resumed_at is not None
-                and self._place_resumed(path, ident)):
+        if ((self._first or ident in self._resume_later or ident in self._resume_unseen)
+                and self._resumed_at is not None and self._place_resumed(path, ident)):
             return
         known = self._known.get(ident)
         proven_new = False
@@ -377,6 +378,7 @@ class Placement:
     def _place_resumed(self, path: str, ident: Ident) -> bool:
         """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
         self._resume_later.discard(ident)
+        self._resume_unseen.pop(ident, None)
         saved = self._resume.get(ident)
         if saved is None and self._resumed_inputs is not None and not any(
                 covers(arg, path) for arg in self._resumed_inputs):

@@ -253,6 +253,9 @@ class FileTailer(Placement):
         self._resumed_at: float | None = None  # when they were saved
         self._whole: set[Ident] = set()  # saved files found whole at the first poll after resume(): no copies
         self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
+        #: saved files the first listing did not show: looked for once more (a listing may miss a file
+        #: renamed while it runs), and kept in the state meanwhile
+        self._resume_unseen: dict[Ident, Position] = {}
         self._unchanged: set[Ident] = set()  # files a resumed state shows unchanged since: read from their end
         self._seq = 0
         self._waker: Waker | None = None
@@ -293,6 +296,7 @@ class FileTailer(Placement):
             out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset),
                                 f.real if f.real != f.path else None, f.birth))
         out += [p for ident, p in self._unopened.items() if ident not in self._files]  # found, not opened yet
+        out += [p for ident, p in self._resume_unseen.items() if ident not in self._files]  # not found yet
         return out
 
     def resume(self, positions: Sequence[Position], saved_at: float, inputs: Sequence[str] | None = None) -> None:
@@ -435,7 +439,8 @@ class FileTailer(Placement):
         w.retry()
         changes = w.changes()  # read every time: events wait in the kernel, merged, until asked for
         if (changes.rescan or not w.names_changes or self._first or self._uncovered or self._waiting
-                or self._unopened or self._cuts or self._copies_held or self._resume_later or self._walk_incomplete
+                or self._unopened or self._cuts or self._copies_held or self._resume_later or self._resume_unseen
+                or self._walk_incomplete
                 or time.monotonic() - self._last_full >= self.rescan_interval):
             return None, changes.paths
         idents: set[Ident] = set()
@@ -529,12 +534,15 @@ class FileTailer(Placement):
         for stream in [s for s in self._active if s not in present]:
             self._drain(self._files[self._active.pop(stream)])
         if self._first and self._resumed_at is not None:
-            for p in self._resume.values():
-                if (p.dev, p.ino) not in idents and (p.dev, p.ino) not in self._files and not self._resume_real(p) \
-                        and p.path == p.stream:
+            self._resume_unseen = {(p.dev, p.ino): p for p in self._resume.values() if (p.dev, p.ino) not in idents
+                                   and (p.dev, p.ino) not in self._files and not self._resume_real(p)}
+        elif self._resume_unseen:  # missed by two listings: gone
+            for ident, p in self._resume_unseen.items():
+                if ident not in idents and ident not in self._files and p.path == p.stream:
                     log.warning("%s was deleted or moved away while logmetrics was down: what was written to it "
                                 "after the last commit is not counted (logmetrics_files_lost_total)", p.stream)
                     self.stats.files_lost[p.stream] = self.stats.files_lost.get(p.stream, 0) + 1
+            self._resume_unseen = {}
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):
                 continue  # no listed path leads to it now (a symlink moved on): drained from its real path

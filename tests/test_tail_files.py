@@ -579,6 +579,27 @@ def _read_then_down(tmp_path: Path, tail: Tail, log: Path) -> tuple[list[Chunk],
     return got, positions, saved_at
 
 
+def test_a_saved_file_the_first_listing_misses_is_resumed_when_found(tmp_path: Path, tail: Tail) -> None:
+    """A saved file missing from the first listing after a restart (a rename in flight hides a file
+    from a listing) and found at the next one, renamed: read on from its saved position under its
+    stream, and not declared lost."""
+    logs, away = tmp_path / "logs", tmp_path / "away"
+    logs.mkdir()
+    log = logs / "x.log"
+    got, positions, saved_at = _read_then_down(logs, tail, log)
+    log.rename(away)  # out of the listing's sight for the first poll
+    second = tail(logs)
+    second.resume(positions, saved_at)
+    got += second.poll()
+    assert not second.stats.files_lost
+    assert [p.offset for p in second.positions() if p.stream == str(log)] == [len(lines(0, 3))]  # still saved
+    away.rename(logs / "x.log.1")
+    append(logs / "x.log.1", lines(5, 6))
+    got += drain(second)
+    _all_under(got, log, list(range(6)))
+    assert not second.stats.files_lost
+
+
 def test_a_file_rotated_out_while_down_counts_under_its_stream(tmp_path: Path, tail: Tail) -> None:
     """x.log shifted twice while logmetrics was down: every line is read once, all under x.log."""
     log = tmp_path / "x.log"
