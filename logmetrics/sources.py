@@ -537,10 +537,11 @@ class FileTailer(Placement):
             self._resume_unseen = {(p.dev, p.ino): p for p in self._resume.values() if (p.dev, p.ino) not in idents
                                    and (p.dev, p.ino) not in self._files and not self._resume_real(p)}
         elif self._resume_unseen:  # missed by two listings: gone
-            for ident, p in self._resume_unseen.items():
-                if ident not in idents and ident not in self._files and p.path == p.stream:
+            for ident, p in self._resume_unseen.items():  # (a rotated one still being read too: its writer
+                if ident not in idents and ident not in self._files:  # may have gone on writing to it)
+                    name = p.stream if p.path == p.stream else f"{p.path} (a rotated file of {p.stream})"
                     log.warning("%s was deleted or moved away while logmetrics was down: what was written to it "
-                                "after the last commit is not counted (logmetrics_files_lost_total)", p.stream)
+                                "after the last commit is not counted (logmetrics_files_lost_total)", name)
                     self.stats.files_lost[p.stream] = self.stats.files_lost.get(p.stream, 0) + 1
             self._resume_unseen = {}
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
