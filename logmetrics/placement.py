@@ -152,6 +152,14 @@ class Placement:
             log.warning("%s %s: %d bytes of it are lost (counted in logmetrics_bytes_lost_total)", stream, why, nbytes)
         self.stats.bytes_lost[stream] = self.stats.bytes_lost.get(stream, 0) + nbytes
 
+    def _lost_while_down(self, p: Position) -> None:
+        """A saved file deleted (or moved out of the followed paths) while logmetrics was down:
+        what was written to it after the last commit cannot be known (logmetrics_files_lost_total)."""
+        name = p.stream if p.path == p.stream else f"{p.path} (a rotated file of {p.stream})"
+        log.warning("%s was deleted or moved away while logmetrics was down: what was written to it after the "
+                    "last commit is not counted (logmetrics_files_lost_total)", name)
+        self.stats.files_lost[p.stream] = self.stats.files_lost.get(p.stream, 0) + 1
+
     def _reopen_real(self, f: TailFile) -> bool:
         """Reopen a parked file that no listed path leads to by its real path, to drain it; True if it
         is still there (reopened, or waiting for a descriptor)."""
@@ -407,7 +415,10 @@ class Placement:
                 self._follow_resumed(fd, ident, head, path, saved.stream, saved.offset, size)
                 return True
             if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
-                self.stats.truncations[path] = self.stats.truncations.get(path, 0) + 1
+                if other_birth(fd, saved.birth):  # replaced: deleted while we were down, as if gone
+                    self._lost_while_down(saved)
+                else:
+                    self.stats.truncations[path] = self.stats.truncations.get(path, 0) + 1
                 self._follow_resumed(fd, ident, head, path, path, 0, size)
                 return True
             # elsewhere, another file that got the saved file's inode after it was deleted: a new file

@@ -18,6 +18,7 @@ of input) and no line is longer than the cap.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -228,6 +229,7 @@ class FileTailer(Placement):
         self._copy_wait = copy_wait
         self._fds = Descriptors(lambda: self._files.values(), max_open)  # the others are parked
         self._waiting: set[str] = set()  # paths that wait for a descriptor in this poll
+        self._turn = ""  # the last waiting path given a descriptor: the next pass begins after it
         self._walk_incomplete = False  # a directory could not be listed (no descriptor): forget nothing
         self._strict = strict  # errors on the PATH arguments themselves are kept for failed_args(), not logged
         self._args = {os.path.normpath(p) for p in paths if not is_glob(p)}
@@ -399,7 +401,12 @@ class FileTailer(Placement):
         descriptors, each gets its turn instead of the open ones keeping theirs."""
         waiting, self._waiting = self._waiting, set()
         self._fds.new_poll()
-        for path in sorted(waiting):  # a file before its copies (x.log, x.log.1): its cut comes first
+        # In turns: from the path after the last one served, so that no file waits for ever behind
+        # others that always come first (a file still comes before its copies: its cut first).
+        order = sorted(waiting)
+        k = bisect.bisect_right(order, self._turn)
+        order = order[k:] + order[:k]
+        for path in order:
             try:
                 st = os.stat(path)
             except OSError:
@@ -409,6 +416,8 @@ class FileTailer(Placement):
                     self._place(path, (st.st_dev, st.st_ino), st, cuts)
                 except OSError as err:
                     self._report(path, err)
+                if path not in self._waiting:
+                    self._turn = path
         streams = {f.stream for f in self._files.values() if f.path in waiting and f.fd >= 0}
         if not streams:
             self.stats.files_waiting = len(self._waiting)
@@ -539,10 +548,7 @@ class FileTailer(Placement):
         elif self._resume_unseen:  # missed by two listings: gone
             for ident, p in self._resume_unseen.items():  # (a rotated one still being read too: its writer
                 if ident not in idents and ident not in self._files:  # may have gone on writing to it)
-                    name = p.stream if p.path == p.stream else f"{p.path} (a rotated file of {p.stream})"
-                    log.warning("%s was deleted or moved away while logmetrics was down: what was written to it "
-                                "after the last commit is not counted (logmetrics_files_lost_total)", name)
-                    self.stats.files_lost[p.stream] = self.stats.files_lost.get(p.stream, 0) + 1
+                    self._lost_while_down(p)
             self._resume_unseen = {}
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):

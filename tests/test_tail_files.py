@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -166,6 +167,58 @@ def test_files_written_at_every_poll_take_turns(tmp_path: Path, tail: Tail) -> N
         got = t.poll()
         assert {p: data(got, p) for p in paths} == {p: line(100 * r + i) for i, p in enumerate(paths)}, r
     assert t.stats.files_waiting == 0
+
+
+def test_files_waiting_for_descriptors_are_served_in_turns(tmp_path: Path, tail: Tail) -> None:
+    """12 files written before every poll, with room for 4: the files that wait are served in turns
+    across polls, so that each is read at least every other poll, none for ever behind the others."""
+    t = tail(tmp_path, max_open=4)
+    paths = [tmp_path / f"f{i:02}.log" for i in range(12)]
+    for path in paths:
+        path.write_bytes(b"")
+    t.poll()
+    served = []
+    for r in range(8):
+        for i, path in enumerate(paths):
+            append(path, line(100 * r + i))
+        got = t.poll()
+        served.append({p for p in paths if data(got, p)})
+    for path in paths:
+        assert all(path in a or path in b for a, b in itertools.pairwise(served)), path
+    got = drain(t)
+    assert t.stats.files_waiting == 0
+
+
+def _reused_inode(spare: Path, ino: int, data: bytes) -> Path | None:
+    """A new file with ``data`` that got the freed inode ``ino`` (made in ``spare``), None if none did."""
+    for i in range(200):
+        new = spare / f"{i}.log"
+        new.write_bytes(data)
+        if new.stat().st_ino == ino:
+            return new
+    return None
+
+
+def test_a_file_deleted_while_down_and_its_inode_reused_is_declared_lost(tmp_path: Path, tail: Tail) -> None:
+    """x.log deleted while logmetrics was down and a new x.log that got its inode: the new one is read
+    whole, and the old one is declared lost (what was written to it after the save is unknown)."""
+    logs, spare = tmp_path / "logs", tmp_path / "spare"
+    logs.mkdir()
+    spare.mkdir()
+    log = logs / "x.log"
+    got, positions, saved_at = _read_then_down(logs, tail, log)
+    ino = log.stat().st_ino
+    log.unlink()
+    new = _reused_inode(spare, ino, lines(10, 12))
+    if new is None or identity.birth_at(str(new)) is None:
+        pytest.skip("this file system gave no new file the freed inode, or keeps no birth times")
+    new.rename(log)
+    second = tail(logs)
+    second.resume(positions, saved_at)
+    got = drain(second)
+    assert data(got, log) == lines(10, 12)
+    assert second.stats.files_lost == {str(log): 1}
+    assert not second.stats.truncations.get(str(log))
 
 
 def test_closed_file_deleted_and_its_inode_reused(tmp_path: Path, tail: Tail) -> None:
