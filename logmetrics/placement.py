@@ -117,11 +117,13 @@ class Placement:
         try:
             if not f.truncated():
                 return False
-            if self._active.get(f.stream) != f.ident and not f.own:
+            if self._active.get(f.stream) != f.ident and (not f.own or (f.moved and self._copied_over(f))):
                 # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
                 # is a new copy, for the copy evidence to place, not lines of the stream to read again
-                # from the start. (The stream's own file, cut and then renamed before this look, is cut
-                # like the stream's file: its copy holds what was not read.)
+                # from the start; so is the stream's rotated file, found renamed before, that now starts
+                # like the stream's file (`cp x.log x.log.1` into it). (The stream's own file, cut and
+                # then renamed before this look, or copytruncated itself, is cut like the stream's file:
+                # its copy holds what was not read.)
                 self._fds.release(f)
                 del self._files[f.ident]
                 return True
@@ -145,6 +147,14 @@ class Placement:
         if not claimed:  # its copy may show up at a later look; a claimed cut is matched no more, so
             cuts.append(cut)  # that a later copy (logs of identical lines) does not take its offset
         return True
+
+    def _copied_over(self, f: TailFile) -> bool:
+        """Whether open ``f``, cut, now starts like its stream's current file: a copy of it written in."""
+        current = self._files.get(self._active.get(f.stream, (-1, -1)))
+        if current is None or not current.head:
+            return False
+        head = read_head(f.fd)
+        return bool(head) and starts_like(head, current.head)
 
     def _lost(self, stream: str, nbytes: int, why: str) -> None:
         """Count ``nbytes`` of ``stream`` as lost (logmetrics_bytes_lost_total), warned once per stream."""
@@ -224,6 +234,8 @@ class Placement:
             f = None
         if f is not None:  # followed already (maybe under another name: x.log.1 after `mv x.log x.log.1`)
             f.missed = False
+            if path != f.stream:
+                f.moved = True
             if f.stream == path and path not in self._active:
                 f.draining = False
                 f.own = True

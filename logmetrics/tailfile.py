@@ -130,7 +130,7 @@ class TailFile:
     """One open file, followed by identity, and the lines cut from it."""
 
     __slots__ = ("birth", "cutter", "draining", "fd", "fp", "fp_at", "head", "ident", "idle_since", "last",
-                 "missed", "mtime_ns", "offset", "own", "path", "real", "replaced", "seq", "size", "stream")
+                 "missed", "moved", "mtime_ns", "offset", "own", "path", "real", "replaced", "seq", "size", "stream")
 
     def __init__(
         self, stream: str, path: str, fd: int, ident: Ident, head: bytes, cutter: LineCutter, seq: int
@@ -149,6 +149,7 @@ class TailFile:
         self.last = b""  # the last bytes read, just before the offset (empty: not known)
         self.draining = False  # replaced or gone: read to its end, closed once idle
         self.own = False  # it was its stream's file at the stream's path (not a copy, nor found rotated)
+        self.moved = False  # found at another path than its stream's since (renamed: a rotated file)
         self.idle_since = 0.0
         self.missed = False  # parked, and missing from the last listing (a rename may hide it from one)
         self.replaced = False  # a read found its content replaced: the next look reports a cut

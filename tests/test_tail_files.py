@@ -169,6 +169,29 @@ def test_files_written_at_every_poll_take_turns(tmp_path: Path, tail: Tail) -> N
     assert t.stats.files_waiting == 0
 
 
+def test_a_copytruncate_into_the_rotated_file_reads_nothing_twice(tmp_path: Path, tail: Tail) -> None:
+    """x.log renamed to x.log.1 and still read, then `cp x.log x.log.1` (written into that file) and
+    x.log truncated: what x.log.1 holds now is a copy of lines read already, not read again."""
+    log, old = tmp_path / "x.log", tmp_path / "x.log.1"
+    t = tail(tmp_path, rotate_wait=60.0)
+    t.poll()
+    log.write_bytes(lines(0, 50))
+    got = drain(t)
+    log.rename(old)
+    log.write_bytes(lines(50, 80))
+    got += drain(t)
+    append(log, lines(80, 90))
+    got += drain(t)
+    with open(old, "r+b") as dst, open(log, "rb") as src:  # cp: the same file, truncated and written
+        dst.truncate(0)
+        dst.write(src.read())
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, lines(90, 100))
+    got += drain(t)
+    _all_under(got, log, list(range(100)))
+
+
 def test_files_waiting_for_descriptors_are_served_in_turns(tmp_path: Path, tail: Tail) -> None:
     """12 files written before every poll, with room for 4: the files that wait are served in turns
     across polls, so that each is read at least every other poll, none for ever behind the others."""
