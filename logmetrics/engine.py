@@ -109,7 +109,6 @@ class Engine:
         # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
         self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
         self._changed: set[str] = set()  # streams fed since the last take_changed
-        self._fed_at = 0.0  # the chunk being fed: when its stream's file was last written (monotonic)
         #: sources whose every stream is gone: since when (monotonic), and the raw streams that fed them
         self.orphans: dict[str, tuple[float, set[str]]] = {}
         for entry in parsers.values():
@@ -152,11 +151,10 @@ class Engine:
         # The last record of a read is held until its stream is quiet for ``hold`` seconds: counted
         # from the file's last write, so that a backlog read long after it was written (a burst
         # read in several passes) is not held on top of the time it took to read.
-        now = time.monotonic()
         quiet = 0.0 if chunk.written is None else min(self.hold, max(0.0, chunk.time - chunk.written))
-        self._fed_at = now - quiet
+        fed_at = time.monotonic() - quiet
         for piece in unwrapper.feed(chunk.data, chunk.time):
-            self._piece(chunk.stream, piece)
+            self._piece(chunk.stream, piece, fed_at)
         if unwrapper.truncated:
             self._truncated(chunk.stream, unwrapper)
 
@@ -211,7 +209,7 @@ class Engine:
         for name, unwrapper in self.unwrappers.items():
             if path is None or name == path:
                 for piece in unwrapper.flush():
-                    self._piece(name, piece)
+                    self._piece(name, piece, time.monotonic())
                 if unwrapper.truncated:
                     self._truncated(name, unwrapper)
         for key, stream in self.streams.items():
@@ -390,13 +388,15 @@ class Engine:
             stream.held, stream.held_lines, stream.held_since = [held], held.count("\n"), time.monotonic()
             self._route(stream, final=False)
 
-    def _piece(self, path: str, piece: Piece) -> None:
+    def _piece(self, path: str, piece: Piece, fed_at: float) -> None:
+        """Take one piece of a raw stream; ``fed_at``: when its file was last written, if that is
+        known to be earlier than now (monotonic)."""
         stream = self._stream(path, piece.service)
         self._changed.add(stream_key(path, piece.service))
         stream.time = piece.time
         self.store.add_self("logmetrics_lines_read_total", (stream.source,), piece.lines)
         self.store.set_self("logmetrics_last_line_timestamp_seconds", (stream.source,), piece.time)
-        stream.fed_at = self._fed_at
+        stream.fed_at = fed_at
         if stream.routed:
             self._text(stream, piece.text, piece.lines)
             return

@@ -407,17 +407,8 @@ class FileTailer(Placement):
         k = bisect.bisect_right(order, self._turn)
         order = order[k:] + order[:k]
         for path in order:
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue  # gone: the next listing says what became of it
-            if stat.S_ISREG(st.st_mode):
-                try:
-                    self._place(path, (st.st_dev, st.st_ino), st, cuts)
-                except OSError as err:
-                    self._report(path, err)
-                if path not in self._waiting:
-                    self._turn = path
+            if self._stat_and_place(path, cuts) is not None and path not in self._waiting:
+                self._turn = path
         streams = {f.stream for f in self._files.values() if f.path in waiting and f.fd >= 0}
         if not streams:
             self.stats.files_waiting = len(self._waiting)
@@ -522,22 +513,11 @@ class FileTailer(Placement):
         if self._first and self._resumed_at is not None:
             self._whole = self._saved_still_whole(listed)
         for path in listed:
-            try:
-                st = os.stat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # gone, or a dangling symlink
-            except OSError as err:
-                self._report(path, err)
-                continue
-            if stat.S_ISREG(st.st_mode):
-                ident = (st.st_dev, st.st_ino)
+            ident = self._stat_and_place(path, cuts)
+            if ident is not None:
                 present.add(path)
                 idents.add(ident)
                 self._index[os.path.abspath(path)] = ident
-                try:
-                    self._place(path, ident, st, cuts)
-                except OSError as err:
-                    self._report(path, err)
         if self._walk_incomplete:
             return  # what was not listed may still be there: decide at the next poll
         for stream in [s for s in self._active if s not in present]:
@@ -570,6 +550,25 @@ class FileTailer(Placement):
                 self._lost(k.stream, k.unread, "was in a directory that went away while closed for want of descriptors")
         for ident in [i for i in self._unopened if i not in idents]:
             del self._unopened[ident]
+
+    def _stat_and_place(self, path: str, cuts: list[Cut]) -> Ident | None:
+        """Place the file at ``path`` (``Placement._place``); its identity, None if it is gone or no
+        regular file (an error on it reported)."""
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # gone, or a dangling symlink
+        except OSError as err:
+            self._report(path, err)
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        ident = (st.st_dev, st.st_ino)
+        try:
+            self._place(path, ident, st, cuts)
+        except OSError as err:
+            self._report(path, err)
+        return ident
 
     def _read_all(self, streams: set[str] | None) -> list[Chunk]:
         """Read the files of ``streams`` (None: of all)."""
