@@ -117,7 +117,7 @@ class Placement:
         try:
             if not f.truncated():
                 return False
-            if self._active.get(f.stream) != f.ident and (not f.own or (f.moved and self._copied_over(f))):
+            if self._active.get(f.stream) != f.ident and (not f.own or (f.moved and self._copied_over(f, cuts))):
                 # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
                 # is a new copy, for the copy evidence to place, not lines of the stream to read again
                 # from the start; so is the stream's rotated file, found renamed before, that now starts
@@ -148,13 +148,18 @@ class Placement:
             cuts.append(cut)  # that a later copy (logs of identical lines) does not take its offset
         return True
 
-    def _copied_over(self, f: TailFile) -> bool:
-        """Whether open ``f``, cut, now starts like its stream's current file: a copy of it written in."""
-        current = self._files.get(self._active.get(f.stream, (-1, -1)))
-        if current is None or not current.head:
-            return False
-        head = read_head(f.fd)
-        return bool(head) and starts_like(head, current.head)
+    def _current(self, stream: str) -> TailFile | None:
+        """The followed file now at ``stream``'s path, if any."""
+        ident = self._active.get(stream)
+        return None if ident is None else self._files.get(ident)
+
+    def _copied_over(self, f: TailFile, cuts: list[Cut]) -> bool:
+        """Whether open ``f``, cut, now starts like its stream's current file (or like that file was
+        before a cut found in this look): a copy of it written in."""
+        current = self._current(f.stream)
+        heads = [c.head for c in cuts if c.stream == f.stream] + ([current.head] if current is not None else [])
+        head = read_head(f.fd) if any(heads) else b""
+        return bool(head) and any(h and starts_like(head, h) for h in heads)
 
     def _lost(self, stream: str, nbytes: int, why: str) -> None:
         """Count ``nbytes`` of ``stream`` as lost (logmetrics_bytes_lost_total), warned once per stream."""
@@ -251,7 +256,7 @@ class Placement:
         held_born: int | None = None  # the birth of the file a held copy was when first found
         if known is not None:
             if known.offset is None:
-                original = self._files.get(self._active.get(known.stream, (-1, -1)))
+                original = self._current(known.stream)
                 if still_copy(path, known, original, size, self._copy_wait):
                     return  # still a copy of what was (or is being) read from its original
                 del self._known[ident]  # not a copy of that file after all
@@ -368,7 +373,7 @@ class Placement:
         if proven_new:
             return None
         for stream in originals(path):
-            f = self._files.get(self._active.get(stream, (-1, -1)))
+            f = self._current(stream)
             if f is not None and f.offset == 0 and not f.head:
                 return stream
         return None
