@@ -79,6 +79,11 @@ FAMILIES: tuple[Family, ...] = (
     _f("backend_errors_total", "counter", (*M, "error_type"),
        "Error records logged by the backend (a multi-line traceback counts once), by model where the parser "
        "knows it (else unknown) and error type."),
+    _f("llm_client_errors_total", "counter", (*M, "error_type"),
+       "Requests the backend rejected for the client's fault (HTTP 4xx: a malformed body, an unknown model, "
+       "a missing field, a prompt over the context), by type. Kept apart from backend_errors_total and "
+       "llm_requests_total{outcome=\"error\"}, which error-rate alerts read, so that a bad client never "
+       "pages for the backend."),
     _f("backend_restarts_total", "counter", (), "Backend start-ups seen in the log."),
     _f("backend_ready", "gauge", M,
        "1 from the backend's server-ready line until it logs a shutdown, a death or a new start-up, then 0 "

@@ -109,6 +109,14 @@ HINTS: dict[str, Hint] = {
         "scanners' 404s.", (
             _q("errors/s by backend and type", f"sum by (backend, error_type) (rate(backend_errors_total{R}))"),
             _q("errors in the last hour", "sum by (backend, model, error_type) (increase(backend_errors_total[1h]))"))),
+    "llm_client_errors_total": Hint(
+        "Requests refused for the client's fault (4xx), by type: a client or a gateway sending bad requests. "
+        "Not a backend failure, so no error-rate alert reads it; compare it with the requests that succeeded.", (
+            _q("client errors/s by backend and type",
+               f"sum by (backend, error_type) (rate(llm_client_errors_total{R}))"),
+            _q("share of requests refused for the client's fault",
+               f"sum by (backend) (rate(llm_client_errors_total{R})) / (sum by (backend) "
+               f"(rate(llm_client_errors_total{R})) + sum by (backend) (rate(llm_requests_total{R})))"))),
     "backend_restarts_total": Hint(
         "Start-ups: count them over a window; more than a few an hour is a crash loop.", (
             _q("start-ups in the last hour", "sum by (backend, source) (increase(backend_restarts_total[1h]))"),)),
