@@ -200,6 +200,11 @@ def error_panels() -> list[PanelBuilder]:
         graph("Error records / s by type", "suffix:/s",
               [(rate("backend_errors_total", by="backend, error_type"), "{{backend}} {{error_type}}")],
               "Error records in the logs by type; a traceback counts once (backend_errors_total).", stacked=True),
+        graph("Client errors (4xx) / s by type", "suffix:/s",
+              [(rate("llm_client_errors_total", by="backend, error_type"), "{{backend}} {{error_type}}")],
+              "Requests the backends refused for the client's fault: malformed bodies, unknown models, prompts "
+              "over the context (llm_client_errors_total). Not backend failures: no error ratio or alert "
+              "counts them.", stacked=True),
         graph("Error and abort ratio by backend and model (recorded, 5m)", "percentunit",
               [(REC.sel("backend_model:llm_requests_error:ratio_rate5m"), "error {{backend}} {{model}}"),
                (REC.sel("backend_model:llm_requests_aborted:ratio_rate5m"), "aborted {{backend}} {{model}}")],
