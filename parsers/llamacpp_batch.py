@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 MAX_OPEN_TIMINGS = 1024
 LIB_KEY = "lib"  # timing blocks without an id: one at a time
 #: Match groups (``llamacpp_patterns.SCAN``) that close each kind of record.
-BLOCK, LAUNCH, RELEASE, KV, REQUEST, IDLE, OTHER = 8, 9, 10, 11, 14, 15, 16
+BLOCK, BLOCK_E, LAUNCH, RELEASE, KV, REQUEST, IDLE, OTHER = 8, 16, 17, 18, 19, 22, 23, 24
 ROUTE_CACHE_MAX = 1024
 
 
@@ -78,7 +78,7 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     for m in P.SCAN.finditer(text, pos):
         kind = m.lastindex
         if kind == REQUEST:
-            key = m.group(12, 13, 14)
+            key = m.group(20, 21, 22)
             labels = cache.get(key)
             if labels is None:
                 method, path, code = key
@@ -91,20 +91,27 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             produced += 1
         elif kind == LAUNCH:
             parser._after_decode = False
-            pairs.start("slot " + m.group(9), parser.model, t)
+            pairs.start("slot " + m.group(17), parser.model, t)
             touched = True
             produced += 1
         elif kind == RELEASE:
-            pairs.finish("slot " + m.group(10))
+            pairs.finish("slot " + m.group(18))
             touched = True
             if pairs.models:
                 produced += 1
-        elif kind == BLOCK:
-            task, pms, pn, en, eper, tms = m.group(1, 2, 3, 6, 7, 8)
+        elif kind == BLOCK or kind == BLOCK_E:
+            if kind == BLOCK:
+                task, pms, pn, en, eper, tms = m.group(1, 2, 3, 6, 7, 8)
+                parser._block_key = LIB_KEY
+                lines += 3  # and one below: the block is one record of four lines
+            else:
+                task, pms, pn, en, eper, tms = m.group(9, 10, 11, 14, 15, 16)
+                produced += 2  # and one below: three records of one line each
+                if parser._block_key == f"task {int(task)}":
+                    parser._block_key = LIB_KEY
             if timings:
                 _forget(parser, task)
             parser._after_decode = False
-            parser._block_key = LIB_KEY
             prompt += int(pn)
             gen += int(en)
             ok += 1
@@ -115,9 +122,8 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             got[1].append(float(pms) / 1000.0)
             got[2].append(float(eper) / 1000.0)
             produced += 1
-            lines += 3  # and one below
         elif kind == KV:
-            cached += int(m.group(11))
+            cached += int(m.group(19))
             kv += 1
             produced += 1
         elif kind == IDLE:
@@ -133,7 +139,7 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
                 produced = prompt = gen = ok = cached = kv = 0
                 http = {}
                 touched = False
-            record = _clean(m.group(16))
+            record = _clean(m.group(24))
             if record:
                 out = parser.parse(Record(record, t))
                 if out:
