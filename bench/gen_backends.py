@@ -150,11 +150,8 @@ class LlamaWriter(Writer):
         head = f"slot %s: id {slot:2d} | task {self.task} | "
         method, route, _ = rng.choices(LLAMA_ROUTES, weights=[w for *_, w in LLAMA_ROUTES])[0]
         n_ctx = 8192
-        if pick < 39:  # the prompt does not fit: an error sent to the client, no timing block
+        if pick < 39:  # the prompt does not fit: the client's fault (a 400), no timing block
             n_prompt = rng.randint(n_ctx + 1, 3 * n_ctx)
-            self.fig.errors += 1
-            self.fig.errors_per_record += 1
-            self.fig.outcomes["error"] += 1
             return [head % "launch_slot_" + "processing task",
                     head % "update_slots" + f"new prompt, n_ctx_slot = {n_ctx}, n_keep = 0, "
                     f"n_prompt_tokens = {n_prompt}",

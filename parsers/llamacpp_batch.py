@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 MAX_OPEN_TIMINGS = 1024
 LIB_KEY = "lib"  # timing blocks without an id: one at a time
 #: Match groups (``llamacpp_patterns.SCAN``) that close each kind of record.
-BLOCK, BLOCK_E, LAUNCH, RELEASE, KV, REQUEST, IDLE, OTHER = 8, 16, 17, 18, 19, 22, 23, 24
+BLOCK, BLOCK_E, LAUNCH, RELEASE, KV, REQUEST, IDLE, CLIENT, OTHER = 8, 16, 17, 18, 19, 22, 23, 26, 27
 ROUTE_CACHE_MAX = 1024
 
 
@@ -38,12 +38,24 @@ Sums = dict[tuple[str, tuple[str, ...]], int]
 class _Run:
     """What a run of frequent records (between two other records) adds up to."""
 
-    __slots__ = ("cached", "gen", "http", "kv", "ok", "pairs", "prompt")
+    __slots__ = ("cached", "client", "gen", "http", "kv", "ok", "pairs", "prompt")
 
     def __init__(self, prompt: int, gen: int, ok: int, cached: int, kv: int, http: dict[tuple[str, str, str], int],
-                 pairs: bool) -> None:
-        self.prompt, self.gen, self.ok, self.cached, self.kv, self.http, self.pairs = (
-            prompt, gen, ok, cached, kv, http, pairs)
+                 pairs: bool, client: dict[str, int]) -> None:
+        self.prompt, self.gen, self.ok, self.cached, self.kv, self.http, self.pairs, self.client = (
+            prompt, gen, ok, cached, kv, http, pairs, client)
+
+
+def client_type(kind: str, message: str) -> str:
+    """The ``llm_client_errors_total`` type of a 4xx JSON error body: ``bad_json`` for a body the
+    JSON parser refused, else the body's ``type`` (``invalid_request_error`` -> ``invalid_request``)."""
+    if "parse_error" in message:
+        return "bad_json"
+    known = P.CLIENT_KINDS.get(kind)
+    if known is not None:
+        return known
+    short = "".join(c if c.isalnum() else "_" for c in kind.lower().removesuffix("_error"))[:40]
+    return short or "client"
 
 
 def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int, int]:
@@ -74,6 +86,7 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     # the run in progress, in locals: records that gave events, token sums, blocks, cache lines
     produced = prompt = gen = ok = cached = kv = 0
     http: dict[tuple[str, str, str], int] = {}
+    client: dict[str, int] = {}
     touched = False  # the run started, released or cleared requests
     for m in P.SCAN.finditer(text, pos):
         kind = m.lastindex
@@ -131,15 +144,20 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             touched = True
             if pairs.models:
                 produced += 1
+        elif kind == CLIENT:
+            ctype = client_type(m.group(26), m.group(25))
+            client[ctype] = client.get(ctype, 0) + 1
+            produced += 1
         elif kind == OTHER:
             if produced:
                 matched += produced
                 lines += produced
-                _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
+                _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched, client), events, sums)
                 produced = prompt = gen = ok = cached = kv = 0
                 http = {}
+                client = {}
                 touched = False
-            record = _clean(m.group(24))
+            record = _clean(m.group(27))
             if record:
                 out = parser.parse(Record(record, t))
                 if out:
@@ -149,7 +167,7 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     if produced:
         matched += produced
         lines += produced
-        _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
+        _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched, client), events, sums)
     add(Event(metric, labels, value, rule=RULES[metric]) for (metric, labels), value in sums.items())
     for name, got in obs.items():
         add(Event(metric, (name,), tuple(values), rule="timing")
@@ -177,7 +195,8 @@ def _forget(parser: LlamaCppParser, task: str) -> None:
 
 HISTOGRAMS = ("llm_request_duration_seconds", "llm_time_to_first_token_seconds", "llm_time_per_output_token_seconds")
 RULES = {"llm_prompt_tokens_total": "timing", "llm_generation_tokens_total": "timing", "llm_requests_total": "timing",
-         "llm_cached_prompt_tokens_total": "cache", "http_requests_total": "http"}
+         "llm_cached_prompt_tokens_total": "cache", "http_requests_total": "http",
+         "llm_client_errors_total": "client_error"}
 
 
 def _flush(parser: LlamaCppParser, run: _Run, events: list[Event], sums: Sums) -> None:
@@ -193,6 +212,10 @@ def _flush(parser: LlamaCppParser, run: _Run, events: list[Event], sums: Sums) -
         sums[cached] = sums.get(cached, 0) + run.cached
     for labels, n in run.http.items():
         sums["http_requests_total", labels] = sums.get(("http_requests_total", labels), 0) + n
+    for kind, n in run.client.items():
+        key = ("llm_client_errors_total", (parser.model, kind))
+        sums[key] = sums.get(key, 0) + n
     if run.pairs and parser._pairs.models:
         events += parser._pairs.events()
+    parser._server = True  # every record the scan reads is llama-server's
     parser._zero(events)  # the run gave events: those of its model count from zero

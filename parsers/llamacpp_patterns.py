@@ -98,6 +98,30 @@ ERROR_LINE = re.compile(
 EXCEPTION_START = re.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
 SEND_ERROR = re.compile(r"send_error: |\] task error|\"(?:msg|message)\":\"task error\"")
 
+# --- client errors (HTTP 4xx): counted apart from the backend's own errors ----------------------
+
+#: The HTTP layer's answer to a request it refused: ``got exception: {"error":{"code":400,...}}``
+#: (2026; ``{"code":500,...}`` without the ``error`` wrapper before): its JSON.
+GOT_EXCEPTION = re.compile(r"got exception: (?P<json>\{.*\})\s*$")
+#: A JSON error body that ``orjson`` could not read (a cut line): its code, message and type.
+ERROR_FIELDS = re.compile(
+    r'"code": *(?P<code>\d{3}).*?(?:"message": *(?P<msg>"(?:[^"\\]|\\.)*"))?.*?"type": *"(?P<type>\w+)"'
+)
+#: ``send_error`` / ``task error`` messages of requests refused for the client's fault (the server
+#: answers them with a 4xx; the log line carries the message only), by client error type.
+CLIENT_SEND: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("context_length", re.compile(r"exceeds? the available context size|is larger than the max context size")),
+    ("invalid_request", re.compile(r"Invalid slot ID|Prompt contains invalid tokens|Failed to format input"
+                                   r"|Cannot run multiple aLoRAs|Unable to restore slot")),
+)
+#: The JSON error types of llama-server's 4xx answers, as ``llm_client_errors_total`` types.
+CLIENT_KINDS = {"invalid_request_error": "invalid_request", "exceed_context_size_error": "context_length",
+                "not_found_error": "not_found", "authentication_error": "authentication",
+                "permission_error": "permission"}
+#: Client error types every llama-server can produce (any body can be malformed or lack a field,
+#: any prompt can be too long): their zero series.
+CLIENT_TYPES = ("invalid_request", "bad_json", "context_length")
+
 PHRASES = Phrases(
     (
         ("kv_cache_full", ("KV cache is full", "Input prompt is too big compared to KV size")),
@@ -182,11 +206,15 @@ _PREFIXED = (
     r'|srv  (?:log_server_r: (?:done )?request: ([A-Z]+) ((?![^\s]*GGML_ASSERT)[^\s"]+) [0-9a-fA-F.:\[\]]+ (\d{3})'
     r"|update_slots: (all slots are idle)))"
 )
-#: Any other record: a line and the lines that continue it (group 24).
+#: A request refused for the client's fault, as the current format's HTTP layer logs it (a warning):
+#: groups 24 code, 25 message, 26 type.
+_CLIENT = (r'(?:\d+\.\d\d\.\d{3}\.\d{3} W )?srv +operator\(\): got exception: \{"error":\{"code":(4\d\d),'
+           r'"message":"((?:[^"\\\n]|\\.)*)","type":"(\w+)"\}\}')
+#: Any other record: a line and the lines that continue it (group 27).
 _OTHER = rf"([^\n]*\n(?:\n*{_CONT}[^\n]*\n)*)"
 #: One match per record that counts (the records that say nothing are skipped inside the match).
 SCAN = re.compile(
-    rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_PREFIXED}){_ENDS}"
+    rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_PREFIXED}|{_CLIENT}){_ENDS}"
     rf"|{_OTHER}|\Z)",
     re.M,
 )

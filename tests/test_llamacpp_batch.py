@@ -93,6 +93,13 @@ BLOCKS = [
     "".join(a + b for a, b in zip(current(0, 52).splitlines(keepends=True), current(1, 53).splitlines(keepends=True),
                                   strict=True)),
     "".join(current(0, 54).splitlines(keepends=True)[:3]) + current(1, 55),
+    '0.05.433.001 W srv    operator(): got exception: {"error":{"code":400,"message":"[json.exception.parse_error'
+    '.101] x \\"y\\"","type":"invalid_request_error"}}\n' + current(0, 58)
+    + '0.05.433.002 W srv    operator(): got exception: {"error":{"code":404,"message":"no",'
+    '"type":"not_found_error"}}\n'
+    '0.05.433.003 W srv    operator(): got exception: {"error":{"code":503,"message":"busy",'
+    '"type":"unavailable_error"}}\n'
+    '0.05.433.004 W srv    operator(): got exception: {"error":{"code":400,"message":"cut\n',
     current(0, 56).replace("I slot      release", "W slot      release")
     + current(1, 57).replace("       eval time", "       eval time = nan ms /     0 tokens #"),
 ]
@@ -113,7 +120,8 @@ def state(parser: LlamaCppParser) -> tuple[object, ...]:
     """What the parser keeps between records: the scan must leave it as ``parse`` does."""
     return (parser.model, parser._after_decode, parser._block_key, list(parser._pairs.open),
             sorted(parser._pairs.models), list(parser._timings), parser._ready, sorted(parser._zeroed),
-            sorted(parser._routes.known), sorted(parser._routes.unknown))
+            sorted(parser._routes.known), sorted(parser._routes.unknown), parser._server,
+            sorted(parser._client_zeroed))
 
 
 def pieces(text: str, size: int) -> list[str]:
