@@ -63,6 +63,10 @@ def model_of_path(path: str) -> str:
     return base or UNKNOWN_MODEL
 
 
+#: Events of a start-up or shutdown line alone: no reason yet to give a model's zero series.
+LIFE_ONLY = frozenset(("backend_restarts_total", "backend_ready", "llm_requests_running"))
+
+
 class _Timing:
     """The lines of one request's timing block seen so far."""
 
@@ -89,6 +93,7 @@ class LlamaCppParser(Parser):
         self._block_key = LIB_KEY  # the key of the last ``slot print_timing`` line without timings
         self._load_failed = False
         self._after_decode = False
+        self._starting: str | None = None  # the start-up marker seen since the server was last ready
         self._ready: str | None = None  # the model the server said it was ready with
         self._announce = False  # readiness learned or restored: said with the next events
         self._zeroed: set[str] = set()
@@ -350,22 +355,36 @@ class LlamaCppParser(Parser):
         return False
 
     def _life(self, line: str, out: list[Event]) -> None:
-        if P.STARTUP.search(line):
-            self._pairs.clear()
+        start = P.STARTUP.search(line)
+        if start is not None:
+            self._clear_running(out)
             self._timings.clear()
             self._load_failed = False
             self._from_path = False
             self._not_ready("startup", out)
-            out.append(Event("backend_restarts_total", (), 1, rule="startup"))
+            # one start-up may print two markers (a build line, then the server's first line):
+            # a marker of another kind before the server got ready is the same start-up
+            marker = start.group(0)[:12]
+            if self._starting is None or self._starting == marker:
+                out.append(Event("backend_restarts_total", (), 1, rule="startup"))
+            self._starting = marker
         elif P.READY.search(line):
+            self._starting = None
             self._load_failed = False
             if self._ready is not None and self._ready != self.model:
                 self._not_ready("ready", out)
             self._ready = self.model
             out.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         elif P.SHUTDOWN.search(line):
-            self._pairs.clear()
+            self._starting = None
+            self._clear_running(out)
             self._not_ready("shutdown", out)
+
+    def _clear_running(self, out: list[Event]) -> None:
+        """No request runs any more (the server starts again or stops): the gauge says so."""
+        self._pairs.clear()
+        if self._pairs.models:
+            out.extend(self._pairs.events())
 
     def _not_ready(self, rule: str, out: list[Event]) -> None:
         """The server went down (or starts again): not ready, under the model it was ready with."""
@@ -418,7 +437,7 @@ class LlamaCppParser(Parser):
         """Zero-valued counters, once per model, for the series the log can move."""
         model = self.model
         if (model in self._zeroed and (not self._server or model in self._client_zeroed)) or (
-                model == UNKNOWN_MODEL and all(e.metric in ("backend_restarts_total", "backend_ready") for e in out)):
+                model == UNKNOWN_MODEL and all(e.metric in LIFE_ONLY for e in out)):
             return  # a start-up line: the model is named in the lines that follow
         self._zero(out)
 

@@ -90,6 +90,9 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     touched = False  # the run started, released or cleared requests
     for m in P.SCAN.finditer(text, pos):
         kind = m.lastindex
+        if not parser._server and (text[m.start():m.start(OTHER) if kind == OTHER else m.end()].strip()
+                                   if kind is None or kind == OTHER else True):
+            parser._server = True  # a llama-server line read here (the skipped ones too), as parse would
         if kind == REQUEST:
             key = m.group(20, 21, 22)
             labels = cache.get(key)

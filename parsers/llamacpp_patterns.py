@@ -70,8 +70,11 @@ MODEL_PATH = re.compile(
 GENERAL_NAME = re.compile(r"general\.name +(?:str +)?= +(?P<name>\S.*?)\s*$")
 #: Ready: the model is loaded (llama-server's "HTTP server listening" comes before the model loads).
 #: A start-up: the build line of every era, uvicorn's first line (llama-cpp-python).
+#: 2026 builds print no build line at the default level: ``srv  llama_server: initializing ...``
+#: opens every start-up (``-lv 4`` adds ``common_params_print_info: build N (...)`` before it).
 STARTUP = re.compile(
     r"^build: \d+ \(|^main: build = \d+|\] build info|\"(?:message|msg)\":\"build info\"|Started server process \["
+    r"|^common_params_print_info: build \d+ |^srv +llama_server: initializing \.\.\."
 )
 READY = re.compile(
     r"server is listening on|: listening on http|Application startup complete|(?:: |\] |\")model loaded(?:$|\"| )"

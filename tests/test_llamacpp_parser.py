@@ -249,3 +249,18 @@ def test_client_errors_by_type_and_server_errors_apart() -> None:
              '"type":"server_error"}}\n')
     assert [e.labels[1] for e in ev if e.metric == "backend_errors_total" and e.value] == ["exception", "exception"]
     assert summed(ev, "llm_client_errors_total") == 0
+
+
+def test_startup_without_build_line_counts_once_and_clears_running() -> None:
+    """'llama_server: initializing' is a start-up (with -lv 4's build line before it, still one);
+    a restart after a crash sets the running requests back to 0."""
+    start = "0.00.000.900 I srv  llama_server: initializing ...\n"
+    ready = "0.00.401.020 I srv  llama_server: model loaded\n"
+    ev = run("0.00.000.100 I common_params_print_info: build 11434 (0000000) with cc for x86_64-linux-gnu\n"
+             + start + ready
+             + "0.01.004.512 I slot launch_slot_: id  1 | task 2 | processing task, is_child = 0\n"
+             + start + ready + start + start)
+    assert summed(ev, "backend_restarts_total") == 4
+    running = [e.value for e in ev if e.metric == "llm_requests_running"]
+    assert running[0] == 1
+    assert running[-1] == 0
