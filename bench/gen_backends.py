@@ -267,7 +267,8 @@ class LlamaCurrentWriter(Writer):
         pick = rng.randrange(100)
         if pick < 4:
             code, kind, message, _ = rng.choices(LLAMA_CLIENT_ERRORS, weights=[w for *_, w in LLAMA_CLIENT_ERRORS])[0]
-            self.client[kind] += 1
+            # the parser's type: bad_json for a body that is not JSON, else the type without "_error"
+            self.client["bad_json" if "parse_error" in message else kind.removesuffix("_error")] += 1
             body = f'{{"error":{{"code":{code},"message":"{message}","type":"{kind}"}}}}'
             return [self.line("W", f"srv    operator(): got exception: {body}")]
         self.task += 1

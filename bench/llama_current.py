@@ -30,9 +30,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
 from bench.gen_backends import LlamaCurrentWriter
 from bench.gen_mix import write_lines
-from bench.run import OUT, Tool, ensure_corpus, measure, samples, sum_by, verify
+from bench.run import OUT, Tool, check, ensure_corpus, measure, samples, sum_by
 
-FORMAT = 1  # of the llama.cpp log's expected.json
+FORMAT = 2  # of the llama.cpp log's expected.json
 
 
 def ensure_llama(path: Path, lines: int, seed: int) -> dict[str, Any]:
@@ -110,14 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in order if rnd % 2 == 0 else order[::-1]:
             tool = tools[name]
             run = measure(tool)
-            if name == "vllm":
-                verify(run, tool, vllm_exp)
-            else:
-                if run.code != 0:
-                    sys.exit(f"FAIL: {name} exited with {run.code}")
-                problems = check_llama(tool.out.read_text(), llama_exp)
-                if problems:
-                    sys.exit("FAIL: llamacpp output differs from the figures:\n  " + "\n  ".join(problems))
+            if run.code != 0:
+                sys.exit(f"FAIL: {name} exited with {run.code}: {tool.err.read_text(errors='replace')[-2000:]}")
+            text = tool.out.read_text()
+            problems = (check(text, vllm_exp, self_metrics=True) if name == "vllm"
+                        else check_llama(text, llama_exp))
+            if problems:
+                sys.exit(f"FAIL: {name} output differs from the figures:\n  " + "\n  ".join(problems))
             this[name] = lines[name] / run.wall
             label = f"round {rnd - args.warmup + 1}" if rnd >= args.warmup else "warm-up"
             print(f"  {label:>8}  {name:<9} wall {run.wall:7.3f} s  cpu {run.cpu:7.3f} s  "
