@@ -150,11 +150,8 @@ class LlamaWriter(Writer):
         head = f"slot %s: id {slot:2d} | task {self.task} | "
         method, route, _ = rng.choices(LLAMA_ROUTES, weights=[w for *_, w in LLAMA_ROUTES])[0]
         n_ctx = 8192
-        if pick < 39:  # the prompt does not fit: an error sent to the client, no timing block
+        if pick < 39:  # the prompt does not fit: the client's fault (a 400), no timing block
             n_prompt = rng.randint(n_ctx + 1, 3 * n_ctx)
-            self.fig.errors += 1
-            self.fig.errors_per_record += 1
-            self.fig.outcomes["error"] += 1
             return [head % "launch_slot_" + "processing task",
                     head % "update_slots" + f"new prompt, n_ctx_slot = {n_ctx}, n_keep = 0, "
                     f"n_prompt_tokens = {n_prompt}",
@@ -220,6 +217,110 @@ class LlamaWriter(Writer):
         if self.rng.random() < 0.3:
             lines.append("srv  update_slots: all slots are idle")
         return lines
+
+
+# --- llama.cpp llama-server, current format (2026: time since start and level on every line) ------
+
+#: Client errors the HTTP layer answers with a JSON error body (``got exception: {"error":{...}}``):
+#: (code, type, message), drawn by weight.
+LLAMA_CLIENT_ERRORS: tuple[tuple[int, str, str, int], ...] = (
+    (400, "invalid_request_error", "[json.exception.parse_error.101] parse error at line 1, column 9: syntax "
+     "error while parsing object key - invalid literal; last read: '{bad'; expected string literal", 6),
+    (400, "invalid_request_error", "[json.exception.type_error.302] type must be string, but is number", 3),
+    (404, "not_found_error", "model not found", 1),
+)
+
+
+class LlamaCurrentWriter(Writer):
+    """llama-server as its 2026 builds log at the default level: every line starts with the time
+    since start (``M.SS.mmm.uuu``) and a level letter; a request is the slot choice, its start, the
+    four timing lines (each with its slot and task), and its release; no HTTP request lines (they
+    are not logged at any level). Client errors are the HTTP layer's ``got exception`` warnings
+    with the error's JSON; a prompt over the context is a ``send_error`` the slot releases."""
+
+    N_CTX = 4096
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.task = 0
+        self.us = 0  # microseconds since the start
+        self.client = Counter[str]()
+        self.started = False
+
+    def line(self, level: str, text: str) -> str:
+        """A line stamped with the time since start; the clock moves a little."""
+        self.us += self.rng.randint(20, 4000)
+        us = self.us
+        return f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d} {level} {text}"
+
+    def event(self) -> list[str]:
+        """One event of the log: the start-up banner first, then requests and client errors."""
+        if not self.started:
+            self.started = True
+            return [self.line("I", "srv  llama_server: initializing ..."),
+                    self.line("I", "srv    load_model: loading model '/models/tiny-llama.gguf'"),
+                    self.line("I", f"srv    load_model: initializing, n_slots = 4, n_ctx_slot = {self.N_CTX}, "
+                              "kv_unified = 'true'"),
+                    self.line("I", "srv  llama_server: model loaded"),
+                    self.line("I", "srv  llama_server: listening on http://127.0.0.1:8080")]
+        rng = self.rng
+        pick = rng.randrange(100)
+        if pick < 4:
+            code, kind, message, _ = rng.choices(LLAMA_CLIENT_ERRORS, weights=[w for *_, w in LLAMA_CLIENT_ERRORS])[0]
+            # the parser's type: bad_json for a body that is not JSON, else the type without "_error"
+            self.client["bad_json" if "parse_error" in message else kind.removesuffix("_error")] += 1
+            body = f'{{"error":{{"code":{code},"message":"{message}","type":"{kind}"}}}}'
+            return [self.line("W", f"srv    operator(): got exception: {body}")]
+        self.task += 1
+        slot = rng.randrange(4)
+        head = f"slot %s: id {slot:2d} | task {self.task} | "
+        pick_line = (head.replace(f"task {self.task}", "task -1") % "get_availabl"
+                     + (f"selected slot by LCP similarity, f_sim_best = {rng.uniform(0.1, 1):.3f} (> 0.100 thold), "
+                        f"f_keep = {rng.uniform(0, 1):.3f}" if rng.random() < 0.5
+                        else f"selected slot by LRU, t_last = {rng.randint(10**9, 10**10)}"))
+        lines = [self.line("I", pick_line), self.line("I", head % "launch_slot_" + "processing task, is_child = 0")]
+        if pick < 6:  # the prompt does not fit: the client's fault, the slot is released
+            n = rng.randint(self.N_CTX, 3 * self.N_CTX)
+            self.client["context_length"] += 1
+            return [
+                *lines,
+                self.line("E", f"srv    send_error: task id = {self.task}, error: request ({n} tokens) exceeds the "
+                          f"available context size ({self.N_CTX} tokens), try increasing it"),
+                self.line("I", head % "     release" + "stop processing: n_tokens = 0, truncated = 0")]
+        return lines + self.finished(head)
+
+    def finished(self, head: str) -> list[str]:
+        """A request that ran to its end: its four timing lines and its release."""
+        rng, fig = self.rng, self.fig
+        n_prompt = rng.randint(1, 3000)
+        n_gen = rng.randint(1, 900)
+        n_cached = rng.choice((0, 0, rng.randint(1, 2000)))
+        prompt_c = max(1, round(n_prompt * rng.uniform(0.05, 1.2) * 100))  # hundredths of a ms
+        eval_c = max(1, round(n_gen * rng.uniform(7.0, 45.0) * 100))
+        p_ms, e_ms = prompt_c / 100, eval_c / 100
+        t_ms = (prompt_c + eval_c) / 100
+        per_token = f"{e_ms / n_gen:8.2f}"
+        fig.prompt_tokens += n_prompt
+        fig.generation_tokens += n_gen
+        fig.outcomes["ok"] += 1
+        fig.observe("llm_request_duration_seconds", prompt_c + eval_c, 1e-5)
+        fig.observe("llm_time_to_first_token_seconds", prompt_c, 1e-5)
+        fig.observe("llm_time_per_output_token_seconds", round(float(per_token) * 100), 1e-5)
+        lines = []
+        if n_gen > 100 and rng.random() < 0.3:
+            lines.append(self.line("I", head % "print_timing" + f"n_gen = {100:6d}, tg = {rng.uniform(5, 60):6.2f} "
+                                   f"t/s, tg_3s = {rng.uniform(5, 60):6.2f} t/s"))
+        n_all = n_prompt + n_gen
+        return [
+            *lines,
+            self.line("I", head % "print_timing" + f"prompt eval time = {p_ms:10.2f} ms / {n_prompt:5d} tokens "
+                      f"({p_ms / n_prompt:8.2f} ms per token, {1000.0 * n_prompt / p_ms:8.2f} tokens per second)"),
+            self.line("I", head % "print_timing" + f"       eval time = {e_ms:10.2f} ms / {n_gen:5d} tokens "
+                      f"({per_token} ms per token, {1000.0 * n_gen / e_ms:8.2f} tokens per second)"),
+            self.line("I", head % "print_timing" + f"      total time = {t_ms:10.2f} ms / {n_all:5d} tokens"),
+            self.line("I", head % "print_timing" + f"   graphs reused = {max(0, n_gen - 2):10d}"),
+            self.line("I", head % "     release" + f"stop processing: n_tokens = {n_cached + n_all - 1}, "
+                      "truncated = 0")]
 
 
 # --- LeapfrogAI whisper and faster-whisper -----------------------------------------------------

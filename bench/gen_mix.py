@@ -47,7 +47,7 @@ from bench.gen_backends import (
 from bench.gen_corpus import KIND_WEIGHTS, KINDS, Corpus
 
 #: Version of the mixed expected.json; ``bench/run.py`` regenerates a cached corpus of another one.
-MIX_FORMAT = 1
+MIX_FORMAT = 2
 #: (file name, share of the lines)
 FILES: tuple[tuple[str, float], ...] = (
     ("vllm.log", 0.40),

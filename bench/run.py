@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 MTAIL_PROG = HERE / "llm.mtail"
 MTAIL_MIX_PROG = HERE / "llm-mix.mtail"
-MIX_FORMAT = 1  # of the mixed corpus' expected.json, as bench/gen_mix.py writes it
+MIX_FORMAT = 2  # of the mixed corpus' expected.json, as bench/gen_mix.py writes it
 GAUGE_TOLERANCE = 1e-9  # relative; the values are decimals with one digit, divided by 100 for ratios
 FORMAT = 3  # of expected.json, as bench/gen_corpus.py writes it
 

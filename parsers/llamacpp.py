@@ -37,7 +37,7 @@ from logmetrics.records import Batch, Record
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, RouteLabels, access_line, route_template
 from .errors import is_traceback
-from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, scan
+from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, client_type, scan
 from .pairs import Pairs
 
 
@@ -61,6 +61,10 @@ def model_of_path(path: str) -> str:
         if base.lower().endswith(ext):
             base = base[: -len(ext)]
     return base or UNKNOWN_MODEL
+
+
+#: Events of a start-up or shutdown line alone: no reason yet to give a model's zero series.
+LIFE_ONLY = frozenset(("backend_restarts_total", "backend_ready", "llm_requests_running"))
 
 
 class _Timing:
@@ -89,9 +93,12 @@ class LlamaCppParser(Parser):
         self._block_key = LIB_KEY  # the key of the last ``slot print_timing`` line without timings
         self._load_failed = False
         self._after_decode = False
+        self._starting: str | None = None  # the start-up marker seen since the server was last ready
         self._ready: str | None = None  # the model the server said it was ready with
         self._announce = False  # readiness learned or restored: said with the next events
         self._zeroed: set[str] = set()
+        self._server = False  # a llama-server line seen: its client errors can come
+        self._client_zeroed: set[str] = set()
         self._routes = RouteLabels()
         self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
 
@@ -180,6 +187,7 @@ class LlamaCppParser(Parser):
             return
         c = P.ERA_C.fullmatch(s)
         if c is not None:
+            self._server = True
             kv = dict(P.KV.findall(c.group("kv") or ""))
             kv = {k: v.strip('"') for k, v in kv.items()}
             lvl = c.group("lvl")
@@ -187,6 +195,7 @@ class LlamaCppParser(Parser):
             return
         sl = P.SLOT.match(s)
         if sl is not None:
+            self._server = True
             task = int(sl.group("task"))
             kv = {"id_slot": sl.group("slot")}
             if task >= 0:
@@ -199,6 +208,7 @@ class LlamaCppParser(Parser):
             return
         sv = P.SRV.match(s)
         if sv is not None:
+            self._server = True
             self._message(s, sv.group("msg"), level, {}, t, out)
             return
         lib = P.LIB_TIMING.match(s)
@@ -345,22 +355,36 @@ class LlamaCppParser(Parser):
         return False
 
     def _life(self, line: str, out: list[Event]) -> None:
-        if P.STARTUP.search(line):
-            self._pairs.clear()
+        start = P.STARTUP.search(line)
+        if start is not None:
+            self._clear_running(out)
             self._timings.clear()
             self._load_failed = False
             self._from_path = False
             self._not_ready("startup", out)
-            out.append(Event("backend_restarts_total", (), 1, rule="startup"))
+            # one start-up may print two markers (a build line, then the server's first line):
+            # a marker of another kind before the server got ready is the same start-up
+            marker = start.group(0)[:12]
+            if self._starting is None or self._starting == marker:
+                out.append(Event("backend_restarts_total", (), 1, rule="startup"))
+            self._starting = marker
         elif P.READY.search(line):
+            self._starting = None
             self._load_failed = False
             if self._ready is not None and self._ready != self.model:
                 self._not_ready("ready", out)
             self._ready = self.model
             out.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         elif P.SHUTDOWN.search(line):
-            self._pairs.clear()
+            self._starting = None
+            self._clear_running(out)
             self._not_ready("shutdown", out)
+
+    def _clear_running(self, out: list[Event]) -> None:
+        """No request runs any more (the server starts again or stops): the gauge says so."""
+        self._pairs.clear()
+        if self._pairs.models:
+            out.extend(self._pairs.events())
 
     def _not_ready(self, rule: str, out: list[Event]) -> None:
         """The server went down (or starts again): not ready, under the model it was ready with."""
@@ -371,6 +395,8 @@ class LlamaCppParser(Parser):
     def _error_line(self, line: str, msg: str, out: list[Event]) -> None:
         if P.LIB_DECODE.match(msg) or P.LIB_DECODE.match(line):
             self._after_decode = True  # the server's own line says it, once
+            return
+        if self._client_error(line, out):
             return
         if P.SEND_ERROR.search(line):
             out.append(Event("llm_requests_total", (self.model, "error"), 1, rule="send_error"))
@@ -384,20 +410,46 @@ class LlamaCppParser(Parser):
             self._load_failed = True
         self._error(line, out)
 
+    def _client_error(self, line: str, out: list[Event]) -> bool:
+        """A request refused for the client's fault (HTTP 4xx): counted by type in
+        ``llm_client_errors_total``, neither as a backend error nor as a failed request."""
+        kind: str | None = None
+        if "got exception: " in line:
+            m = P.GOT_EXCEPTION.search(line)
+            if m is None:
+                return False
+            code, kind, message = _error_body(m.group("json"))
+            if code is None or not 400 <= code < 500:
+                return False
+            kind = client_type(kind, message)
+        elif P.SEND_ERROR.search(line):
+            kind = next((k for k, rx in P.CLIENT_SEND if rx.search(line)), None)
+        if kind is None:
+            return False
+        out.append(Event("llm_client_errors_total", (self.model, kind), 1, rule="client_error"))
+        return True
+
     def _error(self, text: str, out: list[Event], traceback: bool = False) -> None:
         kind = P.PHRASES.classify(text, traceback=traceback)
         out.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
 
     def _zeros(self, out: list[Event]) -> None:
         """Zero-valued counters, once per model, for the series the log can move."""
-        if self.model in self._zeroed or (self.model == UNKNOWN_MODEL and all(
-                e.metric in ("backend_restarts_total", "backend_ready") for e in out)):
+        model = self.model
+        if (model in self._zeroed and (not self._server or model in self._client_zeroed)) or (
+                model == UNKNOWN_MODEL and all(e.metric in LIFE_ONLY for e in out)):
             return  # a start-up line: the model is named in the lines that follow
         self._zero(out)
 
     def _zero(self, out: list[Event]) -> None:
-        """The zero-valued counters of the current model, if not given yet, after events that count."""
+        """The zero-valued counters of the current model, if not given yet, after events that count;
+        those of client errors once the log is known to be llama-server's."""
         model = self.model
+        if self._server and model not in self._client_zeroed:
+            if len(self._client_zeroed) >= 64:
+                self._client_zeroed.clear()
+            self._client_zeroed.add(model)
+            out.extend(Event("llm_client_errors_total", (model, kind), 0, rule="model") for kind in P.CLIENT_TYPES)
         if model in self._zeroed:
             return
         if len(self._zeroed) >= 64:
@@ -407,3 +459,21 @@ class LlamaCppParser(Parser):
         self._zeroed.add(model)
         out.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in P.ERROR_TYPES)
         out.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in ("ok", "error"))
+
+
+def _error_body(text: str) -> tuple[int | None, str, str]:
+    """Code, type and message of an error body (``{"error":{...}}`` or the error itself), read as
+    JSON, or field by field when the line was cut."""
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        m = P.ERROR_FIELDS.search(text)
+        if m is None:
+            return None, "", ""
+        return int(m.group("code")), m.group("type"), m.group("msg") or ""
+    err = obj.get("error", obj) if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return None, "", ""
+    code, kind, message = err.get("code"), err.get("type"), err.get("message")
+    return (code if isinstance(code, int) and not isinstance(code, bool) else None,
+            kind if isinstance(kind, str) else "", message if isinstance(message, str) else "")

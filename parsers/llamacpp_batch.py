@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 MAX_OPEN_TIMINGS = 1024
 LIB_KEY = "lib"  # timing blocks without an id: one at a time
 #: Match groups (``llamacpp_patterns.SCAN``) that close each kind of record.
-BLOCK, LAUNCH, RELEASE, KV, REQUEST, IDLE, OTHER = 8, 9, 10, 11, 14, 15, 16
+BLOCK, BLOCK_E, LAUNCH, RELEASE, KV, REQUEST, IDLE, CLIENT, OTHER = 8, 16, 17, 18, 19, 22, 23, 26, 27
 ROUTE_CACHE_MAX = 1024
 
 
@@ -38,12 +38,24 @@ Sums = dict[tuple[str, tuple[str, ...]], int]
 class _Run:
     """What a run of frequent records (between two other records) adds up to."""
 
-    __slots__ = ("cached", "gen", "http", "kv", "ok", "pairs", "prompt")
+    __slots__ = ("cached", "client", "gen", "http", "kv", "ok", "pairs", "prompt")
 
     def __init__(self, prompt: int, gen: int, ok: int, cached: int, kv: int, http: dict[tuple[str, str, str], int],
-                 pairs: bool) -> None:
-        self.prompt, self.gen, self.ok, self.cached, self.kv, self.http, self.pairs = (
-            prompt, gen, ok, cached, kv, http, pairs)
+                 pairs: bool, client: dict[str, int]) -> None:
+        self.prompt, self.gen, self.ok, self.cached, self.kv, self.http, self.pairs, self.client = (
+            prompt, gen, ok, cached, kv, http, pairs, client)
+
+
+def client_type(kind: str, message: str) -> str:
+    """The ``llm_client_errors_total`` type of a 4xx JSON error body: ``bad_json`` for a body the
+    JSON parser refused, else the body's ``type`` (``invalid_request_error`` -> ``invalid_request``)."""
+    if "parse_error" in message:
+        return "bad_json"
+    known = P.CLIENT_KINDS.get(kind)
+    if known is not None:
+        return known
+    short = "".join(c if c.isalnum() else "_" for c in kind.lower().removesuffix("_error"))[:40]
+    return short or "client"
 
 
 def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int, int]:
@@ -74,11 +86,15 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     # the run in progress, in locals: records that gave events, token sums, blocks, cache lines
     produced = prompt = gen = ok = cached = kv = 0
     http: dict[tuple[str, str, str], int] = {}
+    client: dict[str, int] = {}
     touched = False  # the run started, released or cleared requests
     for m in P.SCAN.finditer(text, pos):
         kind = m.lastindex
+        if not parser._server and (text[m.start():m.start(OTHER) if kind == OTHER else m.end()].strip()
+                                   if kind is None or kind == OTHER else True):
+            parser._server = True  # a llama-server line read here (the skipped ones too), as parse would
         if kind == REQUEST:
-            key = m.group(12, 13, 14)
+            key = m.group(20, 21, 22)
             labels = cache.get(key)
             if labels is None:
                 method, path, code = key
@@ -91,20 +107,27 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             produced += 1
         elif kind == LAUNCH:
             parser._after_decode = False
-            pairs.start("slot " + m.group(9), parser.model, t)
+            pairs.start("slot " + m.group(17), parser.model, t)
             touched = True
             produced += 1
         elif kind == RELEASE:
-            pairs.finish("slot " + m.group(10))
+            pairs.finish("slot " + m.group(18))
             touched = True
             if pairs.models:
                 produced += 1
-        elif kind == BLOCK:
-            task, pms, pn, en, eper, tms = m.group(1, 2, 3, 6, 7, 8)
+        elif kind == BLOCK or kind == BLOCK_E:
+            if kind == BLOCK:
+                task, pms, pn, en, eper, tms = m.group(1, 2, 3, 6, 7, 8)
+                parser._block_key = LIB_KEY
+                lines += 3  # and one below: the block is one record of four lines
+            else:
+                task, pms, pn, en, eper, tms = m.group(9, 10, 11, 14, 15, 16)
+                produced += 2  # and one below: three records of one line each
+                if parser._block_key == f"task {int(task)}":
+                    parser._block_key = LIB_KEY
             if timings:
                 _forget(parser, task)
             parser._after_decode = False
-            parser._block_key = LIB_KEY
             prompt += int(pn)
             gen += int(en)
             ok += 1
@@ -115,9 +138,8 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             got[1].append(float(pms) / 1000.0)
             got[2].append(float(eper) / 1000.0)
             produced += 1
-            lines += 3  # and one below
         elif kind == KV:
-            cached += int(m.group(11))
+            cached += int(m.group(19))
             kv += 1
             produced += 1
         elif kind == IDLE:
@@ -125,15 +147,20 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
             touched = True
             if pairs.models:
                 produced += 1
+        elif kind == CLIENT:
+            ctype = client_type(m.group(26), m.group(25))
+            client[ctype] = client.get(ctype, 0) + 1
+            produced += 1
         elif kind == OTHER:
             if produced:
                 matched += produced
                 lines += produced
-                _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
+                _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched, client), events, sums)
                 produced = prompt = gen = ok = cached = kv = 0
                 http = {}
+                client = {}
                 touched = False
-            record = _clean(m.group(16))
+            record = _clean(m.group(27))
             if record:
                 out = parser.parse(Record(record, t))
                 if out:
@@ -143,7 +170,7 @@ def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int,
     if produced:
         matched += produced
         lines += produced
-        _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched), events, sums)
+        _flush(parser, _Run(prompt, gen, ok, cached, kv, http, touched, client), events, sums)
     add(Event(metric, labels, value, rule=RULES[metric]) for (metric, labels), value in sums.items())
     for name, got in obs.items():
         add(Event(metric, (name,), tuple(values), rule="timing")
@@ -171,7 +198,8 @@ def _forget(parser: LlamaCppParser, task: str) -> None:
 
 HISTOGRAMS = ("llm_request_duration_seconds", "llm_time_to_first_token_seconds", "llm_time_per_output_token_seconds")
 RULES = {"llm_prompt_tokens_total": "timing", "llm_generation_tokens_total": "timing", "llm_requests_total": "timing",
-         "llm_cached_prompt_tokens_total": "cache", "http_requests_total": "http"}
+         "llm_cached_prompt_tokens_total": "cache", "http_requests_total": "http",
+         "llm_client_errors_total": "client_error"}
 
 
 def _flush(parser: LlamaCppParser, run: _Run, events: list[Event], sums: Sums) -> None:
@@ -187,6 +215,10 @@ def _flush(parser: LlamaCppParser, run: _Run, events: list[Event], sums: Sums) -
         sums[cached] = sums.get(cached, 0) + run.cached
     for labels, n in run.http.items():
         sums["http_requests_total", labels] = sums.get(("http_requests_total", labels), 0) + n
+    for kind, n in run.client.items():
+        key = ("llm_client_errors_total", (parser.model, kind))
+        sums[key] = sums.get(key, 0) + n
     if run.pairs and parser._pairs.models:
         events += parser._pairs.events()
+    parser._server = True  # every record the scan reads is llama-server's
     parser._zero(events)  # the run gave events: those of its model count from zero

@@ -70,8 +70,11 @@ MODEL_PATH = re.compile(
 GENERAL_NAME = re.compile(r"general\.name +(?:str +)?= +(?P<name>\S.*?)\s*$")
 #: Ready: the model is loaded (llama-server's "HTTP server listening" comes before the model loads).
 #: A start-up: the build line of every era, uvicorn's first line (llama-cpp-python).
+#: 2026 builds print no build line at the default level: ``srv  llama_server: initializing ...``
+#: opens every start-up (``-lv 4`` adds ``common_params_print_info: build N (...)`` before it).
 STARTUP = re.compile(
     r"^build: \d+ \(|^main: build = \d+|\] build info|\"(?:message|msg)\":\"build info\"|Started server process \["
+    r"|^common_params_print_info: build \d+ |^srv +llama_server: initializing \.\.\."
 )
 READY = re.compile(
     r"server is listening on|: listening on http|Application startup complete|(?:: |\] |\")model loaded(?:$|\"| )"
@@ -97,6 +100,30 @@ ERROR_LINE = re.compile(
 #: A record that begins with a Python exception (llama-cpp-python's ``Exception: ...`` + traceback).
 EXCEPTION_START = re.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
 SEND_ERROR = re.compile(r"send_error: |\] task error|\"(?:msg|message)\":\"task error\"")
+
+# --- client errors (HTTP 4xx): counted apart from the backend's own errors ----------------------
+
+#: The HTTP layer's answer to a request it refused: ``got exception: {"error":{"code":400,...}}``
+#: (2026; ``{"code":500,...}`` without the ``error`` wrapper before): its JSON.
+GOT_EXCEPTION = re.compile(r"got exception: (?P<json>\{.*\})\s*$")
+#: A JSON error body that ``orjson`` could not read (a cut line): its code, message and type.
+ERROR_FIELDS = re.compile(
+    r'"code": *(?P<code>\d{3}).*?(?:"message": *(?P<msg>"(?:[^"\\]|\\.)*"))?.*?"type": *"(?P<type>\w+)"'
+)
+#: ``send_error`` / ``task error`` messages of requests refused for the client's fault (the server
+#: answers them with a 4xx; the log line carries the message only), by client error type.
+CLIENT_SEND: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("context_length", re.compile(r"exceeds? the available context size|is larger than the max context size")),
+    ("invalid_request", re.compile(r"Invalid slot ID|Prompt contains invalid tokens|Failed to format input"
+                                   r"|Cannot run multiple aLoRAs|Unable to restore slot")),
+)
+#: The JSON error types of llama-server's 4xx answers, as ``llm_client_errors_total`` types.
+CLIENT_KINDS = {"invalid_request_error": "invalid_request", "exceed_context_size_error": "context_length",
+                "not_found_error": "not_found", "authentication_error": "authentication",
+                "permission_error": "permission"}
+#: Client error types every llama-server can produce (any body can be malformed or lack a field,
+#: any prompt can be too long): their zero series.
+CLIENT_TYPES = ("invalid_request", "bad_json", "context_length")
 
 PHRASES = Phrases(
     (
@@ -130,43 +157,68 @@ SNIFF_STRONG = re.compile(
 ERROR_TYPES = tuple(kind for kind in PHRASES.types if kind != "bad_request")
 
 # --- the whole-chunk scan of the frequent llama-server lines (``llamacpp_batch``) ---------------
-# Each pattern matches one whole record of the 2024-2025 format without a prefix, and only in the
-# exact form whose record-by-record meaning is known (plain numbers, no ``nan``, clean paths);
-# anything else is left to ``parse``. A record ends where the next line does not continue it.
+# Each pattern matches one whole record of the 2024-2026 formats, and only in the exact form whose
+# record-by-record meaning is known (plain numbers, no ``nan``, clean paths); anything else is left
+# to ``parse``. A record ends where the next line does not continue it. The current format's time
+# since start and level (``0.12.000.001 I ``) may stand before each line; only ``I`` lines are read
+# here (a ``W``/``E`` line goes to ``parse``, which reads its level).
 
 _CONT = rf"(?:{CONTINUATION_LLAMA.pattern})"
 #: After a record: the next line (past empty lines, which the records stage skips) starts a record;
-#: a ``slot``/``srv`` line always does (tested first: it is the next line nearly every time).
-_ENDS = rf"\n(?:(?=s(?:lot|rv) )|(?!\n*{_CONT}))"
+#: a ``slot``/``srv`` line or one that starts with a digit (the time prefix) always does (tested
+#: first: it is the next line nearly every time).
+_ENDS = rf"\n(?:(?=s(?:lot|rv) |\d)|(?!\n*{_CONT}))"
+#: The time since start and the INFO level, when the build prints them.
+_PFX = r"(?:\d+\.\d\d\.\d{3}\.\d{3} I )?"
 _SLOT_ID = r"id +\d+ \| task \d+ \| "
-#: Slot lines that say nothing the parser counts: prompt progress, a new prompt, prompt done.
+#: Slot lines that say nothing the parser counts: prompt progress, a new prompt, prompt done, the
+#: slot chosen for a task, generation progress, the graphs reused line that ends a timing block.
 _NOOP = (
-    rf"(?:slot update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = \d+, n_tokens = \d+, progress = [\d.]+"
-    r"|new prompt, n_ctx_slot = \d+, n_keep = \d+, n_prompt_tokens = \d+|prompt done, n_past = \d+, n_tokens = \d+)"
+    rf"{_PFX}(?:slot (?:update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = \d+, n_tokens = \d+, "
+    r"progress = [\d.]+|new prompt, n_ctx_slot = \d+, n_keep = \d+, n_prompt_tokens = \d+"
+    r"|prompt done, n_past = \d+, n_tokens = \d+)"
+    r"|get_availabl: id +\d+ \| task -?\d+ \| selected slot by (?:LCP similarity, f_sim_best = [\d.]+ "
+    r"\(> [\d.]+ thold\), f_keep = [\d.]+|LRU, t_last = -?\d+)"
+    rf"|print_timing: {_SLOT_ID}(?:n_(?:gen|decoded) = +\d+, tg = +[\d.]+ t/s(?:, tg_3s = +[\d.]+ t/s)?"
+    r"|prompt processing, n_tokens = +\d+, progress = [\d.]+, t = +[\d.]+ s / [\d.]+ tokens per second"
+    r"| +graphs reused = +\d+))"
     # the chat template's name, without a word that the model, life or error rules look for
     r"|srv  params_from_: Chat format: (?:(?!model|released|idle|listening|startup|exit|Shutting|process|failed"
     r"|error|GGML|fault|dumped|magic|allocate|xception|Traceback)[\w .()-]){1,60})"
 )
 _EVAL = r"time = +(\d+\.\d+) ms / +(\d+) tokens \( *(\d+\.\d+) ms per token, +\d+\.\d+ tokens per second\)\n"
-#: The whole timing block under its ``slot print_timing`` line: groups 1 task, 2-4 prompt ms, tokens,
-#: ms per token, 5-7 the same of the generation, 8 total ms.
+#: The whole timing block under its ``slot print_timing`` line (2024-2025): groups 1 task, 2-4
+#: prompt ms, tokens, ms per token, 5-7 the same of the generation, 8 total ms.
 _BLOCK = (
     rf"slot print_timing: id +\d+ \| task (\d+) \| ?\nprompt eval {_EVAL} +eval {_EVAL}"
     r" +total time = +(\d+\.\d+) ms / +\d+ tokens"
 )
-#: Groups 9 the slot of ``processing task``, 10 that of ``stop processing``, 11 the tokens of
-#: ``kv cache rm [N, end)``, 12-14 method, path and status of a request line, 15 ``all slots are idle``.
-_LAUNCH = r"slot launch_slot_: id +(\d+) \| task \d+ \| processing task"
-_RELEASE = r"slot +release: id +(\d+) \| task \d+ \| stop processing: n_past = \d+, truncated = \d+"
-_KV = rf"slot update_slots: {_SLOT_ID}kv cache rm \[(\d+), end\)"
-#: A path with no quote (``model_path="``) and no ``GGML_ASSERT`` (an error phrase), an address.
-_REQUEST = r'srv  log_server_r: request: ([A-Z]+) ((?![^\s]*GGML_ASSERT)[^\s"]+) [0-9a-fA-F.:\[\]]+ (\d{3})'
-_IDLE = r"srv  update_slots: (all slots are idle)"
-#: Any other record: a line and the lines that continue it (group 16).
+#: The current format's timing lines, one record each, all of one task in a row: groups 9 task,
+#: 10-12 prompt, 13-15 generation, 16 total ms (the ``graphs reused`` line after them is a no-op).
+#: Groups 17 the slot of ``processing task``, 18 that of ``stop processing``, 19 the tokens of
+#: ``kv cache rm [N, end)``, 20-22 method, path and status of a request line, 23 ``all slots are idle``.
+#: After the optional time and level, the line's module and function pick the alternative.
+_TIMING_E = rf"{_PFX}slot print_timing: id +\d+ \| task "
+_PREFIXED = (
+    rf"{_PFX}(?:slot (?:print_timing: id +\d+ \| task (\d+) \| prompt eval {_EVAL}{_TIMING_E}\9 \|        eval {_EVAL}"
+    rf"{_TIMING_E}\9 \|       total time = +(\d+\.\d+) ms / +\d+ tokens"
+    r"|launch_slot_: id +(\d+) \| task \d+ \| processing task(?:, is_child = \d+)?"
+    r"| +release: id +(\d+) \| task \d+ \| stop processing: n_(?:past|tokens) = \d+, truncated = \d+"
+    rf"|update_slots: {_SLOT_ID}kv cache rm \[(\d+), end\))"
+    # a path with no quote (``model_path="``) and no ``GGML_ASSERT`` (an error phrase), an address
+    r'|srv  (?:log_server_r: (?:done )?request: ([A-Z]+) ((?![^\s]*GGML_ASSERT)[^\s"]+) [0-9a-fA-F.:\[\]]+ (\d{3})'
+    r"|update_slots: (all slots are idle)))"
+)
+#: A request refused for the client's fault, as the current format's HTTP layer logs it (a warning):
+#: groups 24 code, 25 message, 26 type.
+_CLIENT = (r'(?:\d+\.\d\d\.\d{3}\.\d{3} W )?srv +operator\(\): got exception: \{"error":\{"code":(4\d\d),'
+           r'"message":"((?:[^"\\\n]|\\.)*)","type":"(\w+)"\}\}')
+#: Any other record: a line and the lines that continue it (group 27).
 _OTHER = rf"([^\n]*\n(?:\n*{_CONT}[^\n]*\n)*)"
 #: One match per record that counts (the records that say nothing are skipped inside the match).
 SCAN = re.compile(
-    rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_LAUNCH}|{_RELEASE}|{_KV}|{_REQUEST}|{_IDLE}){_ENDS}|{_OTHER}|\Z)",
+    rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_PREFIXED}|{_CLIENT}){_ENDS}"
+    rf"|{_OTHER}|\Z)",
     re.M,
 )
 #: The first record of a text.

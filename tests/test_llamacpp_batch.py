@@ -11,7 +11,7 @@ import pytest
 from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event, number
 from logmetrics.plugins import Parser
-from logmetrics.records import Batch
+from logmetrics.records import Batch, Record
 from logmetrics.testing import check_events
 from tests.helpers import Totals, batch_pieces, store_view
 
@@ -46,6 +46,19 @@ def request(slot: int, task: int, path: str = "/v1/chat/completions", code: int 
             + f"srv  log_server_r: request: POST {path} 127.0.0.1 {code}\n")
 
 
+def current(slot: int, task: int, t: str = "0.10.000.000") -> str:
+    """One served request in the current format (time and level before every line, a record per
+    timing line): slot choice, start, four timing lines, release."""
+    head = f"{t} I slot %s: id  {slot} | task {task} | "
+    return (f"{t} I slot get_availabl: id  {slot} | task -1 | selected slot by LRU, t_last = -1\n"
+            + head % "launch_slot_" + "processing task, is_child = 0\n"
+            + head % "print_timing" + PE.format(100.0 + task, task + 10, 1.25, 800.0)
+            + head % "print_timing" + EV.format(400.5, 20, 20.03, 49.93)
+            + head % "print_timing" + TT.format(500.5 + task, task + 30)
+            + head % "print_timing" + "   graphs reused =         19\n"
+            + head % "     release" + f"stop processing: n_tokens = {task + 29}, truncated = 0\n")
+
+
 #: Records the scan must leave to ``parse`` or read exactly: odd numbers, odd paths, a cut block,
 #: a block whose task is open, errors, a model line, a traceback, empty lines, continuations.
 BLOCKS = [
@@ -75,6 +88,20 @@ BLOCKS = [
     "srv  params_from_: Chat format: CUDA error\nsrv  params_from_: Chat format: slot 3 released (x)\n",
     "0.10.000.000 I slot launch_slot_: id  0 | task 40 | processing task\n"
     "0.10.000.000 E srv  log_server_r: request: GET /health 127.0.0.1 500\n",
+    current(0, 50) + current(1, 51, "12.59.999.999"),
+    # the timing lines of two tasks interleaved, a block cut short, a warning among them
+    "".join(a + b for a, b in zip(current(0, 52).splitlines(keepends=True), current(1, 53).splitlines(keepends=True),
+                                  strict=True)),
+    "".join(current(0, 54).splitlines(keepends=True)[:3]) + current(1, 55),
+    '0.05.433.001 W srv    operator(): got exception: {"error":{"code":400,"message":"[json.exception.parse_error'
+    '.101] x \\"y\\"","type":"invalid_request_error"}}\n' + current(0, 58)
+    + '0.05.433.002 W srv    operator(): got exception: {"error":{"code":404,"message":"no",'
+    '"type":"not_found_error"}}\n'
+    '0.05.433.003 W srv    operator(): got exception: {"error":{"code":503,"message":"busy",'
+    '"type":"unavailable_error"}}\n'
+    '0.05.433.004 W srv    operator(): got exception: {"error":{"code":400,"message":"cut\n',
+    current(0, 56).replace("I slot      release", "W slot      release")
+    + current(1, 57).replace("       eval time", "       eval time = nan ms /     0 tokens #"),
 ]
 
 
@@ -93,7 +120,8 @@ def state(parser: LlamaCppParser) -> tuple[object, ...]:
     """What the parser keeps between records: the scan must leave it as ``parse`` does."""
     return (parser.model, parser._after_decode, parser._block_key, list(parser._pairs.open),
             sorted(parser._pairs.models), list(parser._timings), parser._ready, sorted(parser._zeroed),
-            sorted(parser._routes.known), sorted(parser._routes.unknown))
+            sorted(parser._routes.known), sorted(parser._routes.unknown), parser._server,
+            sorted(parser._client_zeroed))
 
 
 def pieces(text: str, size: int) -> list[str]:
@@ -159,6 +187,25 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     text = "".join(items)
     for size in (len(text) + 1, rnd.randint(100, 3000)):
         assert by_batches(text, size) == by_records(text, size)
+
+
+def test_current_format_is_read_by_the_scan() -> None:
+    """The current format's requests (time and level on every line) never reach ``parse``."""
+    calls: list[str] = []
+
+    class Counting(LlamaCppParser):
+        def parse(self, record: Record) -> list[Event]:
+            calls.append(record.text)
+            return super().parse(record)
+
+    parser = Counting()
+    text = "".join(current(i % 2, i) for i in range(50))
+    events, matched, lines = parser.parse_batch(Batch("test", text, NOW, text.count("\n")))
+    assert calls == []
+    view = totals(events)
+    assert sum(number(e) for e in events if e.metric == "llm_requests_total") == 50
+    assert (matched, lines) == (250, 250)  # start, three timing lines and release of each request
+    assert view == by_records(text, len(text) + 1)[0]
 
 
 def test_slot_and_srv_lines_start_records() -> None:

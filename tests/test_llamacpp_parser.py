@@ -148,10 +148,17 @@ def test_one_failure_counts_once() -> None:
 
 
 def test_context_overflow_and_python_traceback() -> None:
-    """send_error on a too-long prompt is context_overflow; a llama-cpp-python traceback counts once."""
-    ev = run("srv    send_error: task id = 5, error: the request exceeds the available context size. "
-             "try increasing the context size or enable context shift\n")
-    assert [e.labels[1] for e in ev if e.metric == "backend_errors_total" and e.value] == ["context_overflow"]
+    """send_error on a too-long prompt is a client error (a 400); a llama-cpp-python traceback (a 500) counts once."""
+    for line in ("srv    send_error: task id = 5, error: the request exceeds the available context size. "
+                 "try increasing the context size or enable context shift\n",
+                 "0.05.601.502 E srv    send_error: task id = 6, error: request (2400 tokens) exceeds the available "
+                 "context size (2048 tokens), try increasing it\n",
+                 'ERR [              send_error] task error | tid="1" timestamp=1 id_multi=-1 id_task=0 '
+                 'error="the request exceeds the available context size"\n'):
+        ev = run(line)
+        assert summed(ev, "backend_errors_total") == 0
+        assert [e.labels for e in ev if e.metric == "llm_requests_total" and e.value] == []
+        assert [e.labels[1] for e in ev if e.metric == "llm_client_errors_total" and e.value] == ["context_length"]
     ev = run("Exception: Requested tokens (4100) exceed context window of 2048\n"
              "Traceback (most recent call last):\n"
              '  File "/x/llama_cpp/server/errors.py", line 171, in custom_route_handler\n'
@@ -223,3 +230,37 @@ def test_readiness_survives_reading_from_the_end_and_a_restart() -> None:
     stopped = LlamaCppParser()
     stopped.learn(READY_HEAD + "srv    operator(): operator(): cleaning up before exit...\n")
     assert not [e for e in stopped.parse(Record(HEALTH, 0.0)) if e.metric == "backend_ready" and e.value]
+
+
+def test_client_errors_by_type_and_server_errors_apart() -> None:
+    """A 4xx error body counts in llm_client_errors_total by its type; a 5xx stays a backend error."""
+    ev = run('0.05.433.001 W srv    operator(): got exception: {"error":{"code":400,"message":"[json.exception.'
+             'parse_error.101] parse error at line 1","type":"invalid_request_error"}}\n'
+             '0.05.433.002 W srv    operator(): got exception: {"error":{"code":400,"message":"\\"prompt\\" must be '
+             'provided","type":"invalid_request_error"}}\n'
+             '0.05.433.003 W srv    operator(): got exception: {"error":{"code":404,"message":"model not found",'
+             '"type":"not_found_error"}}\n'
+             '0.05.433.004 W srv    operator(): got exception: {"error":{"code":401,"message":"cut sh\n')
+    client = [e.labels[1] for e in ev if e.metric == "llm_client_errors_total" and e.value]
+    assert client == ["bad_json", "invalid_request", "not_found"]
+    assert summed(ev, "backend_errors_total") == 1  # the cut line: no code to read, an error of the backend's
+    ev = run('got exception: {"code":500,"message":"boom","type":"server_error"}\n'
+             '0.05.433.005 W srv    operator(): got exception: {"error":{"code":500,"message":"x",'
+             '"type":"server_error"}}\n')
+    assert [e.labels[1] for e in ev if e.metric == "backend_errors_total" and e.value] == ["exception", "exception"]
+    assert summed(ev, "llm_client_errors_total") == 0
+
+
+def test_startup_without_build_line_counts_once_and_clears_running() -> None:
+    """'llama_server: initializing' is a start-up (with -lv 4's build line before it, still one);
+    a restart after a crash sets the running requests back to 0."""
+    start = "0.00.000.900 I srv  llama_server: initializing ...\n"
+    ready = "0.00.401.020 I srv  llama_server: model loaded\n"
+    ev = run("0.00.000.100 I common_params_print_info: build 11434 (0000000) with cc for x86_64-linux-gnu\n"
+             + start + ready
+             + "0.01.004.512 I slot launch_slot_: id  1 | task 2 | processing task, is_child = 0\n"
+             + start + ready + start + start)
+    assert summed(ev, "backend_restarts_total") == 4
+    running = [e.value for e in ev if e.metric == "llm_requests_running"]
+    assert running[0] == 1
+    assert running[-1] == 0
