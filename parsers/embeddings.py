@@ -73,7 +73,8 @@ class EmbeddingsParser(BatchScan):
     name: ClassVar[str] = "embeddings"
     claims: ClassVar[tuple[str, ...]] = ("*text-embeddings*", "*text_embeddings*", "*embeddings-inference*")
     shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, RUST_ERROR)
-    process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings")
+    process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings",
+                                                "infinity_emb")
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("embeddings_queue_duration_seconds", "histogram", ("model",),
                "Time a text-embeddings-inference request waited in the queue (its span's queue_time).",
