@@ -88,7 +88,9 @@ class Parser:
     continuation: ClassVar[re.Pattern[str]] = CONTINUATION
     #: Extra metric families of this plugin's own, each named ``<name>_...``.
     metrics: ClassVar[tuple[Family, ...]] = ()
-    #: Substrings of a process command line that identify this backend's processes (psutil).
+    #: Substrings of a process's program that identify this backend's processes (psutil): the
+    #: executable's name, the script or ``-m`` module an interpreter runs, the ``module:app`` a
+    #: runner serves (``logmetrics.procs.program_words``), never its other arguments.
     process_names: ClassVar[tuple[str, ...]] = ()
     #: The model this stream serves, as far as the parser knows (it may set it): ``zero_series``
     #: is applied for it.

@@ -1,11 +1,17 @@
 """CPU and memory of the backends' processes, found by command line with psutil at scrape time.
 
-A process belongs to the first backend whose rule matches its full command line (its arguments
-joined by spaces): the operator's ``--process BACKEND=PATTERN`` rules first, in the order given,
-then the parsers' own ``process_names`` (substrings), by parser name. logmetrics' own process is
-never counted. A scan lists the processes and reads the command line of those it has not seen in
-the last 30 seconds; CPU times and memory are read for the processes that matched, and a scan runs at
-most every ``min_interval`` seconds, however often Prometheus scrapes.
+A process belongs to the first backend whose rule matches it: the operator's ``--process
+BACKEND=PATTERN`` rules first, in the order given (searched in the full command line, its
+arguments joined by spaces), then the parsers' own ``process_names``, by parser name. A parser's
+name is a substring of the process's *program* (``program_words``): the executable's name, the
+script or ``-m`` module an interpreter runs, the ``module:app`` an ASGI/WSGI runner serves, a title
+the process gave itself (``VLLM::EngineCore``); a name with a ``/`` is matched against the
+executable's path. Never the other arguments: ``tail -F /var/log/vllm.log`` or ``llama-server -m
+vllm-compare.gguf`` run no vLLM. logmetrics' own process is never counted.
+
+A scan lists the processes and reads the command line of those it has not seen in the last 30
+seconds; CPU times and memory are read for the processes that matched, and a scan runs at most
+every ``min_interval`` seconds, however often Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -35,8 +41,56 @@ def is_logmetrics(cmdline: Sequence[str]) -> bool:
         a == "-m" and b == "logmetrics" for a, b in pairwise(head))
 
 
-def _contains_any(names: tuple[str, ...]) -> Callable[[str], bool]:
-    return lambda cmd: any(n in cmd for n in names)
+#: Programs that run another one named by their arguments: its script, or ``-m`` module.
+_INTERPRETER = re.compile(r"(?:python|pypy|pythonw)[\d.]*|node(?:js)?|bun|deno")
+#: Options of a Python interpreter that take a value (``-W ignore``), and those that end its options.
+_PY_VALUE_OPTIONS = frozenset({"-W", "-X", "-Q"})
+#: ASGI/WSGI servers: the ``module:app`` they serve is their program.
+_RUNNERS = frozenset({"uvicorn", "gunicorn", "hypercorn", "granian", "daphne", "waitress-serve"})
+_APP_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.()]*")
+
+
+def _name(arg: str) -> str:
+    base = arg.replace("\\", "/").rsplit("/", 1)[-1]
+    return base[:-4] if base.lower().endswith(".exe") else base
+
+
+def program_words(cmdline: Sequence[str]) -> list[str]:
+    """What a command line runs, as the names of its parts: the executable's name; for an
+    interpreter, the script's name or the ``-m`` module (``python -m vllm.entrypoints.openai.api_server``
+    gives ``python``, ``vllm.entrypoints.openai.api_server``); for a runner (uvicorn, gunicorn...),
+    the ``module:app`` it serves. Paths give their last part only; other arguments nothing."""
+    if not cmdline:
+        return []
+    words = [_name(cmdline[0]).rstrip(":")]  # (``nginx:`` of a title such as ``nginx: master process``)
+    rest = list(cmdline[1:])
+    if _INTERPRETER.fullmatch(words[0]):
+        i = 0
+        while i < len(rest) and rest[i].startswith("-") and rest[i] != "-":
+            opt = rest[i]
+            if opt in ("-m", "-c"):
+                if opt == "-m" and i + 1 < len(rest):
+                    words.append(rest[i + 1])
+                return words
+            i += 2 if opt in _PY_VALUE_OPTIONS else 1
+        if i < len(rest):
+            words.append(_name(rest[i]))
+            rest = rest[i + 1:]
+    if _name(words[-1]) in _RUNNERS:
+        words += [a for a in rest if _APP_SPEC.fullmatch(a)][:1]
+    return words
+
+
+def _program_has_any(names: tuple[str, ...]) -> Callable[[Sequence[str]], bool]:
+    """Whether a command line's program (``program_words``) holds one of ``names``; a name with a
+    ``/`` is looked for in the executable's path."""
+    words_names = tuple(n for n in names if "/" not in n)
+    path_names = tuple(n for n in names if "/" in n)
+
+    def matches(cmdline: Sequence[str]) -> bool:
+        program = " ".join(program_words(cmdline))
+        return any(n in program for n in words_names) or any(n in cmdline[0] for n in path_names)
+    return matches
 
 
 class ProcessWatcher:
@@ -45,7 +99,8 @@ class ProcessWatcher:
     def __init__(self, patterns: Mapping[str, tuple[str, ...]], *, rules: Sequence[ProcessRule] = (),
                  min_interval: float = 5.0) -> None:
         self.rules: list[tuple[str, Callable[[str], object]]] = [(b, rx.search) for b, rx in rules]
-        self.rules += [(b, _contains_any(p)) for b, p in sorted(patterns.items()) if p]
+        self.names: list[tuple[str, Callable[[Sequence[str]], bool]]] = [
+            (b, _program_has_any(p)) for b, p in sorted(patterns.items()) if p]
         self.min_interval = min_interval
         self._lock = threading.Lock()  # scrapes may come on several threads at once
         self._at = -1e9
@@ -65,11 +120,14 @@ class ProcessWatcher:
         for backend, matches in self.rules:
             if matches(cmd):
                 return backend
+        for backend, runs in self.names:
+            if runs(cmdline):
+                return backend
         return None
 
     def samples(self) -> tuple[list[Sample], list[Sample]]:
         """(counter samples, gauge samples), refreshed at most every ``min_interval`` seconds."""
-        if not self.rules:
+        if not self.rules and not self.names:
             return [], []
         with self._lock:
             now = time.monotonic()

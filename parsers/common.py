@@ -126,6 +126,38 @@ def split_access_key(key: str) -> tuple[str, str, str]:
     return labels
 
 
+# --- client errors ----------------------------------------------------------------------------
+
+#: ``llm_client_errors_total`` types of an HTTP 4xx answer, by code (a request the client got wrong:
+#: never a backend error). FastAPI answers a body it cannot read (bad JSON, a missing field) 422.
+CLIENT_ERROR_TYPES = {"400": "invalid_request", "401": "unauthorized", "403": "forbidden", "404": "not_found",
+                      "405": "method_not_allowed", "408": "timeout", "413": "too_large",
+                      "415": "unsupported_media_type", "422": "invalid_request", "429": "rate_limited"}
+
+
+def client_error_type(code: str, route: str) -> str | None:
+    """The ``llm_client_errors_total`` type of an answer (``None`` unless 4xx): a 404/405 on a route
+    the backend does not serve (``RouteLabels`` folded it) is ``not_found_route``."""
+    if len(code) != 3 or code[0] != "4":
+        return None
+    if route == NOT_FOUND:
+        return "not_found_route"
+    return CLIENT_ERROR_TYPES.get(code, "client_error")
+
+
+# --- model names -------------------------------------------------------------------------------
+
+
+def model_label(value: str) -> str | None:
+    """A model label from a model id or path a server logs: a local path gives its last part
+    (``/models/ct2-whisper-tiny`` -> ``ct2-whisper-tiny``), a hub id stays (``Systran/faster-whisper-small``);
+    ``None`` for nothing usable (``.``, ``model``)."""
+    value = value.strip().rstrip("/")
+    if value.startswith(("/", ".", "~")) or "\\" in value:
+        value = value.replace("\\", "/").rsplit("/", 1)[-1]
+    return value if value and value not in (".model", "model", ".") else None
+
+
 # --- which routes keep their label ----------------------------------------------------------
 
 MAX_KNOWN_ROUTES = 1024

@@ -31,7 +31,7 @@ from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.records import Record
 from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 
-from .common import PY_DEFAULT_LINE, RouteLabels, access_line, route_template
+from .common import PY_DEFAULT_LINE, RouteLabels, access_line, model_label, route_template
 from .embeddings_batch import BatchScan
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
@@ -59,12 +59,25 @@ _SNIFF_TEI = re.compile(
 _SNIFF_LFAI = re.compile(r"CreateEmbedding request|load INSTRUCTOR_Transformer|Load pretrained SentenceTransformer")
 
 
-def _model_name(value: str) -> str | None:
-    """A model label from a model id or path: a local path gives its last part (not ``.model``)."""
-    value = value.strip().rstrip("/")
-    if value.startswith(("/", ".", "~")):
-        value = value.rsplit("/", 1)[-1]
-    return value if value and value not in (".model", "model", ".") else None
+_model_name = model_label
+#: A line of Python's ``rich`` log handler (infinity): ``INFO     2024-05-02 09:14:03,101 <message>``
+#: then, right-aligned, ``file.py:84``; a long message goes on over indented lines (one record).
+_RICH = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
+_RICH_SOURCE = re.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
+#: infinity: ``infinity_emb INFO: Creating 1 engines: ['bge-small']``: the served model names.
+_ENGINES = re.compile(r"Creating \d+ engines?: \[([^\]]*)\]")
+_UVICORN_LIFE = re.compile(r"INFO: +(Started server process|Application startup complete\.|Shutting down"
+                           r"|Finished server process)")
+
+
+def rich_message(text: str) -> tuple[str, str] | None:
+    """``(level, message)`` of a ``rich`` handler's record, its lines joined (``None`` for another format)."""
+    m = _RICH.match(text)
+    if m is None:
+        return None
+    first, _, rest = text[m.end():].partition("\n")
+    parts = [_RICH_SOURCE.sub("", first).strip(), *(line.strip() for line in rest.split("\n"))]
+    return m.group(1), " ".join(p for p in parts if p)
 
 
 class EmbeddingsParser(BatchScan):
@@ -73,7 +86,8 @@ class EmbeddingsParser(BatchScan):
     name: ClassVar[str] = "embeddings"
     claims: ClassVar[tuple[str, ...]] = ("*text-embeddings*", "*text_embeddings*", "*embeddings-inference*")
     shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, RUST_ERROR)
-    process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings")
+    process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings",
+                                                "infinity_emb")
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("embeddings_queue_duration_seconds", "histogram", ("model",),
                "Time a text-embeddings-inference request waited in the queue (its span's queue_time).",
@@ -94,6 +108,7 @@ class EmbeddingsParser(BatchScan):
         self._announce = False
         self._starting = False  # a start-up was counted and the server has not been ready since
         self._routes = RouteLabels()
+        self._infinity = False  # the stream is infinity's (it logs no embeddings count)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -169,8 +184,9 @@ class EmbeddingsParser(BatchScan):
         backend logs them (not TEI)."""
         zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
-        zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
-        if not self._is_tei:
+        if not self._infinity:  # (infinity logs no request outcome of its own)
+            zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
+        if not self._is_tei and not self._infinity:
             zeros.append(("llm_embeddings_total", (model,)))
         return zeros
 
@@ -219,8 +235,22 @@ class EmbeddingsParser(BatchScan):
             level, msg, own_time = line.level, line.msg, line.time
         else:
             m = PY_DEFAULT_LINE.match(text)
+            rich = None if m else rich_message(text)
             if m:
                 level, msg = m.group(1), m.group(3)
+            elif rich is not None:
+                level, msg = rich
+            elif self._uvicorn(text, events):
+                return
+        engines = _ENGINES.search(msg) if "engine" in msg else None
+        if engines is not None:  # infinity's start-up names the models it serves (the first is the label)
+            self._infinity = True
+            self._start(events)
+            names = re.findall(r"'([^'\n]+)'", engines.group(1))
+            if names:
+                self.model = _model_name(names[0]) or self.model
+            events.append(Event("backend_ready", (self.model,), 0, rule="model"))
+            return
         t = own_time if own_time is not None else record.time
         if own_time is not None and record.time is not None:
             self._offset = record.time - own_time
@@ -228,7 +258,7 @@ class EmbeddingsParser(BatchScan):
             self._request(msg, t, own_time is not None, events)
             if level not in ("ERROR", "CRITICAL"):
                 return
-        m = _ST_MODEL.search(msg)
+        m = None if self._infinity else _ST_MODEL.search(msg)  # (infinity named its served model before)
         if m:  # the model InstructorEmbedding serves: its embeddings counter starts (and its zero series)
             self.model = _model_name(m.group(1)) or self.model
             events.append(Event("llm_embeddings_total", (self.model,), 0, rule="model"))
@@ -247,6 +277,22 @@ class EmbeddingsParser(BatchScan):
         if level in ("ERROR", "CRITICAL") or traceback or (not level and _EXC_FIRST.match(text)) \
                 or (not level and _FATAL.match(text)):
             self._error(text, traceback, t, events)
+
+    def _uvicorn(self, text: str, events: list[Event]) -> bool:
+        """uvicorn's start-up, readiness and shutdown lines (infinity runs under it)."""
+        life = _UVICORN_LIFE.match(text)
+        if life is None:
+            return False
+        word = life.group(1)
+        if word.startswith("Started"):
+            self._start(events)
+        elif word.startswith("Application"):
+            self._up(events)
+        elif self._ready:
+            self._down(events)
+        else:
+            return False
+        return True
 
     def _request(self, msg: str, t: float | None, timed: bool, events: list[Event]) -> None:
         if _START.search(msg):

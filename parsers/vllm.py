@@ -104,7 +104,7 @@ class VllmParser(Parser):
     name: ClassVar[str] = "vllm"
     claims: ClassVar[tuple[str, ...]] = ("*vllm*",)
     continuation = P.CONTINUATION
-    process_names: ClassVar[tuple[str, ...]] = ("vllm",)
+    process_names: ClassVar[tuple[str, ...]] = ("vllm", "VLLM::")  # VLLM::: the titles its engine processes set
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL

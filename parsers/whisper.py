@@ -47,6 +47,7 @@ from logmetrics.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from . import whisper_scan as S
+from .common import HTTP_METHODS, RouteLabels, access_line, client_error_type, model_label, route_template
 from .errors import is_traceback
 from .pairs import Pairs
 
@@ -55,7 +56,10 @@ ERRORS = "backend_errors_total"
 AUDIO = "llm_audio_seconds_total"
 READY = "backend_ready"
 DURATION = "llm_request_duration_seconds"
+HTTP = "http_requests_total"
+CLIENT_ERRORS = "llm_client_errors_total"
 #: Outcomes each kind of server can log.
+HTTP_OUTCOMES = ("ok", "error")
 LFAI_OUTCOMES = ("ok", "error")
 SERVER_OUTCOMES = ("ok", "error", "aborted")
 CLI_OUTCOMES = ("ok", "error")
@@ -97,6 +101,9 @@ class WhisperParser(Parser):
         self._failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
         self._error_end: str | None = None  # the last line of the record before, if it was an error's
         self._zeros_sent: set[str] = set()  # models whose zero series a batch gave (the engine: the last one)
+        self._routes = RouteLabels(P.HTTP_ROUTES)
+        self._http = False  # the stream logs HTTP access lines: they count the requests
+        self._client_zeroed: set[str] = set()  # models whose client error series started at 0
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -140,6 +147,14 @@ class WhisperParser(Parser):
                 self._server = self._server or body.startswith(P.WCPP_LISTENING)
             elif body.startswith(P.LFAI_INIT) or body.startswith(P.LFAI_STOPPING) or P.WCPP_SHUTDOWN in body:
                 self._ready = False
+            elif body.startswith(P.UVICORN_READY):
+                self._ready = True
+            elif body.startswith((P.UVICORN_STARTED, *P.UVICORN_STOPPING)):
+                self._ready = False
+            elif "Model" in body:
+                f = P.FWS_READY.search(body) or P.FWS_LOADING.search(body)
+                if f is not None:
+                    self.model = model_label(f.group(1)) or self.model
             if P.FW_DURATION.search(body) or P.WCPP_PROCESSING.match(body):
                 self._explicit = True
         self._announce = self._ready
@@ -157,7 +172,10 @@ class WhisperParser(Parser):
         head = text.partition("\n")[0]
         msg = P.message(head)
         out: list[Event] = []
-        if msg.leapfrog_time is not None:
+        access = access_line(head) if head.startswith("INFO:") else None
+        if access is not None:
+            self._access(access, out)
+        elif msg.leapfrog_time is not None:
             self._lfai = True
             self._leapfrog(text, msg, record.time if record.time is not None else msg.leapfrog_time, out)
         elif head.startswith(P.TIMINGS):
@@ -243,6 +261,24 @@ class WhisperParser(Parser):
             self._settle(out)
             self._set_ready(False, out)
             return True
+        if body.startswith(P.UVICORN_STARTED):
+            self._start_up(out)
+            return True
+        if body.startswith(P.UVICORN_READY):
+            self._set_ready(True, out)
+            return True
+        if body.startswith(P.UVICORN_STOPPING):
+            if self._ready:
+                self._set_ready(False, out)
+            else:
+                out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+            return True
+        if "Model" in body:
+            loading = P.FWS_LOADING.search(body)
+            named = loading or P.FWS_READY.search(body)
+            if named is not None:
+                self._model_line(model_label(named.group(1)), loading is None, out)
+                return True
         if P.WCPP_ABORTED in body:
             self._pending = False
             self._request("aborted", out, SERVER_OUTCOMES)
@@ -344,7 +380,7 @@ class WhisperParser(Parser):
             if self._server and kind in ("transcribe_failed", "audio_decode"):
                 self._pending = False
                 self._request("error", out, SERVER_OUTCOMES)
-            elif kind == "transcribe_failed" and msg.leapfrog_time is None:
+            elif kind == "transcribe_failed" and msg.leapfrog_time is None and not self._http:
                 self._request("error", out, CLI_OUTCOMES)
 
     def _stretch(self, text: str, a: int, b: int, lfai: bool, now: float, out: list[Event]) -> int:
@@ -409,6 +445,38 @@ class WhisperParser(Parser):
         if n:
             out += pairs.events()
         return n
+
+    def _access(self, access: tuple[str, str, str], out: list[Event]) -> None:
+        """A uvicorn access line: ``http_requests_total``; on a speech route a request, ``ok`` or (5xx)
+        ``error``; any 4xx is the client's error (``llm_client_errors_total``), never the backend's."""
+        self._http = True
+        method, path, code = access
+        labels = self._routes.fold((method if method in HTTP_METHODS else "OTHER", route_template(path), code))
+        out.append(Event(HTTP, labels, 1.0, rule="access"))
+        model = self.model
+        if model not in self._client_zeroed:
+            if len(self._client_zeroed) >= 64:
+                self._client_zeroed.clear()
+            self._client_zeroed.add(model)
+            out += [Event(CLIENT_ERRORS, (model, kind), 0.0, rule="access") for kind in P.CLIENT_ERROR_TYPES]
+        kind = client_error_type(code, labels[1])
+        if kind is not None:
+            out.append(Event(CLIENT_ERRORS, (model, kind), 1.0, rule="access"))
+        elif labels[1].endswith(P.SPEECH_ROUTES) and code[0] in "1235":
+            self._request("error" if code[0] == "5" else "ok", out, HTTP_OUTCOMES)
+
+    def _model_line(self, model: str | None, loaded: bool, out: list[Event]) -> None:
+        """faster-whisper-server names the model it loads (on first use): the label from then on.
+        Loading it, the server is not ready for it; loaded, it is."""
+        if model and model != self.model:
+            if self._ready:
+                out.append(Event(READY, (self.model,), 0.0))
+            self.model = model
+            self._ready = False
+        if loaded or not self._ready:
+            self._ready = loaded
+            self._announce = False
+            out.append(Event(READY, (self.model,), 1.0 if loaded else 0.0))
 
     def _zero(self, model: str, out: list[Event]) -> None:
         """The zero series of a model a batch left (the engine starts those of the batch's last model)."""

@@ -70,8 +70,30 @@ def clock_seconds(text: str) -> float:
 INFO = re.compile(
     r"Detected language '[\w-]+' with probability |VAD filter (?:removed|kept) |Processing segment at "
     r"|Detecting language using up to the first 30 seconds|^Detected language: |^Received request: "
+    r"|^Waiting for application (?:startup|shutdown)\.|^Application shutdown complete\."
     r"|^Running whisper\.cpp inference on |^\w+: auto-detected language: "
 )
+
+# --- HTTP servers under uvicorn (faster-whisper-server and the like) ---------------------------
+
+#: faster-whisper-server (logger ``faster-whisper-server``) loads its model on first use and names it:
+#: ``Loading model from local path: /models/ct2-tiny`` then ``Model ready: /models/ct2-tiny`` (a
+#: local path or a hub id).
+FWS_LOADING = re.compile(r"Loading model from local path: (\S[^\n]*?)\s*$")
+FWS_READY = re.compile(r"Model ready: (\S[^\n]*?)\s*$")
+#: uvicorn's life: a start-up, the server answering, a shutdown (messages after ``INFO:     ``).
+UVICORN_STARTED = "Started server process"
+UVICORN_READY = ("Application startup complete.", "Uvicorn running on ")
+UVICORN_STOPPING = ("Shutting down", "Finished server process")
+#: The routes of a speech-to-text request (OpenAI's API; whisper-asr-webservice's ``/asr``): their
+#: answers are ``llm_requests_total`` (2xx/3xx ``ok``, 5xx ``error``).
+SPEECH_ROUTES = ("/audio/transcriptions", "/audio/translations", "/asr")
+#: Routes a whisper HTTP server serves (a 404 on another one is a scanner's).
+HTTP_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations", "/v1/models", "/health", "/asr",
+               "/detect-language", "/docs", "/openapi.json")
+#: The client errors a FastAPI speech server answers: 400/422 (a bad body or option), 404 on a route it
+#: does not serve, 405: their series start at 0 with its first access line.
+CLIENT_ERROR_TYPES = ("invalid_request", "not_found_route", "method_not_allowed")
 
 # --- whisper.cpp ----------------------------------------------------------------------------
 
@@ -147,7 +169,8 @@ SNIFF_STRONG = re.compile(
     r"Processing audio with duration \d|^whisper_print_timings: |^whisper_(?:init_from_file\w*|model_load): "
     r"|^whisper server listening at |^\S+: processing '.*' \(\d+ samples, [\d.]+ sec\)"
     r"|Detected language '[\w-]+' with probability |Detecting language using up to the first 30 seconds"
-    r"|>>> Task (?:transcribe|translate) is starting$|>>> (?:Transcription|Translation) complete!$",
+    r"|>>> Task (?:transcribe|translate) is starting$|>>> (?:Transcription|Translation) complete!$"
+    r"|^[A-Z]+:faster-whisper-server:",
     re.M,
 )
 SNIFF_WEAK = re.compile(r"\bfaster_whisper\b|^Detected language: [A-Z]|^\[(?:\d+:)?\d{2}:\d{2}\.\d{3} --> ", re.M)

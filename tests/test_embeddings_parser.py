@@ -248,3 +248,28 @@ def test_auto_routing_over_a_mixed_directory(tmp_path: Path) -> None:
     sources = {dict(labels)["source"]: dict(labels)["backend"] for (_n, labels) in got if "backend" in dict(labels)}
     assert {s.rsplit("/", 1)[1]: b for s, b in sources.items()} == {
         **{f"stream{i}.log": "embeddings" for i in range(len(SAMPLES))}, "other.log": "vllm"}
+
+
+INFINITY_HEAD = ("INFO:     Started server process [9]\n"
+                 "INFO     2025-03-04 08:00:01,120 infinity_emb INFO:        infinity_server.py:84\n"
+                 "         Creating 2 engines: ['e5-base', 'bge-rerank']\n"
+                 "INFO     2025-03-04 08:00:01,180                      SentenceTransformer.py:218\n"
+                 "         sentence_transformers.SentenceTransformer\n"
+                 "         INFO: Load pretrained SentenceTransformer:\n"
+                 "         /models/intfloat--e5-base\n")
+
+
+def test_infinity_names_its_served_model_and_its_lines_count_as_matched() -> None:
+    """infinity's rich-wrapped 'Creating N engines' names the served model (the first) with a gauge, so
+    the line counts as used; its start-up counts once; no embeddings or request series start at 0."""
+    parser = EmbeddingsParser()
+    records = split_records(INFINITY_HEAD, record_rule(EmbeddingsParser))
+    per_record = [list(parser.parse(Record(r, 1.0))) for r in records]
+    assert parser.model == "e5-base"
+    assert Event("backend_ready", ("e5-base",), 0, rule="model") in per_record[1]
+    assert sum(counted(evs, "backend_restarts_total") for evs in per_record) == 1
+    assert all(any(e.value for e in evs) or any(e.metric == "backend_ready" for e in evs) for evs in per_record[:2])
+    zeros = {metric for metric, _ in parser.zero_series("e5-base")}
+    assert "llm_embeddings_total" not in zeros and "llm_requests_total" not in zeros
+    got = run(parser, "INFO:     Application startup complete.\n")
+    assert Event("backend_ready", ("e5-base",), 1, rule="ready") in got

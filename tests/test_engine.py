@@ -96,13 +96,13 @@ def test_a_parser_that_raises_is_counted_and_the_rest_goes_on(tmp_path: Path) ->
 
 
 def test_process_watcher_finds_a_backend_by_command_line(tmp_path: Path) -> None:
-    """CPU and memory of processes whose command line names the backend are summed, even one run from a
+    """CPU and memory of processes whose program names the backend are summed, even one run from a
     folder called logmetrics (as a clone of this project is)."""
-    marker = f"--fake-vllm-backend-{os.getpid()}"  # only this test's process matches
-    script = tmp_path / "logmetrics" / "backend.py"
+    marker = f"fake_vllm_backend_{os.getpid()}"  # the script's name: only this test's process matches
+    script = tmp_path / "logmetrics" / f"{marker}.py"
     script.parent.mkdir()
     script.write_text("import sys\nsum(range(10**6))\nsys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, str(script), marker], stdin=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE)
     watcher = ProcessWatcher({"vllm": (marker,)}, min_interval=0)
     try:
         deadline = time.monotonic() + 10
@@ -151,6 +151,36 @@ def test_process_rules_first_in_order_then_the_parsers_names() -> None:
     assert watcher.backend_of(["uvicorn", "--port", "80", "gw:app"]) == "gw"
     assert watcher.backend_of(["python", "-m", "logmetrics", "watch", "--process", "gw=uvicorn gw:app"]) is None
     assert watcher.backend_of(["bash"]) is None
+
+
+@pytest.mark.parametrize(("argv", "backend"), [
+    (["vllm", "serve", "/models/tiny", "--port", "8000"], "vllm"),
+    (["/usr/bin/python3", "-u", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], "vllm"),
+    (["VLLM::EngineCore_DP0"], "vllm"),
+    (["tail", "-F", "/var/log/vllm/vllm.log"], None),
+    (["less", "/srv/vllm-logs/0.log"], None),
+    (["/opt/vllm/bin/python", "tool.py", "--out", "/data/vllm"], None),
+    (["python", "-c", "import vllm; print(vllm.__version__)"], None),
+    (["/opt/llama.cpp/build/bin/llama-server", "-m", "/models/vllm-compare.gguf"], "llamacpp"),
+    (["/usr/local/bin/faster-whisper-server", "/models/ct2-tiny", "--port", "8000"], "whisper"),
+    (["/venv/bin/python", "/venv/bin/uvicorn", "--port", "8000", "faster_whisper_server.api:app"], "whisper"),
+    (["uvicorn", "gw:app", "--root-path", "/whisper"], None),
+    (["grep", "-r", "whisper", "/var/log"], None),
+    (["/venv/bin/python", "/venv/bin/infinity_emb", "v2", "--model-id", "/m/bert"], "embeddings"),
+    (["text-embeddings-router", "--model-id", "BAAI/bge-small-en-v1.5"], "embeddings"),
+    (["vi", "/etc/text-embeddings/config.toml"], None),
+])
+def test_parsers_names_match_the_program_not_its_arguments(argv: list[str], backend: str | None) -> None:
+    """A parser's process names find the program a process runs (executable, script, -m module, a
+    runner's module:app, a title it set), never a path or word among its other arguments."""
+    from parsers.embeddings import EmbeddingsParser
+    from parsers.llamacpp import LlamaCppParser
+    from parsers.vllm import VllmParser
+    from parsers.whisper import WhisperParser
+
+    watcher = ProcessWatcher({p.name: p.process_names for p in (VllmParser, LlamaCppParser, WhisperParser,
+                                                               EmbeddingsParser)})
+    assert watcher.backend_of(argv) == backend
 
 
 @pytest.mark.parametrize(("argv", "ours"), [

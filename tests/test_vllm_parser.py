@@ -101,7 +101,7 @@ def test_parser_passes_plugin_validation() -> None:
     entry = validate(VllmParser, "test")
     assert entry.name == "vllm"
     assert VllmParser.claims == ("*vllm*",)
-    assert VllmParser.process_names == ("vllm",)
+    assert VllmParser.process_names == ("vllm", "VLLM::")
 
 
 def test_acceptance_example() -> None:

@@ -326,3 +326,62 @@ def test_exception_line_after_a_whole_error_record_is_an_error_of_its_own() -> N
     text = "ERROR:app:upload failed\nValueError: bad header\n"
     assert total(engine_metrics([text]), "backend_errors_total") == 2
     assert total(engine_metrics(text.splitlines(keepends=True)), "backend_errors_total") == 2
+
+
+FWS_HEAD = ("INFO:     Started server process [7]\n"
+            "INFO:     Application startup complete.\n"
+            "INFO:faster-whisper-server:Loading model from local path: /srv/models/ct2-whisper-base\n"
+            "INFO:faster-whisper-server:Model ready: /srv/models/ct2-whisper-base\n")
+
+
+def test_access_lines_count_requests_by_code_and_4xx_as_client_errors() -> None:
+    """Each uvicorn access line is an HTTP request; on a speech route 2xx is ok and 5xx an error; any
+    4xx is the client's error by type, never a backend error or a failed request."""
+    got = sums(run(FWS_HEAD
+                   + 'INFO:     10.1.1.1:5000 - "POST /v1/audio/transcriptions HTTP/1.1" 200 OK\n'
+                   + 'INFO:     10.1.1.1:5001 - "POST /v1/audio/translations HTTP/1.1" 200 OK\n'
+                   + 'INFO:     10.1.1.1:5002 - "POST /v1/audio/transcriptions HTTP/1.1" 500 Internal Server Error\n'
+                   + 'INFO:     10.1.1.1:5003 - "POST /v1/audio/transcriptions HTTP/1.1" 422 Unprocessable Entity\n'
+                   + 'INFO:     10.1.1.1:5004 - "POST /v1/audio/transcriptions HTTP/1.1" 400 Bad Request\n'
+                   + 'INFO:     10.1.1.1:5005 - "GET /admin/.env HTTP/1.1" 404 Not Found\n'
+                   + 'INFO:     10.1.1.1:5006 - "GET /health HTTP/1.1" 200 OK\n'))
+    m = "ct2-whisper-base"
+    assert got[("llm_requests_total", (m, "ok"))] == 2
+    assert got[("llm_requests_total", (m, "error"))] == 1
+    assert got[("llm_client_errors_total", (m, "invalid_request"))] == 2
+    assert got[("llm_client_errors_total", (m, "not_found_route"))] == 1
+    assert got[("llm_client_errors_total", (m, "method_not_allowed"))] == 0
+    assert got[("http_requests_total", ("POST", "/v1/audio/transcriptions", "422"))] == 1
+    assert got[("http_requests_total", ("GET", "__not_found__", "404"))] == 1
+    assert got[("http_requests_total", ("GET", "/health", "200"))] == 1
+    assert not any(k[0] == "backend_errors_total" and v for k, v in got.items())
+    assert sum(v for k, v in got.items() if k[0] == "llm_requests_total") == 3  # /health and 4xx are no requests
+
+
+def test_faster_whisper_server_names_its_model_and_readiness() -> None:
+    """The model loaded on first use names the label (a local path: its last part); loading it the
+    server is not ready for it, 'Model ready' makes it ready, uvicorn's shutdown not; the start counts."""
+    events = run(FWS_HEAD + "INFO:faster_whisper:Processing audio with duration 00:03.500\n")
+    got = sums(events)
+    assert got[("llm_audio_seconds_total", ("ct2-whisper-base",))] == 3.5
+    assert got[("backend_ready", ("ct2-whisper-base",))] == 1
+    assert got[("backend_ready", ("unknown",))] == 0
+    assert got[("backend_restarts_total", ())] == 1
+    p = WhisperParser()
+    run(FWS_HEAD, p)
+    assert sums(run("INFO:     Shutting down\n", p))[("backend_ready", ("ct2-whisper-base",))] == 0
+    q = WhisperParser()
+    q.learn(FWS_HEAD)
+    assert q.model == "ct2-whisper-base"
+    assert Event("backend_ready", ("ct2-whisper-base",), 1.0) in run("INFO:     Waiting for application startup.\n", q)
+
+
+def test_a_500_traceback_under_uvicorn_is_one_error_not_a_second_request() -> None:
+    """With access lines, the access line counts the request; the traceback of its 500 only the error."""
+    got = sums(run(FWS_HEAD
+                   + 'INFO:     10.1.1.1:5002 - "POST /v1/audio/transcriptions HTTP/1.1" 500 Internal Server Error\n'
+                   + "ERROR:    Exception in ASGI application\nTraceback (most recent call last):\n"
+                   + '  File "/app/x.py", line 1, in f\n    g()\nRuntimeError: failed to process audio\n'))
+    m = "ct2-whisper-base"
+    assert got[("llm_requests_total", (m, "error"))] == 1
+    assert sum(v for k, v in got.items() if k[0] == "backend_errors_total") == 1
