@@ -129,7 +129,8 @@ PROCESS_HELP = (
     "Count the CPU and memory of the processes whose full command line (arguments joined by spaces) "
     "matches PATTERN, a Python regular expression searched anywhere in it, under backend=BACKEND "
     "(backend_process_cpu_seconds_total, backend_process_resident_memory_bytes), besides the processes "
-    "each parser names itself (vllm: command lines containing 'vllm'). A process counts once, for the "
+    "each parser names itself, matched against the program a process runs, never a path argument (vllm: "
+    "'vllm serve', 'python -m vllm.entrypoints...', 'VLLM::EngineCore'). A process counts once, for the "
     "first match: the --process rules in the order given, then the parsers' own names. logmetrics "
     "itself is never counted. Repeatable.")
 
