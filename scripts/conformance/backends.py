@@ -44,6 +44,8 @@ class Backend:
     served: str
     modes: tuple[Mode, ...]
     ready_path: str = "/health"
+    #: The backend's own Prometheus endpoint, if it has one.
+    metrics_path: str | None = "/metrics"
     ready_deadline: float = 300.0
     home: Path = field(default_factory=Path)
 
@@ -99,7 +101,8 @@ def common_checks(b: Backend, live: str, oneshot: str, starts: int, ready_before
               total(oneshot, "llm_client_errors_total"), None, "info"),
         Check("start-ups (backend_restarts_total)", total(live, "backend_restarts_total"),
               total(oneshot, "backend_restarts_total"), starts, "harness", note="start + crash restart"),
-        Check("backend_ready before SIGTERM", ready_before, None, 1, "harness"),
+        Check(f"backend_ready{{model=\"{b.served}\"}} before SIGTERM", ready_before, None, 1, "harness",
+              note="the served name"),
         Check("backend_ready after SIGTERM", ready(live), ready(oneshot), 0, "harness"),
         Check(f"requests under a model other than {b.served}", other_model(live), other_model(oneshot), 0, "served"),
     ]
@@ -361,7 +364,8 @@ class Whisper(Backend):
     """faster-whisper-server on a random CTranslate2 Whisper; the ``faster_whisper`` logger at INFO."""
 
     def __init__(self, home: Path) -> None:
-        super().__init__("whisper", "whisper", "tiny-whisper", (Mode("default"),), home=home, ready_deadline=120.0)
+        super().__init__("whisper", "whisper", "tiny-whisper", (Mode("default"),), home=home, ready_deadline=120.0,
+                         metrics_path=None)
         self.model = home / "models" / "tiny-whisper"
 
     def prepare(self) -> None:
@@ -386,7 +390,8 @@ class Whisper(Backend):
             seconds = rng.randint(500, 6000) / 1000
 
             def job() -> None:
-                body, ctype = multipart({"response_format": "json"}, {"file": ("a.wav", wav(seconds, 440.0))})
+                body, ctype = multipart({"response_format": "json", "temperature": "0"},
+                                        {"file": ("a.wav", wav(seconds, 440.0))})
                 code, data = client.call(base, "POST", path_of[i % 2], body, record, ctype)
                 if code != 200:
                     raise RuntimeError(f"audio: HTTP {code}: {data[:200]!r}")
@@ -406,7 +411,8 @@ class Whisper(Backend):
 
         jobs = [audio(i) for i in range(16 if phase == "main" else 4)]
         if phase == "main":
-            jobs += [refused({}, {}, 400, 500), refused({"response_format": "srt"}, {"file": ("a.wav", wav(1, 300))},
+            jobs += [refused({}, {}, 400, 500), refused({"response_format": "srt", "temperature": "0"},
+                                                        {"file": ("a.wav", wav(1, 300))},
                                                         400, 500),
                      refused({}, {"file": ("a.wav", b"not audio at all" * 64)}, 500, 600)] * 2
             jobs.append(lambda: None if client.get(base, "/v1/no-such-route", record)[0] == 404 else _fail(404))

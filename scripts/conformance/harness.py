@@ -131,9 +131,11 @@ def serve(b: Backend, mode: Mode, log: Path, record: client.Record) -> tuple[Pro
     return proc, base
 
 
-def own_metrics(base: str, record: client.Record) -> str:
-    """The backend's ``/metrics`` (a request its log may show, so recorded)."""
-    code, data = client.get(base, "/metrics", record, timeout=30)
+def own_metrics(b: Backend, base: str, record: client.Record) -> str:
+    """The backend's ``/metrics`` (a request its log may show, so recorded); empty without one."""
+    if b.metrics_path is None:
+        return ""
+    code, data = client.get(base, b.metrics_path, record, timeout=30)
     if code != 200:
         raise RuntimeError(f"the backend's /metrics answered {code}")
     return data.decode()
@@ -160,14 +162,14 @@ def run_one(b: Backend, mode: Mode, out: Path, quiet: float) -> list[Check]:
             server, base = serve(b, mode, log, record)
             b.traffic(base, record, "main", rng)
             time.sleep(quiet)
-            add_own(own_metrics(base, record))
+            add_own(own_metrics(b, base, record))
             say(f"{b.name} [{mode.name}] kill -9 after {sum(record.codes.values())} requests")
             server.stop(signal.SIGKILL)
             server, base = serve(b, mode, log, record)
             b.traffic(base, record, "after", rng)
             time.sleep(quiet)
-            add_own(own_metrics(base, record))
-            ready_before = total(watcher.settle(), "backend_ready")
+            add_own(own_metrics(b, base, record))
+            ready_before = total(watcher.settle(), "backend_ready", lambda lab: lab.get("model") == b.served)
             code = server.stop(signal.SIGTERM)
             server = None
             say(f"{b.name} [{mode.name}] exited {code} on SIGTERM after {sum(record.codes.values())} requests")
