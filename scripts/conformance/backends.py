@@ -316,14 +316,24 @@ class Llama(Backend):
                   own["prompt"], "llama /metrics"),
             Check("generation tokens", total(live, "llm_generation_tokens_total"),
                   total(oneshot, "llm_generation_tokens_total"), own["generation"], "llama /metrics"),
+            # Only -lv 4's trace lines carry the cached part of each prompt.
             Check("cached prompt tokens", total(live, "llm_cached_prompt_tokens_total"),
-                  total(oneshot, "llm_cached_prompt_tokens_total"), None, "info",
-                  note=f"llama /metrics {own['cached']:,.0f}"),
+                  total(oneshot, "llm_cached_prompt_tokens_total"), own["cached"] if mode.flags else None,
+                  "llama /metrics" if mode.flags else "info",
+                  note="" if mode.flags else f"not at this level; llama /metrics {own['cached']:,.0f}"),
             Check("successful requests", ok(live), ok(oneshot), record.ok_inference, "client"),
+            Check("client errors (4xx)", total(live, "llm_client_errors_total"),
+                  total(oneshot, "llm_client_errors_total"), client_errors(record), "client",
+                  note="an unknown route is not logged"),
             Check("running requests after SIGTERM", total(live, "llm_requests_running"),
                   total(oneshot, "llm_requests_running"), 0, "harness"),
-            *common_checks(self, live, oneshot, starts, ready_before),
+            *[c for c in common_checks(self, live, oneshot, starts, ready_before) if c.name != "client errors (4xx)"],
         ]
+
+
+def client_errors(record: Record) -> int:
+    """The 4xx answers the client got on the server's own routes."""
+    return sum(n for (_, path, code), n in record.codes.items() if 400 <= code < 500 and known_route(path) == path)
 
 
 # ------------------------------------------------------------------------------------------- whisper
