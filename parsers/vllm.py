@@ -70,6 +70,7 @@ from .vllm_stats import Stats
 MAX_PENDING = 10000
 # Kinds of the rare, model-labelled lines, kept with their position until their segment is done.
 FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE, CAN = range(8)
+ORIGIN = 20  # the API server built its engine client: V1's first stats window opened (number: its time)
 #: What request lines show the log can produce (see the class docstring).
 V0_REQUESTS, V1_REQUESTS = ("ok", "aborted", "preempt"), ("aborted", "error")
 Item = tuple[int, int, str, int]  # position, kind, text value, number value
@@ -363,6 +364,11 @@ class VllmParser(Parser):
             items.extend((m.start(), CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
         if P.REQUEST_KEYS.intersection(rare) or self._requests.outputs:
             items.extend(self._requests.items(t, rare, self._stats.clock.line_time))
+        if P.SUPPORTED_KEY in rare:
+            for m in P.SUPPORTED.finditer(t):
+                at = self._stats.clock.line_time(t, m.start())
+                if at is not None:
+                    items.append((m.start(), ORIGIN, "", at))
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
@@ -389,6 +395,9 @@ class VllmParser(Parser):
         # from these positions on, the tokens are counted from per-request lines, not integrated
         p_from, g_from = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
             else (b, b)
+        for _pos, kind, _value, n in items:
+            if kind == ORIGIN:
+                self._stats.origin = n
         stats = self._stats.scan(t, a, b, p_from, g_from, served)
         lines = stats.lines
         matched += lines
@@ -402,6 +411,8 @@ class VllmParser(Parser):
         matched += aborted_lines + failed
         exact: set[int] = set()  # the per-request lines that gave events
         for pos, kind, value, n in items:
+            if kind == ORIGIN:
+                continue
             if kind >= PROMPT:
                 got, caps = self._requests.item(self.model, (pos, kind, value, n), out)
                 if got:  # counted once per line, and not again with an error glued to it
@@ -516,6 +527,7 @@ class VllmParser(Parser):
             self._started.clear()
             self._requests.restart()
             self._preempt_total = 0
+            self._stats.origin = None
             events.append(Event("backend_restarts_total", (), 1, rule="startup"))
         return 1 if len(events) > before else 0
 

@@ -67,6 +67,7 @@ RARE = re.compile(
     rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
     rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)|Added request(?:{_after('async_llm', 'Added request')})"
     r"|Route(?=: /[^\s,]*, Methods: )"
+    r"|Supported(?=[_ ]tasks: )"
     r"|Aborted request|Request(?: (?=\S+ details: [^\n]*?prompt_token_ids: \[)|(?= \S+ (?:aborted|failed)))"
     r"|Received request(?= [^\n]*?prompt[_ ]token[_ ]ids: \[)|Generated response(?= )|response_body=(?=\{\{)"
     r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
@@ -87,6 +88,9 @@ ADDED_V0 = "Added request "
 ADDED_V1 = "Added request"
 ADDED_V1_AT = re.compile(rf"\] Added request(?:{_after('async_llm', 'Added request')}) ")
 ROUTE = re.compile(r"\] Route: (/[^\s,]*), Methods: ")
+#: The API server built its engine client (0.10+): V1's first stats window opened then.
+SUPPORTED_KEY = "Supported"
+SUPPORTED = re.compile(r"\] Supported[_ ]tasks: ")
 
 #: Per-request lines with exact counts (``vllm_requests``): RARE's keys, then the lines. Received
 #: request with its prompt's token ids (0.2 ``prompt token ids``, 0.3 - 0.11 ``prompt_token_ids``),

@@ -76,8 +76,8 @@ def test_integral_stops_per_series_where_exact_counts_begin() -> None:
             + stats_v1("09-15 10:00:30", 100.0, 10.0))
     for events in (scan(text)[0], [e for line in text.splitlines(keepends=True) for e in scan_keep(line)]):
         got = nonzero(events)
-        assert got[("llm_prompt_tokens_total", M)] == 1000.0 + 3.0
-        assert got[("llm_generation_tokens_total", M)] == 100.0 + 100.0 + 2.0
+        assert got[("llm_prompt_tokens_total", M)] == 2000.0 + 3.0
+        assert got[("llm_generation_tokens_total", M)] == 100.0 * 3 + 2.0
     assert rules(scan(text)[0], "llm_generation_tokens_total") == {"stats_v1", "request_log"}
 
 
@@ -125,8 +125,8 @@ def test_max_log_len_keeps_the_integral() -> None:
             + generated("10:00:05", "chatcmpl-a", [7, 8]) + stats_v1("09-15 10:00:10", 100.0, 10.0))
     events, _ = scan(text)
     got = totals(events)
-    assert got[("llm_prompt_tokens_total", M)] == 1000.0
-    assert got[("llm_generation_tokens_total", M)] == 100.0
+    assert got[("llm_prompt_tokens_total", M)] == 2000.0
+    assert got[("llm_generation_tokens_total", M)] == 200.0
     assert got[("llm_requests_total", (*M, "ok"))] == 1.0
     assert got[("llm_request_duration_seconds", M)] == [3.0]
     assert by_batches(text, 200) == by_records(text)

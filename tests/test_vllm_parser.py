@@ -198,14 +198,22 @@ def test_gauges_sum_counts_and_average_ratios_over_engines() -> None:
 
 
 def test_tokens_integrate_per_engine_from_the_line_stamps() -> None:
-    """tokens += tps x dt between lines of the same engine; the first line of each is a baseline."""
+    """tokens += tps x dt per engine; a V1 engine's first line covers one window of the default interval."""
     text = (stats_v1("06-19 15:40:00", 100.0, 10.0, engine="000")
             + stats_v1("06-19 15:40:03", 999.0, 99.0, engine="001")
             + stats_v1("06-19 15:40:10", 50.0, 5.0, engine="000")
             + stats_v1("06-19 15:40:13", 20.0, 2.0, engine="001"))
     got = nonzero(scan(text)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 50.0 * 10 + 20.0 * 10
-    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == 5.0 * 10 + 2.0 * 10
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == (100.0 + 999.0 + 50.0 + 20.0) * 10
+    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == (10.0 + 99.0 + 5.0 + 2.0) * 10
+
+
+def test_v1_first_window_opens_with_the_engine_client() -> None:
+    """V1's first line covers the time since ``Supported tasks`` (the stats logger's creation)."""
+    text = ("(APIServer pid=1) INFO 12-02 16:51:41 [entry.py:136] Supported tasks: ['generate']\n"
+            + stats_v1("12-02 16:51:54", 100.0, 10.0) + stats_v1("12-02 16:52:04", 50.0, 5.0))
+    got = nonzero(scan(text, now=float(calendar.timegm((2025, 12, 2, 17, 0, 0))))[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 100.0 * 13 + 50.0 * 10
 
 
 def test_v0_gap_is_capped_at_60_seconds() -> None:
@@ -221,8 +229,8 @@ def test_v1_line_after_an_idle_gap_counts_one_interval() -> None:
     text = (stats_v1("08-21 14:05:09", 0.0, 10.0) + stats_v1("08-21 14:05:19", 0.0, 10.0)
             + stats_v1("08-21 14:09:41", 200.0, 30.0))
     got = nonzero(scan(text)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 200.0 * 11
-    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == 10.0 * 10 + 30.0 * 11
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 200.0 * 10
+    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == 10.0 * 10 * 2 + 30.0 * 10
 
 
 def test_year_is_inferred_across_new_year() -> None:
@@ -238,8 +246,8 @@ def test_integration_state_carries_across_batches() -> None:
     """The baseline of an engine survives the end of a batch."""
     parser = VllmParser()
     scan(stats_v1("06-19 15:40:00", 1.0, 1.0), parser)
-    got = nonzero(scan(stats_v1("06-19 15:40:10", 4.0, 2.0), parser)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 40.0
+    got = nonzero(scan(stats_v1("06-19 15:40:11", 4.0, 2.0), parser)[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 44.0
 
 
 def test_stats_text_inside_another_line_is_ignored() -> None:
