@@ -84,6 +84,18 @@ ROUTES = (
     "/server_info", "/reset_prefix_cache", "/sleep", "/wake_up", "/is_sleeping", "/collective_rpc",
     "/scale_elastic_ep", "/is_scaling_elastic_ep", "/docs", "/redoc", "/openapi.json",
 )
+#: Routes that run the engine: a 2xx access line on one is a finished request (``outcome="ok"``).
+INFERENCE_ROUTES = frozenset({
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions",
+    "/v1/audio/translations", "/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank",
+    "/v2/rerank", "/invocations", "/v1/chat/completions/batch",
+})
+#: A client error's type by the HTTP status of its access line (404 on a route vLLM does not serve:
+#: ``not_found_route``; on an inference route: the model asked for is not served).
+CLIENT_ERRORS = {"400": "invalid_request", "404": "model_not_found", "413": "invalid_request",
+                 "422": "invalid_request"}
+
+
 #: Zero-started series by what the log must show before they can move (see the class docstring).
 ZERO_SERIES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "tokens": (("llm_prompt_tokens_total", None), ("llm_generation_tokens_total", None)),
@@ -125,6 +137,7 @@ class VllmParser(Parser):
         self._rare = P.RARE
         self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
         self._requests = Requests()
+        self._ok_source: str | None = None  # what counts finished requests: "access" or "finished" lines
 
     def state(self) -> dict[str, object]:
         """The served model's name and whether the server was ready, so that a restart goes on with
@@ -203,6 +216,7 @@ class VllmParser(Parser):
         fatal: list[Fatal] = []
         errors: Counter[str] = Counter()
         matched = access_and_errors(t, events, records, self._routes, fatal, errors)
+        ok, client = self._access_outcomes(t, events)
         if P.HEADLESS.match(t):
             matched += self._headless(t, errors)
         fatal.sort()
@@ -211,7 +225,7 @@ class VllmParser(Parser):
         life: list[tuple[int, int, str]] = []
         after: list[Event] = []
         items: list[Item] = []
-        finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
+        ok, finished = self._ok_from(t, ok, rare[P.FINISHED] + rare[P.FINISHED_V0])
         ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
         if rare or records.life or self._requests.outputs:
             ended = self._rare_items(t, rare, controls, items, life)
@@ -255,8 +269,54 @@ class VllmParser(Parser):
         # the model in effect: a batch is scanned in pieces that begin with their start-up line
         model = self.model
         events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in errors.items())
+        if ok:  # (no zero series from it: an access line shows no more than its own request)
+            self._requests.access_ok(model, ok, events)
+        events.extend(Event("llm_client_errors_total", (model, kind), n, rule="access") for kind, n in client.items())
+        if self._requests.access_from:
+            self._requests.access_from = 0
         self._more_lines += records.more_lines
         return events, matched + records.resolve(t)
+
+    def _access_outcomes(self, t: str, events: list[Event]) -> tuple[int, Counter[str]]:
+        """Finished requests and client errors by type from the access lines' events in ``events``
+        (counted with the model in effect at the end of the scan).
+
+        A 2xx on an inference route is a finished request: the access log covers every request,
+        so it is the source of ``outcome="ok"`` once it has counted one (``Requests``: the
+        per-request lines then count no ``ok``, so that none counts twice). A 4xx is the client's
+        fault: ``llm_client_errors_total`` by type, never a backend error.
+        """
+        ok = 0
+        client: Counter[str] = Counter()
+        for e in events:
+            if e.metric != "http_requests_total" or e.rule != "access" or isinstance(e.value, tuple):
+                continue
+            method, route, code = e.labels
+            if method != "POST":
+                continue
+            if route in INFERENCE_ROUTES:
+                if code.startswith("2"):
+                    ok += int(e.value)
+                elif code.startswith("4"):
+                    client[CLIENT_ERRORS.get(code, "invalid_request")] += int(e.value)
+            elif code == "404":
+                client["not_found_route"] += int(e.value)
+        return ok, client
+
+    def _ok_from(self, t: str, ok: int, finished: int) -> tuple[int, int]:
+        """Which source counts ``outcome="ok"``, decided once per stream by the first line seen of
+        either: the access lines, or V0's ``Finished request`` lines (both cover every request).
+        Returns the access lines' count (0 if they lose) and the finished lines'. From the
+        first access line on, the other per-request lines count no ``ok`` (``Requests.access_from``)."""
+        if self._ok_source is None and (ok or finished):
+            m = P.ACCESS_OK.search(t) if ok else None
+            at = (m.start() if m else 0) if ok else len(t)
+            m = P.FINISHED_AT.search(t) if finished else None
+            done_at = m.start() if m else len(t)
+            self._ok_source = "access" if at <= done_at else "finished"
+            if self._ok_source == "access":
+                self._requests.access_from = at
+        return (ok, finished) if self._ok_source == "access" else (0, finished)
 
     def _headless(self, t: str, errors: Counter[str]) -> int:
         """The rest of a raw traceback at the start of ``t``: one error of its type (its lines continue
@@ -461,8 +521,9 @@ class VllmParser(Parser):
             matched += 1
         matched += len(exact)
         for outcome, count in (("ok", ok + finished), ("aborted", aborted), ("error", failed)):
-            if count:
-                out.append(Event("llm_requests_total", (*model, outcome), count, rule="lifecycle"))
+            if count:  # finished lines are counted by the access lines if those came first (see ``_ok_from``)
+                counted = 0 if outcome == "ok" and self._ok_source == "access" else count
+                out.append(Event("llm_requests_total", (*model, outcome), counted, rule="lifecycle"))
         for rule, prompt_tokens, gen_tokens, seen in stats.tokens:
             if seen:
                 if p_from:

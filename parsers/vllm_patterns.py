@@ -23,6 +23,11 @@ HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 CONTINUATION = re.compile(rf"{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
 
 ACCESS = re.compile(rf"\n{PFX}?{UVICORN_ACCESS}", re.ASCII)
+#: An access line of a finished request (2xx, POST on an inference route): where the access log
+#: takes over counting ``outcome="ok"``.
+ACCESS_OK = re.compile(rf"\n{PFX}?INFO: +\S+ - \"POST /(?:v1/(?:chat/completions|completions|embeddings|responses"
+                       r"|audio/\w+|score|rerank)|v2/rerank|pooling|classify|score|rerank|invocations)[/?\w=&.-]* "
+                       r"HTTP/[\d.]+\" 2\d\d", re.ASCII)
 
 #: Periodic stats, V0 (``Swapped``/``Pending``) and V1 (``Waiting`` + optional fields in the
 #: tail), a whole line. Groups: the date and minute (``MM-DD HH:MM``) and seconds of the vLLM
@@ -185,6 +190,10 @@ LINES = re.compile(
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE})",
     re.ASCII,
 )
+
+#: An error line that reports a client error (vLLM's ``ErrorInfo``/``ErrorResponse`` with a 4xx code):
+#: the access line counts it, as a client error; it is no backend error.
+CLIENT_ERROR = re.compile(r"(?:\bcode=|'code': |\"code\": ?)4\d\d\b")
 
 #: Exception lines inside an error record (after the first line).
 EXCEPTION_IN = re.compile(rf"\n{PFX}?(?:{HDR} )?({EXCEPTION_NAME}(?::[^\n]*)?)(?=\n)", re.ASCII)
