@@ -137,6 +137,7 @@ class VllmParser(Parser):
         self._rare = P.RARE
         self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
         self._requests = Requests()
+        self._stopping = False  # a clean shutdown began and no start-up followed
         self._ok_source: str | None = None  # what counts finished requests: "access" or "finished" lines
 
     def state(self) -> dict[str, object]:
@@ -220,6 +221,18 @@ class VllmParser(Parser):
         if P.HEADLESS.match(t):
             matched += self._headless(t, errors)
         fatal.sort()
+        stop_at = self._stop_at(t, rare)
+        if fatal and stop_at < len(t):  # the engine's end in a clean shutdown: recognised, not counted
+            events.extend(Event("backend_errors_total", (self.model, kind), 0, rule="shutdown")
+                          for pos, kind, _ in fatal if pos > stop_at)
+            for pos, _kind, head in fatal:
+                if pos > stop_at:  # the record counts here; one inside another record, with it
+                    if head:
+                        records.heads.add(pos)
+                        matched += 1
+                    else:
+                        records.inside.append(pos)
+            fatal = [x for x in fatal if x[0] <= stop_at]
         f = 0
         controls: list[tuple[int, int, str]] = []
         life: list[tuple[int, int, str]] = []
@@ -317,6 +330,19 @@ class VllmParser(Parser):
             if self._ok_source == "access":
                 self._requests.access_from = at
         return (ok, finished) if self._ok_source == "access" else (0, finished)
+
+    def _stop_at(self, t: str, rare: Counter[str]) -> int:
+        """Where in ``t`` the server began a clean shutdown (``len(t)`` if it did not): the engine's
+        death after it (``EngineDeadError`` from the output handler) is the shutdown, no crash.
+        A start-up ends the shutdown."""
+        found = [at for mark in P.SHUTDOWN_MARKS if (at := t.find(mark)) >= 0]
+        if found:
+            self._stopping = True
+            return min(found)
+        if self._stopping and not any(key in P.STARTUP_KEYS for key in rare):
+            return -1  # since before the text
+        self._stopping = False
+        return len(t)
 
     def _headless(self, t: str, errors: Counter[str]) -> int:
         """The rest of a raw traceback at the start of ``t``: one error of its type (its lines continue

@@ -157,6 +157,10 @@ DEAD = re.compile(
     r"|(?:EngineCore|WorkerProc) failed to start|Engine background task failed"
     r"|(?:vllm\.[\w.]*\.)?(?:Async|MQ)?EngineDeadError)"
 )
+#: The API server's lines that begin a clean shutdown (SIGTERM/SIGINT): 0.2x+'s ``[shutdown]`` lines,
+#: older servers' FastAPI line.
+SHUTDOWN_MARKS = ("] [shutdown] API server: shutdown triggered", "] Shutting down FastAPI HTTP server")
+
 #: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES`` (one group: the text);
 #: ``LIFE`` finds them on its own (``learn``), ``LIFE_AT`` checks a line's start up to the text.
 _LIFE_TEXT = r"Application startup complete|Shutting down|Finished server process"

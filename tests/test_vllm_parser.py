@@ -922,3 +922,21 @@ def test_access_lines_count_finished_requests_and_client_errors() -> None:
     assert got[("llm_client_errors_total", (m, "not_found_route"))] == 1
     assert not [k for k in got if k[0] == "backend_errors_total"]
 
+
+
+def test_engine_dead_after_a_clean_shutdown_is_no_error() -> None:
+    """EngineDeadError from the output handler after ``shutdown triggered`` is the shutdown; before it, a crash."""
+    dead = ("(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906] AsyncLLM output_handler failed.\n"
+            "(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906] Traceback (most recent call last):\n"
+            "(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906]   File \"x.py\", line 1, in f\n"
+            "(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+            "EngineCore encountered an issue.\n")
+    stop = "(APIServer pid=1) INFO 12-02 16:57:17 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
+    for text in (stats_v1("12-02 16:57:10", 1.0, 1.0) + stop + dead, stop + stats_v1("12-02 16:57:10", 1.0, 1.0)):
+        clean = nonzero(scan(text)[0])
+        assert not [k for k in clean if k[0] == "backend_errors_total"]
+    parser = VllmParser()  # the shutdown line in an earlier batch
+    scan(stats_v1("12-02 16:57:10", 1.0, 1.0) + stop, parser)
+    assert not [k for k in nonzero(scan(dead, parser)[0]) if k[0] == "backend_errors_total"]
+    crash = nonzero(scan(stats_v1("12-02 16:57:10", 1.0, 1.0) + dead)[0])
+    assert crash[("backend_errors_total", (UNKNOWN_MODEL, "engine_dead"))] == 1
