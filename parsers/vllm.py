@@ -10,6 +10,10 @@ of a model on. Otherwise they are estimates: vLLM logs no per-request token coun
 ``llm_prompt_tokens_total`` / ``llm_generation_tokens_total`` integrate the logged average
 throughput over the time since the previous stats line of the same engine (``vllm_stats``).
 
+Finished requests and client errors come from the uvicorn access lines where they are logged (a
+2xx or a 4xx POST on an inference route; see ``_access_outcomes`` and ``_ok_from``): the access log
+covers every request, the per-request lines only some.
+
 Gauges follow the last stats line of each engine (``vllm_stats``); with several engines (data
 parallelism) counts and throughputs are summed over the engines and ratios averaged.
 
