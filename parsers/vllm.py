@@ -142,6 +142,7 @@ class VllmParser(Parser):
         self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
         self._requests = Requests()
         self._stopping = False  # a clean shutdown began and no start-up followed
+        self._gen: dict[str, list[float]] = {}  # per model: generated tokens estimated, counted per request
         self._ok_source: str | None = None  # what counts finished requests: "access" or "finished" lines
 
     def state(self) -> dict[str, object]:
@@ -483,8 +484,9 @@ class VllmParser(Parser):
         out: list[Event] = []
         matched = finished
         # from these positions on, the tokens are counted from per-request lines, not integrated
-        p_from, g_from = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
+        p_from, _ = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
             else (b, b)
+        g_from = b  # generation: always integrated too (``_generation``)
         for _pos, kind, _value, n in items:
             if kind == ORIGIN:
                 self._stats.origin = n
@@ -560,6 +562,7 @@ class VllmParser(Parser):
                     out.append(Event("llm_prompt_tokens_total", model, prompt_tokens, rule=rule))
                 if g_from:
                     out.append(Event("llm_generation_tokens_total", model, gen_tokens, rule=rule))
+        self._generation(self.model, out)
         if stats.preempted:
             out.append(Event("llm_preemptions_total", model, stats.preempted, rule="stats_v1"))
         if gauge_rule:
@@ -568,6 +571,39 @@ class VllmParser(Parser):
             self._zeros(self.model, events)
             events.extend(out)
         return matched
+
+    def _generation(self, model: str, out: list[Event]) -> None:
+        """Generated tokens: the larger of the estimate and the per-request count, both cumulative.
+
+        vLLM logs the outputs of some requests only (``/v1/completions`` never, empty outputs
+        not, streamed deltas only when a chunk carries text; response bodies only when not
+        streamed), so a per-request count is a floor for the requests it covers, never the total:
+        the series follows it only where it exceeds the estimate. The generation events in
+        ``out`` are replaced by one increment (rule of the larger source)."""
+        est = exact = 0.0
+        rule = ""
+        keep: list[Event] = []
+        for e in out:
+            if e.metric != "llm_generation_tokens_total" or isinstance(e.value, tuple):
+                keep.append(e)
+            elif e.rule.startswith("stats"):
+                est += e.value
+                rule = e.rule
+            else:
+                exact += e.value
+        if len(keep) == len(out):
+            return
+        sums = self._gen.get(model)
+        if sums is None:
+            if len(self._gen) >= 64:
+                self._gen.clear()
+            sums = self._gen[model] = [0.0, 0.0]
+        before = max(sums)
+        sums[0] += est
+        sums[1] += exact
+        keep.append(Event("llm_generation_tokens_total", (model,), max(sums) - before,
+                          rule="request_log" if sums[1] > sums[0] else rule or "stats_v1"))
+        out[:] = keep
 
     def _zeros(self, model: str, events: list[Event]) -> None:
         """Zero-valued counter events, once per model and series, for the series the log can move."""

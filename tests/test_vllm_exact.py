@@ -70,7 +70,8 @@ def test_sample_tokens_equal_the_sum_of_the_logged_lists() -> None:
 
 
 def test_integral_stops_per_series_where_exact_counts_begin() -> None:
-    """Stats lines before the first exact line of a series integrate it; those after do not."""
+    """Prompt: stats lines before the first exact line integrate it, those after do not; generation
+    (outputs are logged for some requests only) follows the larger of estimate and logged count."""
     text = (ARGS + stats_v1("09-15 10:00:00", 100.0, 10.0) + stats_v1("09-15 10:00:10", 100.0, 10.0)
             + received("10:00:12", "chatcmpl-a", [1, 2, 3])
             + stats_v1("09-15 10:00:20", 100.0, 10.0)  # prompt exact from here, generation not yet
@@ -79,8 +80,20 @@ def test_integral_stops_per_series_where_exact_counts_begin() -> None:
     for events in (scan(text)[0], [e for line in text.splitlines(keepends=True) for e in scan_keep(line)]):
         got = nonzero(events)
         assert got[("llm_prompt_tokens_total", M)] == 2000.0 + 3.0
-        assert got[("llm_generation_tokens_total", M)] == 100.0 * 3 + 2.0
-    assert rules(scan(text)[0], "llm_generation_tokens_total") == {"stats_v1", "request_log"}
+        assert got[("llm_generation_tokens_total", M)] == 100.0 * 4
+    assert rules(scan(text)[0], "llm_generation_tokens_total") == {"stats_v1"}
+
+
+def test_generation_is_never_below_the_estimate_nor_the_logged_count() -> None:
+    """Outputs logged for few requests do not lower the estimate; outputs beyond it are followed."""
+    few = (ARGS + stats_v1("09-15 10:00:00", 10.0, 10.0) + received("10:00:02", "chatcmpl-a", [1, 2])
+           + generated("10:00:05", "chatcmpl-a", [7, 8]) + stats_v1("09-15 10:00:10", 10.0, 10.0))
+    assert nonzero(scan(few)[0])[("llm_generation_tokens_total", M)] == 200.0
+    many = (ARGS + stats_v1("09-15 10:00:00", 0.0, 0.1) + received("10:00:02", "chatcmpl-a", [1, 2])
+            + generated("10:00:05", "chatcmpl-a", [7, 8, 9, 10]))
+    got = scan(many)[0]
+    assert nonzero(got)[("llm_generation_tokens_total", M)] == 4.0
+    assert rules(got, "llm_generation_tokens_total") == {"request_log"}
 
 
 PARSER: list[VllmParser] = []
