@@ -547,7 +547,7 @@ class VllmParser(Parser):
                 continue
             else:  # DONE
                 started = self._started.pop(value, None)
-                if started is not None and n >= started:
+                if started is not None and n > started:  # same second: under a second, not known
                     out.append(Event("llm_request_duration_seconds", model, float(n - started), rule="lifecycle"))
                 continue
             matched += 1

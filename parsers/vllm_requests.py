@@ -24,8 +24,9 @@ N ids may stand for a longer one: the lists are then not used (the tokens stay i
 finished requests and durations still are. A list cut without the args in view cannot be told.
 
 Durations: a request's ``Received request`` line paired by id with the ``Generated response`` that
-ends it (``parsers.pairs.Pairs``: bounded; a start older than its time-out, by the lines' clock, is
-forgotten; the running gauge comes from the stats lines, so ``Pairs`` reports nothing). Received
+ends it, in whole seconds (the stamps' resolution; vLLM logs no finer per-request time): a pair within
+one second gives no observation, not a false 0 (``parsers.pairs.Pairs``: bounded; a start older
+than its time-out, by the lines' clock, is forgotten; the running gauge comes from the stats lines, so ``Pairs`` reports nothing). Received
 lines without token ids (0.13+) are looked at only from the stream's first ``Generated response``
 line on, so that logs without output logging pay nothing for them.
 """
@@ -158,7 +159,7 @@ class Requests:
             started = self.pairs.finish(rid)
             access = self.access_from is not None and _pos > self.access_from
             got = not access and self._count(model, "ok", LOG, 1, out, "llm_requests_total", (model, "ok"))
-            if started is not None and n >= 0 and n >= started[1]:
+            if started is not None and n >= 0 and n > started[1]:  # same second: under a second, not known
                 out.append(Event("llm_request_duration_seconds", labels, n - started[1], rule="request_log"))
                 got = True
             return got, ("ok",)

@@ -189,3 +189,10 @@ def test_a_log_line_quoted_in_a_prompt_or_output_counts_nothing() -> None:
     assert got[("llm_generation_tokens_total", ("qwen2.5-7b",))] == 2
     assert got[("llm_requests_total", ("qwen2.5-7b", "ok"))] == 1
     assert by_batches(text, 100) == by_records(text)
+
+
+def test_no_duration_from_stamps_in_the_same_second() -> None:
+    """The stamps have a resolution of one second: a request begun and ended within one gives no (fake 0) duration."""
+    text = (ARGS + received("10:00:02", "chatcmpl-a", [1]) + generated("10:00:02", "chatcmpl-a", [7])
+            + received("10:00:03", "chatcmpl-b", [1]) + generated("10:00:05", "chatcmpl-b", [7]))
+    assert totals(scan(text)[0])[("llm_request_duration_seconds", M)] == [2.0]
