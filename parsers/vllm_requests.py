@@ -26,9 +26,10 @@ finished requests and durations still are. A list cut without the args in view c
 Durations: a request's ``Received request`` line paired by id with the ``Generated response`` that
 ends it, in whole seconds (the stamps' resolution; vLLM logs no finer per-request time): a pair within
 one second gives no observation, not a false 0 (``parsers.pairs.Pairs``: bounded; a start older
-than its time-out, by the lines' clock, is forgotten; the running gauge comes from the stats lines, so ``Pairs`` reports nothing). Received
-lines without token ids (0.13+) are looked at only from the stream's first ``Generated response``
-line on, so that logs without output logging pay nothing for them.
+than its time-out, by the lines' clock, is forgotten; the running gauge comes from the stats lines,
+so ``Pairs`` reports nothing). Received lines without token ids (0.13+) are looked at only from
+the stream's first ``Generated response`` line on, so that logs without output logging pay nothing
+for them.
 """
 
 from __future__ import annotations
