@@ -10,6 +10,10 @@ of a model on. Otherwise they are estimates: vLLM logs no per-request token coun
 ``llm_prompt_tokens_total`` / ``llm_generation_tokens_total`` integrate the logged average
 throughput over the time since the previous stats line of the same engine (``vllm_stats``).
 
+Finished requests and client errors come from the uvicorn access lines where they are logged (a
+2xx or a 4xx POST on an inference route; see ``_access_outcomes`` and ``_ok_from``): the access log
+covers every request, the per-request lines only some.
+
 Gauges follow the last stats line of each engine (``vllm_stats``); with several engines (data
 parallelism) counts and throughputs are summed over the engines and ratios averaged.
 
@@ -70,6 +74,7 @@ from .vllm_stats import Stats
 MAX_PENDING = 10000
 # Kinds of the rare, model-labelled lines, kept with their position until their segment is done.
 FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE, CAN = range(8)
+ORIGIN = 20  # the API server built its engine client: V1's first stats window opened (number: its time)
 #: What request lines show the log can produce (see the class docstring).
 V0_REQUESTS, V1_REQUESTS = ("ok", "aborted", "preempt"), ("aborted", "error")
 Item = tuple[int, int, str, int]  # position, kind, text value, number value
@@ -83,6 +88,18 @@ ROUTES = (
     "/server_info", "/reset_prefix_cache", "/sleep", "/wake_up", "/is_sleeping", "/collective_rpc",
     "/scale_elastic_ep", "/is_scaling_elastic_ep", "/docs", "/redoc", "/openapi.json",
 )
+#: Routes that run the engine: a 2xx access line on one is a finished request (``outcome="ok"``).
+INFERENCE_ROUTES = frozenset({
+    "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions",
+    "/v1/audio/translations", "/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank",
+    "/v2/rerank", "/invocations", "/v1/chat/completions/batch",
+})
+#: A client error's type by the HTTP status of its access line (404 on a route vLLM does not serve:
+#: ``not_found_route``; on an inference route: the model asked for is not served).
+CLIENT_ERRORS = {"400": "invalid_request", "404": "model_not_found", "413": "invalid_request",
+                 "422": "invalid_request"}
+
+
 #: Zero-started series by what the log must show before they can move (see the class docstring).
 ZERO_SERIES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "tokens": (("llm_prompt_tokens_total", None), ("llm_generation_tokens_total", None)),
@@ -124,6 +141,9 @@ class VllmParser(Parser):
         self._rare = P.RARE
         self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
         self._requests = Requests()
+        self._stopping = False  # a clean shutdown began and no start-up followed
+        self._gen: dict[str, list[float]] = {}  # per model: generated tokens estimated, counted per request
+        self._ok_source: str | None = None  # what counts finished requests: "access" or "finished" lines
 
     def state(self) -> dict[str, object]:
         """The served model's name and whether the server was ready, so that a restart goes on with
@@ -202,15 +222,28 @@ class VllmParser(Parser):
         fatal: list[Fatal] = []
         errors: Counter[str] = Counter()
         matched = access_and_errors(t, events, records, self._routes, fatal, errors)
+        ok, client = self._access_outcomes(t, events)
         if P.HEADLESS.match(t):
             matched += self._headless(t, errors)
         fatal.sort()
+        stop_at = self._stop_at(t, rare)
+        if fatal and stop_at < len(t):  # the engine's end in a clean shutdown: recognised, not counted
+            events.extend(Event("backend_errors_total", (self.model, kind), 0, rule="shutdown")
+                          for pos, kind, _ in fatal if pos > stop_at)
+            for pos, _kind, head in fatal:
+                if pos > stop_at:  # the record counts here; one inside another record, with it
+                    if head:
+                        records.heads.add(pos)
+                        matched += 1
+                    else:
+                        records.inside.append(pos)
+            fatal = [x for x in fatal if x[0] <= stop_at]
         f = 0
         controls: list[tuple[int, int, str]] = []
         life: list[tuple[int, int, str]] = []
         after: list[Event] = []
         items: list[Item] = []
-        finished = rare[P.FINISHED] + rare[P.FINISHED_V0]
+        ok, finished = self._ok_from(t, ok, rare[P.FINISHED] + rare[P.FINISHED_V0])
         ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
         if rare or records.life or self._requests.outputs:
             ended = self._rare_items(t, rare, controls, items, life)
@@ -254,8 +287,67 @@ class VllmParser(Parser):
         # the model in effect: a batch is scanned in pieces that begin with their start-up line
         model = self.model
         events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in errors.items())
+        if ok:  # (no zero series from it: an access line shows no more than its own request)
+            self._requests.access_ok(model, ok, events)
+        events.extend(Event("llm_client_errors_total", (model, kind), n, rule="access") for kind, n in client.items())
+        if self._requests.access_from:
+            self._requests.access_from = 0
         self._more_lines += records.more_lines
         return events, matched + records.resolve(t)
+
+    def _access_outcomes(self, t: str, events: list[Event]) -> tuple[int, Counter[str]]:
+        """Finished requests and client errors by type from the access lines' events in ``events``
+        (counted with the model in effect at the end of the scan).
+
+        A 2xx on an inference route is a finished request: the access log covers every request,
+        so it is the source of ``outcome="ok"`` once it has counted one (``Requests``: the
+        per-request lines then count no ``ok``, so that none counts twice). A 4xx is the client's
+        fault: ``llm_client_errors_total`` by type, never a backend error.
+        """
+        ok = 0
+        client: Counter[str] = Counter()
+        for e in events:
+            if e.metric != "http_requests_total" or e.rule != "access" or isinstance(e.value, tuple):
+                continue
+            method, route, code = e.labels
+            if method != "POST":
+                continue
+            if route in INFERENCE_ROUTES:
+                if code.startswith("2"):
+                    ok += int(e.value)
+                elif code.startswith("4"):
+                    client[CLIENT_ERRORS.get(code, "invalid_request")] += int(e.value)
+            elif code == "404":
+                client["not_found_route"] += int(e.value)
+        return ok, client
+
+    def _ok_from(self, t: str, ok: int, finished: int) -> tuple[int, int]:
+        """Which source counts ``outcome="ok"``, decided once per stream by the first line seen of
+        either: the access lines, or V0's ``Finished request`` lines (both cover every request).
+        Returns the access lines' count (0 if they lose) and the finished lines'. From the
+        first access line on, the other per-request lines count no ``ok`` (``Requests.access_from``)."""
+        if self._ok_source is None and (ok or finished):
+            m = P.ACCESS_OK.search(t) if ok else None
+            at = (m.start() if m else 0) if ok else len(t)
+            m = P.FINISHED_AT.search(t) if finished else None
+            done_at = m.start() if m else len(t)
+            self._ok_source = "access" if at <= done_at else "finished"
+            if self._ok_source == "access":
+                self._requests.access_from = at
+        return (ok, finished) if self._ok_source == "access" else (0, finished)
+
+    def _stop_at(self, t: str, rare: Counter[str]) -> int:
+        """Where in ``t`` the server began a clean shutdown (``len(t)`` if it did not): the engine's
+        death after it (``EngineDeadError`` from the output handler) is the shutdown, no crash.
+        A start-up ends the shutdown."""
+        found = [at for mark in P.SHUTDOWN_MARKS if (at := t.find(mark)) >= 0]
+        if found:
+            self._stopping = True
+            return min(found)
+        if self._stopping and not any(key in P.STARTUP_KEYS for key in rare):
+            return -1  # since before the text
+        self._stopping = False
+        return len(t)
 
     def _headless(self, t: str, errors: Counter[str]) -> int:
         """The rest of a raw traceback at the start of ``t``: one error of its type (its lines continue
@@ -363,6 +455,11 @@ class VllmParser(Parser):
             items.extend((m.start(), CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
         if P.REQUEST_KEYS.intersection(rare) or self._requests.outputs:
             items.extend(self._requests.items(t, rare, self._stats.clock.line_time))
+        if P.SUPPORTED_KEY in rare:
+            for m in P.SUPPORTED.finditer(t):
+                at = self._stats.clock.line_time(t, m.start())
+                if at is not None:
+                    items.append((m.start(), ORIGIN, "", at))
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
@@ -387,8 +484,12 @@ class VllmParser(Parser):
         out: list[Event] = []
         matched = finished
         # from these positions on, the tokens are counted from per-request lines, not integrated
-        p_from, g_from = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
+        p_from, _ = self._requests.exact_from(self.model, items, b) if items or self._requests.sources \
             else (b, b)
+        g_from = b  # generation: always integrated too (``_generation``)
+        for _pos, kind, _value, n in items:
+            if kind == ORIGIN:
+                self._stats.origin = n
         stats = self._stats.scan(t, a, b, p_from, g_from, served)
         lines = stats.lines
         matched += lines
@@ -402,6 +503,8 @@ class VllmParser(Parser):
         matched += aborted_lines + failed
         exact: set[int] = set()  # the per-request lines that gave events
         for pos, kind, value, n in items:
+            if kind == ORIGIN:
+                continue
             if kind >= PROMPT:
                 got, caps = self._requests.item(self.model, (pos, kind, value, n), out)
                 if got:  # counted once per line, and not again with an error glued to it
@@ -444,20 +547,22 @@ class VllmParser(Parser):
                 continue
             else:  # DONE
                 started = self._started.pop(value, None)
-                if started is not None and n >= started:
+                if started is not None and n > started:  # same second: under a second, not known
                     out.append(Event("llm_request_duration_seconds", model, float(n - started), rule="lifecycle"))
                 continue
             matched += 1
         matched += len(exact)
         for outcome, count in (("ok", ok + finished), ("aborted", aborted), ("error", failed)):
-            if count:
-                out.append(Event("llm_requests_total", (*model, outcome), count, rule="lifecycle"))
+            if count:  # finished lines are counted by the access lines if those came first (see ``_ok_from``)
+                counted = 0 if outcome == "ok" and self._ok_source == "access" else count
+                out.append(Event("llm_requests_total", (*model, outcome), counted, rule="lifecycle"))
         for rule, prompt_tokens, gen_tokens, seen in stats.tokens:
             if seen:
                 if p_from:
                     out.append(Event("llm_prompt_tokens_total", model, prompt_tokens, rule=rule))
                 if g_from:
                     out.append(Event("llm_generation_tokens_total", model, gen_tokens, rule=rule))
+        self._generation(self.model, out)
         if stats.preempted:
             out.append(Event("llm_preemptions_total", model, stats.preempted, rule="stats_v1"))
         if gauge_rule:
@@ -466,6 +571,39 @@ class VllmParser(Parser):
             self._zeros(self.model, events)
             events.extend(out)
         return matched
+
+    def _generation(self, model: str, out: list[Event]) -> None:
+        """Generated tokens: the larger of the estimate and the per-request count, both cumulative.
+
+        vLLM logs the outputs of some requests only (``/v1/completions`` never, empty outputs
+        not, streamed deltas only when a chunk carries text; response bodies only when not
+        streamed), so a per-request count is a floor for the requests it covers, never the total:
+        the series follows it only where it exceeds the estimate. The generation events in
+        ``out`` are replaced by one increment (rule of the larger source)."""
+        est = exact = 0.0
+        rule = ""
+        keep: list[Event] = []
+        for e in out:
+            if e.metric != "llm_generation_tokens_total" or isinstance(e.value, tuple):
+                keep.append(e)
+            elif e.rule.startswith("stats"):
+                est += e.value
+                rule = e.rule
+            else:
+                exact += e.value
+        if len(keep) == len(out):
+            return
+        sums = self._gen.get(model)
+        if sums is None:
+            if len(self._gen) >= 64:
+                self._gen.clear()
+            sums = self._gen[model] = [0.0, 0.0]
+        before = max(sums)
+        sums[0] += est
+        sums[1] += exact
+        keep.append(Event("llm_generation_tokens_total", (model,), max(sums) - before,
+                          rule="request_log" if sums[1] > sums[0] else rule or "stats_v1"))
+        out[:] = keep
 
     def _zeros(self, model: str, events: list[Event]) -> None:
         """Zero-valued counter events, once per model and series, for the series the log can move."""
@@ -516,6 +654,7 @@ class VllmParser(Parser):
             self._started.clear()
             self._requests.restart()
             self._preempt_total = 0
+            self._stats.origin = None
             events.append(Event("backend_restarts_total", (), 1, rule="startup"))
         return 1 if len(events) > before else 0
 

@@ -93,6 +93,8 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             matched += n
         elif inside or raw or more:
             multi = True
+        elif P.CLIENT_ERROR.search(text):  # the client's fault: counted from its access line (no events)
+            pass
         else:
             kind = classify_error(text, "serving" in source)
             if kind in FATAL_TYPES:
@@ -174,6 +176,8 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
             traceback = traceback or P.TRACEBACK_TEXT in t[start:end]
             text = "\n".join(reversed(P.EXCEPTION_IN.findall(t, m.end(), end + 1))) + "\n" + text
             covered = end
+        if more is None and P.CLIENT_ERROR.search(text):  # the client's fault: counted from its access line
+            continue
         kind = classify_error(text, source is not None and "serving" in source, traceback)
         if kind in FATAL_TYPES:
             fatal.append((start, kind, inside is None and raw is None))

@@ -23,6 +23,11 @@ HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 CONTINUATION = re.compile(rf"{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
 
 ACCESS = re.compile(rf"\n{PFX}?{UVICORN_ACCESS}", re.ASCII)
+#: An access line of a finished request (2xx, POST on an inference route): where the access log
+#: takes over counting ``outcome="ok"``.
+ACCESS_OK = re.compile(rf"\n{PFX}?INFO: +\S+ - \"POST /(?:v1/(?:chat/completions|completions|embeddings|responses"
+                       r"|audio/\w+|score|rerank)|v2/rerank|pooling|classify|score|rerank|invocations)[/?\w=&.-]* "
+                       r"HTTP/[\d.]+\" 2\d\d", re.ASCII)
 
 #: Periodic stats, V0 (``Swapped``/``Pending``) and V1 (``Waiting`` + optional fields in the
 #: tail), a whole line. Groups: the date and minute (``MM-DD HH:MM``) and seconds of the vLLM
@@ -67,6 +72,7 @@ RARE = re.compile(
     rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
     rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)|Added request(?:{_after('async_llm', 'Added request')})"
     r"|Route(?=: /[^\s,]*, Methods: )"
+    r"|Supported(?=[_ ]tasks: )"
     r"|Aborted request|Request(?: (?=\S+ details: [^\n]*?prompt_token_ids: \[)|(?= \S+ (?:aborted|failed)))"
     r"|Received request(?= [^\n]*?prompt[_ ]token[_ ]ids: \[)|Generated response(?= )|response_body=(?=\{\{)"
     r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
@@ -87,6 +93,9 @@ ADDED_V0 = "Added request "
 ADDED_V1 = "Added request"
 ADDED_V1_AT = re.compile(rf"\] Added request(?:{_after('async_llm', 'Added request')}) ")
 ROUTE = re.compile(r"\] Route: (/[^\s,]*), Methods: ")
+#: The API server built its engine client (0.10+): V1's first stats window opened then.
+SUPPORTED_KEY = "Supported"
+SUPPORTED = re.compile(r"\] Supported[_ ]tasks: ")
 
 #: Per-request lines with exact counts (``vllm_requests``): RARE's keys, then the lines. Received
 #: request with its prompt's token ids (0.2 ``prompt token ids``, 0.3 - 0.11 ``prompt_token_ids``),
@@ -148,6 +157,10 @@ DEAD = re.compile(
     r"|(?:EngineCore|WorkerProc) failed to start|Engine background task failed"
     r"|(?:vllm\.[\w.]*\.)?(?:Async|MQ)?EngineDeadError)"
 )
+#: The API server's lines that begin a clean shutdown (SIGTERM/SIGINT): 0.2x+'s ``[shutdown]`` lines,
+#: older servers' FastAPI line.
+SHUTDOWN_MARKS = ("] [shutdown] API server: shutdown triggered", "] Shutting down FastAPI HTTP server")
+
 #: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES`` (one group: the text);
 #: ``LIFE`` finds them on its own (``learn``), ``LIFE_AT`` checks a line's start up to the text.
 _LIFE_TEXT = r"Application startup complete|Shutting down|Finished server process"
@@ -181,6 +194,10 @@ LINES = re.compile(
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE})",
     re.ASCII,
 )
+
+#: An error line that reports a client error (vLLM's ``ErrorInfo``/``ErrorResponse`` with a 4xx code):
+#: the access line counts it, as a client error; it is no backend error.
+CLIENT_ERROR = re.compile(r"(?:\bcode=|'code': |\"code\": ?)4\d\d\b")
 
 #: Exception lines inside an error record (after the first line).
 EXCEPTION_IN = re.compile(rf"\n{PFX}?(?:{HDR} )?({EXCEPTION_NAME}(?::[^\n]*)?)(?=\n)", re.ASCII)

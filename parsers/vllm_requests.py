@@ -24,10 +24,12 @@ N ids may stand for a longer one: the lists are then not used (the tokens stay i
 finished requests and durations still are. A list cut without the args in view cannot be told.
 
 Durations: a request's ``Received request`` line paired by id with the ``Generated response`` that
-ends it (``parsers.pairs.Pairs``: bounded; a start older than its time-out, by the lines' clock, is
-forgotten; the running gauge comes from the stats lines, so ``Pairs`` reports nothing). Received
-lines without token ids (0.13+) are looked at only from the stream's first ``Generated response``
-line on, so that logs without output logging pay nothing for them.
+ends it, in whole seconds (the stamps' resolution; vLLM logs no finer per-request time): a pair within
+one second gives no observation, not a false 0 (``parsers.pairs.Pairs``: bounded; a start older
+than its time-out, by the lines' clock, is forgotten; the running gauge comes from the stats lines,
+so ``Pairs`` reports nothing). Received lines without token ids (0.13+) are looked at only from
+the stream's first ``Generated response`` line on, so that logs without output logging pay nothing
+for them.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from .pairs import Pairs
 # response's ids, a response's end, a body's usage (prompt, completion).
 PROMPT, RECEIVED, GEN_IDS, GEN_END, USAGE_PROMPT, USAGE_GEN = range(8, 14)
 Item = tuple[int, int, str, int]
-LOG, USAGE = 2, 1  # sources, the better one higher
-RULES = {LOG: "request_log", USAGE: "usage"}
+ACCESS, LOG, USAGE = 3, 2, 1  # sources, the better one higher (access lines: ``ok`` only, every request)
+RULES = {ACCESS: "access", LOG: "request_log", USAGE: "usage"}
 MAX_MODELS = 64
 
 
@@ -65,13 +67,15 @@ def id_count(rest: str, markers: tuple[str, ...]) -> int:
 class Requests:
     """Per stream: which source each series of each model uses, open requests, ``--max-log-len``."""
 
-    __slots__ = ("max_log_len", "outputs", "pairs", "sources")
+    __slots__ = ("access_from", "max_log_len", "outputs", "pairs", "sources")
 
     def __init__(self) -> None:
         self.sources: dict[str, dict[str, int]] = {}  # model -> series ("prompt", "gen", "ok") -> source
         self.pairs = Pairs()
         self.max_log_len: int | None = None
         self.outputs = False  # the stream has logged a Generated response line
+        #: where (in the text being scanned) the access lines began to count finished requests
+        self.access_from: int | None = None
 
     def items(self, t: str, rare: Counter[str], line_time: Callable[[str, int], int | None]) -> list[Item]:
         """The items of the per-request lines ``rare`` says ``t`` holds."""
@@ -154,8 +158,9 @@ class Requests:
             return False, ()
         if kind == GEN_END:
             started = self.pairs.finish(rid)
-            got = self._count(model, "ok", LOG, 1, out, "llm_requests_total", (model, "ok"))
-            if started is not None and n >= 0 and n >= started[1]:
+            access = self.access_from is not None and _pos > self.access_from
+            got = not access and self._count(model, "ok", LOG, 1, out, "llm_requests_total", (model, "ok"))
+            if started is not None and n >= 0 and n > started[1]:  # same second: under a second, not known
                 out.append(Event("llm_request_duration_seconds", labels, n - started[1], rule="request_log"))
                 got = True
             return got, ("ok",)
@@ -167,10 +172,15 @@ class Requests:
             return self._count(model, series, LOG, n, out, metric, labels), ("tokens",)
         if kind == USAGE_PROMPT:
             got = self._count(model, "prompt", USAGE, n, out, "llm_prompt_tokens_total", labels)
-            got = self._count(model, "ok", USAGE, 1, out, "llm_requests_total", (model, "ok")) or got
+            if self.access_from is None or _pos < self.access_from:
+                got = self._count(model, "ok", USAGE, 1, out, "llm_requests_total", (model, "ok")) or got
             return got, ("tokens", "ok")
         # USAGE_GEN
         return self._count(model, "gen", USAGE, n, out, "llm_generation_tokens_total", labels), ("tokens",)
+
+    def access_ok(self, model: str, n: int, out: list[Event]) -> bool:
+        """``n`` requests finished, from the access lines (which cover them all)."""
+        return self._count(model, "ok", ACCESS, n, out, "llm_requests_total", (model, "ok"))
 
     def _count(self, model: str, series: str, source: int, n: int, out: list[Event], metric: str,
                labels: tuple[str, ...]) -> bool:

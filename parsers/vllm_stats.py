@@ -1,12 +1,18 @@
 """vLLM's periodic stats lines: per-engine gauges and token estimates from the logged throughputs.
 
 ``Stats.scan`` reads the stats lines of one segment of a chunk (between two start-up lines) and
-integrates the logged average throughputs over the time since the previous line of the same
-engine (``tokens/s x dt``, dt from the lines' own ``MM-DD HH:MM:SS`` stamps, read by ``Clock``).
-The first line of an engine only sets the baseline. dt is capped at 60 s; V1 logs a line every
-fixed interval and drops idle intervals to DEBUG, so after a gap a V1 line covers one interval
-only: its dt is also capped at the shortest interval seen for that engine plus one second (the
-stamps have a resolution of one second).
+integrates the logged average throughputs over the time each line covers (``tokens/s x dt``, dt
+from the lines' own ``MM-DD HH:MM:SS`` stamps, read by ``Clock``).
+
+V0 averages over the time since its previous line: the first line of a V0 engine only sets the
+baseline, and dt is capped at 60 s. V1 (``LoggingStatLogger``) closes its window on every tick of
+its logging loop (``VLLM_LOG_STATS_INTERVAL``, 10 s by default), idle ticks included (those are
+logged at DEBUG), so every V1 line covers exactly one window: between two consecutive lines the
+time between them (the stamps have a resolution of one second, so 10 and 11 s alternate around
+the true interval), after a gap one interval (the shortest seen for that engine, else the default).
+The first window of a V1 engine opens when the API server builds its engine client, which it
+logs as ``Supported tasks`` (``Stats.origin``): the first line covers the time since then (at least
+one interval); without that line in view, one interval.
 
 ``Stats.gauges`` follows the last stats line of each engine; with several engines (data
 parallelism) counts and throughputs are summed over the engines and ratios averaged.
@@ -23,6 +29,8 @@ from logmetrics.events import Event
 from . import vllm_patterns as P
 
 MAX_DT = 60
+#: vLLM V1's default ``VLLM_LOG_STATS_INTERVAL``, seconds.
+V1_INTERVAL = 10
 MAX_ENGINES = 256
 
 
@@ -93,11 +101,12 @@ class Scanned(NamedTuple):
 class Stats:
     """The engines' last stats lines and baselines, and the clock their stamps are read with."""
 
-    __slots__ = ("clock", "engines")
+    __slots__ = ("clock", "engines", "origin")
 
     def __init__(self) -> None:
         self.engines: dict[str, Engine] = {}
         self.clock = Clock()
+        self.origin: int | None = None  # when the engines' first V1 window opened (``Supported tasks``)
 
     def scan(self, t: str, a: int, b: int, p_from: int, g_from: int, served: list[int] | None) -> Scanned:
         """The stats lines in ``t[a:b]``; tokens integrated only for lines before ``p_from`` (prompt)
@@ -145,18 +154,25 @@ class Stats:
                 continue
             last = eng.last
             eng.last = secs
-            if last is None or secs <= last:
+            if last is None:
+                if not v1:  # a V0 line only sets the baseline
+                    continue
+                origin = self.origin  # V1: the first window opened with the engine client
+                dt = secs - origin if origin is not None and 0 <= secs - origin <= MAX_DT else 0
+                dt = max(dt, eng.min_dt or V1_INTERVAL)
+            elif secs <= last:
                 continue
-            dt = secs - last
-            if dt < eng.min_dt or (not eng.min_dt and dt <= MAX_DT):  # the shortest: the logging interval
-                eng.min_dt = dt
-            if dt > MAX_DT:
-                dt = MAX_DT
+            else:
+                dt = secs - last
+                if dt < eng.min_dt or (not eng.min_dt and dt <= MAX_DT):  # the shortest: the logging interval
+                    eng.min_dt = dt
+                if dt > MAX_DT:
+                    dt = MAX_DT
+                if v1 and dt > (eng.min_dt or V1_INTERVAL) + 1:  # a gap: the line covers one window
+                    dt = eng.min_dt or V1_INTERVAL
             if start >= p_from and start >= g_from:
                 continue
             if v1:
-                if eng.min_dt and dt > eng.min_dt + 1:
-                    dt = eng.min_dt + 1
                 p1 += float(prompt) * dt if start < p_from else 0.0
                 g1 += float(gen) * dt if start < g_from else 0.0
                 seen1 = True

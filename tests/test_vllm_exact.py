@@ -61,14 +61,17 @@ def test_sample_tokens_equal_the_sum_of_the_logged_lists() -> None:
     got = totals(events)
     assert got[("llm_prompt_tokens_total", M)] == prompt
     assert got[("llm_generation_tokens_total", M)] == gen
-    assert got[("llm_requests_total", (*M, "ok"))] == 3.0
+    # the access lines count the 3 requests; the Generated line before the first of them counted one
+    # already (the switch to the access source, once per stream, can count one request twice)
+    assert got[("llm_requests_total", (*M, "ok"))] == 4.0
     assert got[("llm_request_duration_seconds", M)] == [1.0, 2.0, 4.0]
     assert rules(events, "llm_prompt_tokens_total") == {"request_log"}
     assert by_batches(text, 700) == by_records(text)
 
 
 def test_integral_stops_per_series_where_exact_counts_begin() -> None:
-    """Stats lines before the first exact line of a series integrate it; those after do not."""
+    """Prompt: stats lines before the first exact line integrate it, those after do not; generation
+    (outputs are logged for some requests only) follows the larger of estimate and logged count."""
     text = (ARGS + stats_v1("09-15 10:00:00", 100.0, 10.0) + stats_v1("09-15 10:00:10", 100.0, 10.0)
             + received("10:00:12", "chatcmpl-a", [1, 2, 3])
             + stats_v1("09-15 10:00:20", 100.0, 10.0)  # prompt exact from here, generation not yet
@@ -76,9 +79,21 @@ def test_integral_stops_per_series_where_exact_counts_begin() -> None:
             + stats_v1("09-15 10:00:30", 100.0, 10.0))
     for events in (scan(text)[0], [e for line in text.splitlines(keepends=True) for e in scan_keep(line)]):
         got = nonzero(events)
-        assert got[("llm_prompt_tokens_total", M)] == 1000.0 + 3.0
-        assert got[("llm_generation_tokens_total", M)] == 100.0 + 100.0 + 2.0
-    assert rules(scan(text)[0], "llm_generation_tokens_total") == {"stats_v1", "request_log"}
+        assert got[("llm_prompt_tokens_total", M)] == 2000.0 + 3.0
+        assert got[("llm_generation_tokens_total", M)] == 100.0 * 4
+    assert rules(scan(text)[0], "llm_generation_tokens_total") == {"stats_v1"}
+
+
+def test_generation_is_never_below_the_estimate_nor_the_logged_count() -> None:
+    """Outputs logged for few requests do not lower the estimate; outputs beyond it are followed."""
+    few = (ARGS + stats_v1("09-15 10:00:00", 10.0, 10.0) + received("10:00:02", "chatcmpl-a", [1, 2])
+           + generated("10:00:05", "chatcmpl-a", [7, 8]) + stats_v1("09-15 10:00:10", 10.0, 10.0))
+    assert nonzero(scan(few)[0])[("llm_generation_tokens_total", M)] == 200.0
+    many = (ARGS + stats_v1("09-15 10:00:00", 0.0, 0.1) + received("10:00:02", "chatcmpl-a", [1, 2])
+            + generated("10:00:05", "chatcmpl-a", [7, 8, 9, 10]))
+    got = scan(many)[0]
+    assert nonzero(got)[("llm_generation_tokens_total", M)] == 4.0
+    assert rules(got, "llm_generation_tokens_total") == {"request_log"}
 
 
 PARSER: list[VllmParser] = []
@@ -125,8 +140,8 @@ def test_max_log_len_keeps_the_integral() -> None:
             + generated("10:00:05", "chatcmpl-a", [7, 8]) + stats_v1("09-15 10:00:10", 100.0, 10.0))
     events, _ = scan(text)
     got = totals(events)
-    assert got[("llm_prompt_tokens_total", M)] == 1000.0
-    assert got[("llm_generation_tokens_total", M)] == 100.0
+    assert got[("llm_prompt_tokens_total", M)] == 2000.0
+    assert got[("llm_generation_tokens_total", M)] == 200.0
     assert got[("llm_requests_total", (*M, "ok"))] == 1.0
     assert got[("llm_request_duration_seconds", M)] == [3.0]
     assert by_batches(text, 200) == by_records(text)
@@ -174,3 +189,10 @@ def test_a_log_line_quoted_in_a_prompt_or_output_counts_nothing() -> None:
     assert got[("llm_generation_tokens_total", ("qwen2.5-7b",))] == 2
     assert got[("llm_requests_total", ("qwen2.5-7b", "ok"))] == 1
     assert by_batches(text, 100) == by_records(text)
+
+
+def test_no_duration_from_stamps_in_the_same_second() -> None:
+    """The stamps have a resolution of one second: a request begun and ended within one gives no (fake 0) duration."""
+    text = (ARGS + received("10:00:02", "chatcmpl-a", [1]) + generated("10:00:02", "chatcmpl-a", [7])
+            + received("10:00:03", "chatcmpl-b", [1]) + generated("10:00:05", "chatcmpl-b", [7]))
+    assert totals(scan(text)[0])[("llm_request_duration_seconds", M)] == [2.0]

@@ -198,14 +198,22 @@ def test_gauges_sum_counts_and_average_ratios_over_engines() -> None:
 
 
 def test_tokens_integrate_per_engine_from_the_line_stamps() -> None:
-    """tokens += tps x dt between lines of the same engine; the first line of each is a baseline."""
+    """tokens += tps x dt per engine; a V1 engine's first line covers one window of the default interval."""
     text = (stats_v1("06-19 15:40:00", 100.0, 10.0, engine="000")
             + stats_v1("06-19 15:40:03", 999.0, 99.0, engine="001")
             + stats_v1("06-19 15:40:10", 50.0, 5.0, engine="000")
             + stats_v1("06-19 15:40:13", 20.0, 2.0, engine="001"))
     got = nonzero(scan(text)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 50.0 * 10 + 20.0 * 10
-    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == 5.0 * 10 + 2.0 * 10
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == (100.0 + 999.0 + 50.0 + 20.0) * 10
+    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == (10.0 + 99.0 + 5.0 + 2.0) * 10
+
+
+def test_v1_first_window_opens_with_the_engine_client() -> None:
+    """V1's first line covers the time since ``Supported tasks`` (the stats logger's creation)."""
+    text = ("(APIServer pid=1) INFO 12-02 16:51:41 [entry.py:136] Supported tasks: ['generate']\n"
+            + stats_v1("12-02 16:51:54", 100.0, 10.0) + stats_v1("12-02 16:52:04", 50.0, 5.0))
+    got = nonzero(scan(text, now=float(calendar.timegm((2025, 12, 2, 17, 0, 0))))[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 100.0 * 13 + 50.0 * 10
 
 
 def test_v0_gap_is_capped_at_60_seconds() -> None:
@@ -221,8 +229,8 @@ def test_v1_line_after_an_idle_gap_counts_one_interval() -> None:
     text = (stats_v1("08-21 14:05:09", 0.0, 10.0) + stats_v1("08-21 14:05:19", 0.0, 10.0)
             + stats_v1("08-21 14:09:41", 200.0, 30.0))
     got = nonzero(scan(text)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 200.0 * 11
-    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == 10.0 * 10 + 30.0 * 11
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 200.0 * 10
+    assert got[("llm_generation_tokens_total", (UNKNOWN_MODEL,))] == 10.0 * 10 * 2 + 30.0 * 10
 
 
 def test_year_is_inferred_across_new_year() -> None:
@@ -238,8 +246,8 @@ def test_integration_state_carries_across_batches() -> None:
     """The baseline of an engine survives the end of a batch."""
     parser = VllmParser()
     scan(stats_v1("06-19 15:40:00", 1.0, 1.0), parser)
-    got = nonzero(scan(stats_v1("06-19 15:40:10", 4.0, 2.0), parser)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 40.0
+    got = nonzero(scan(stats_v1("06-19 15:40:11", 4.0, 2.0), parser)[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 44.0
 
 
 def test_stats_text_inside_another_line_is_ignored() -> None:
@@ -461,7 +469,7 @@ def test_access_lines_aggregate_per_label_set() -> None:
         (("POST", "/v1/completions", "500"), 1),
     ]
     assert matched == 7
-    assert not [e for e in events if e.metric == "backend_errors_total"]  # a 5xx line is not an error
+    assert not [e for e in events if e.metric == "backend_errors_total" and e.value]  # a 5xx line is not an error
 
 
 @pytest.mark.parametrize(("path", "route"), [
@@ -894,3 +902,41 @@ def test_a_chunk_of_access_lines_only_gives_what_the_full_scan_gives(seed: int) 
     assert fast == full
     if seed % 3 == 0:
         assert fast[1] == text.count("\n")  # every line is a record that counts
+
+
+def test_access_lines_count_finished_requests_and_client_errors() -> None:
+    """2xx on inference routes are ok requests, 4xx client errors by type; a 404 ErrorInfo line is no backend error."""
+    text = ('INFO:     127.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+            'INFO:     127.0.0.1:2 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+            'INFO:     127.0.0.1:3 - "GET /health HTTP/1.1" 200 OK\n'
+            'INFO:     127.0.0.1:4 - "POST /v1/completions HTTP/1.1" 400 Bad Request\n'
+            "(APIServer pid=1) ERROR 12-02 16:51:48 [serving.py:274] Error with model error=ErrorInfo(message='The "
+            "model `x` does not exist.', type='NotFoundError', param='model', code=404)\n"
+            'INFO:     127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found\n'
+            'INFO:     127.0.0.1:6 - "POST /v1/nonexistent HTTP/1.1" 404 Not Found\n')
+    got = nonzero(scan(text)[0])
+    m = UNKNOWN_MODEL
+    assert got[("llm_requests_total", (m, "ok"))] == 2
+    assert got[("llm_client_errors_total", (m, "invalid_request"))] == 1
+    assert got[("llm_client_errors_total", (m, "model_not_found"))] == 1
+    assert got[("llm_client_errors_total", (m, "not_found_route"))] == 1
+    assert not [k for k in got if k[0] == "backend_errors_total"]
+
+
+
+def test_engine_dead_after_a_clean_shutdown_is_no_error() -> None:
+    """EngineDeadError from the output handler after ``shutdown triggered`` is the shutdown; before it, a crash."""
+    dead = ("(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906] AsyncLLM output_handler failed.\n"
+            "(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906] Traceback (most recent call last):\n"
+            "(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906]   File \"x.py\", line 1, in f\n"
+            "(APIServer pid=1) ERROR 12-02 16:57:17 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+            "EngineCore encountered an issue.\n")
+    stop = "(APIServer pid=1) INFO 12-02 16:57:17 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
+    for text in (stats_v1("12-02 16:57:10", 1.0, 1.0) + stop + dead, stop + stats_v1("12-02 16:57:10", 1.0, 1.0)):
+        clean = nonzero(scan(text)[0])
+        assert not [k for k in clean if k[0] == "backend_errors_total"]
+    parser = VllmParser()  # the shutdown line in an earlier batch
+    scan(stats_v1("12-02 16:57:10", 1.0, 1.0) + stop, parser)
+    assert not [k for k in nonzero(scan(dead, parser)[0]) if k[0] == "backend_errors_total"]
+    crash = nonzero(scan(stats_v1("12-02 16:57:10", 1.0, 1.0) + dead)[0])
+    assert crash[("backend_errors_total", (UNKNOWN_MODEL, "engine_dead"))] == 1
