@@ -7,9 +7,9 @@ from the lines' own ``MM-DD HH:MM:SS`` stamps, read by ``Clock``).
 V0 averages over the time since its previous line: the first line of a V0 engine only sets the
 baseline, and dt is capped at 60 s. V1 (``LoggingStatLogger``) closes its window on every tick of
 its logging loop (``VLLM_LOG_STATS_INTERVAL``, 10 s by default), idle ticks included (those are
-logged at DEBUG), so every V1 line covers exactly one window: between two consecutive lines the
-time between them (the stamps have a resolution of one second, so 10 and 11 s alternate around
-the true interval), after a gap one interval (the shortest seen for that engine, else the default).
+logged at DEBUG), so every V1 line after an engine's first covers exactly one interval, whatever
+its stamp says (the stamps are cut to the second, so 10 and 11 s alternate around the true 10 s):
+the shortest time seen between two of the engine's lines, else the default.
 The first window of a V1 engine opens when the API server builds its engine client, which it
 logs as ``Supported tasks`` (``Stats.origin``): the first line covers the time since then (at least
 one interval); without that line in view, one interval.
@@ -32,6 +32,15 @@ MAX_DT = 60
 #: vLLM V1's default ``VLLM_LOG_STATS_INTERVAL``, seconds.
 V1_INTERVAL = 10
 MAX_ENGINES = 256
+
+
+def v1_interval(shortest: int) -> int:
+    """V1's logging interval from the shortest time seen between two of an engine's lines: ticks
+    ``interval`` apart give stamps ``interval`` or ``interval + 1`` apart (each stamp is cut to the
+    second), so a shortest of 11 is the default 10 s seen through that cut."""
+    if not shortest or shortest == V1_INTERVAL + 1:
+        return V1_INTERVAL
+    return shortest
 
 
 class Engine:
@@ -159,7 +168,7 @@ class Stats:
                     continue
                 origin = self.origin  # V1: the first window opened with the engine client
                 dt = secs - origin if origin is not None and 0 <= secs - origin <= MAX_DT else 0
-                dt = max(dt, eng.min_dt or V1_INTERVAL)
+                dt = max(dt, v1_interval(eng.min_dt))
             elif secs <= last:
                 continue
             else:
@@ -168,8 +177,8 @@ class Stats:
                     eng.min_dt = dt
                 if dt > MAX_DT:
                     dt = MAX_DT
-                if v1 and dt > (eng.min_dt or V1_INTERVAL) + 1:  # a gap: the line covers one window
-                    dt = eng.min_dt or V1_INTERVAL
+                if v1:  # one window, whatever the stamps say: they are cut to the second
+                    dt = v1_interval(eng.min_dt)
             if start >= p_from and start >= g_from:
                 continue
             if v1:

@@ -243,11 +243,25 @@ def test_year_is_inferred_across_new_year() -> None:
 
 
 def test_integration_state_carries_across_batches() -> None:
-    """The baseline of an engine survives the end of a batch."""
+    """An engine's last line survives the end of a batch: the next V1 line covers one interval (10 s),
+    not the 11 s between stamps cut to the second."""
     parser = VllmParser()
     scan(stats_v1("06-19 15:40:00", 1.0, 1.0), parser)
     got = nonzero(scan(stats_v1("06-19 15:40:11", 4.0, 2.0), parser)[0])
-    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 44.0
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 40.0
+
+
+def test_v1_lines_cover_one_interval_whatever_their_stamps() -> None:
+    """Stamps 10 and 11 s apart (ticks 10 s apart, cut to the second) each count 10 s; an interval set
+    shorter is learned from the shortest gap between two lines."""
+    parser = VllmParser()
+    text = "".join(stats_v1(f"06-19 15:40:{s:02d}", 1.0, 0.0) for s in (0, 10, 21, 31, 42))
+    got = nonzero(scan(text, parser)[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 50.0
+    parser = VllmParser()
+    text = "".join(stats_v1(f"06-19 15:40:{s:02d}", 1.0, 0.0) for s in (0, 5, 11, 16))
+    got = nonzero(scan(text, parser)[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 25.0
 
 
 def test_stats_text_inside_another_line_is_ignored() -> None:
