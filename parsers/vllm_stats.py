@@ -12,7 +12,9 @@ its stamp says (the stamps are cut to the second, so 10 and 11 s alternate aroun
 the shortest time seen between two of the engine's lines, else the default.
 The first window of a V1 engine opens when the API server builds its engine client, which it
 logs as ``Supported tasks`` (``Stats.origin``): the first line covers the time since then (at least
-one interval); without that line in view, one interval.
+one interval) when it is the first tick (less than two intervals after that line); a first line
+later than that is a later tick (the idle ones before it were logged at DEBUG): one interval, as
+without that line in view.
 
 ``Stats.gauges`` follows the last stats line of each engine; with several engines (data
 parallelism) counts and throughputs are summed over the engines and ratios averaged.
@@ -166,9 +168,13 @@ class Stats:
             if last is None:
                 if not v1:  # a V0 line only sets the baseline
                     continue
-                origin = self.origin  # V1: the first window opened with the engine client
-                dt = secs - origin if origin is not None and 0 <= secs - origin <= MAX_DT else 0
-                dt = max(dt, v1_interval(eng.min_dt))
+                # V1: the first window opened with the engine client, and closes at the first tick,
+                # an interval after the server starts; an idle tick is logged at DEBUG only, so a first
+                # line two intervals or more after that is a later tick: one interval.
+                interval = v1_interval(eng.min_dt)
+                origin = self.origin
+                dt = secs - origin if origin is not None and 0 <= secs - origin < 2 * interval else 0
+                dt = max(dt, interval)
             elif secs <= last:
                 continue
             else:

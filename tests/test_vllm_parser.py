@@ -216,6 +216,15 @@ def test_v1_first_window_opens_with_the_engine_client() -> None:
     assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 100.0 * 13 + 50.0 * 10
 
 
+def test_v1_first_line_after_idle_ticks_counts_one_interval() -> None:
+    """A first line 35 s after ``Supported tasks`` is a later tick (the idle ones before it went to
+    DEBUG): it covers one interval, not the 35 s since the engine client was built."""
+    text = ("(APIServer pid=1) INFO 12-02 16:51:41 [entry.py:136] Supported tasks: ['generate']\n"
+            + stats_v1("12-02 16:52:16", 100.0, 10.0))
+    got = nonzero(scan(text, now=float(calendar.timegm((2025, 12, 2, 17, 0, 0))))[0])
+    assert got[("llm_prompt_tokens_total", (UNKNOWN_MODEL,))] == 100.0 * 10
+
+
 def test_v0_gap_is_capped_at_60_seconds() -> None:
     """A V0 line 70 s after the previous one counts 60 s, so a gap does not invent tokens."""
     text = stats_v0("06-14 10:00:08", 0.0, 0.0) + stats_v0("06-14 10:01:18", 230.0, 45.5)
