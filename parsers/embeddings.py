@@ -31,7 +31,7 @@ from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.records import Record
 from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 
-from .common import PY_DEFAULT_LINE, RouteLabels, access_line, model_label, route_template
+from .common import PY_DEFAULT_LINE, RouteLabels, access_line, client_error_type, model_label, route_template
 from .embeddings_batch import BatchScan
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
@@ -60,6 +60,9 @@ _SNIFF_LFAI = re.compile(r"CreateEmbedding request|load INSTRUCTOR_Transformer|L
 
 
 _model_name = model_label
+#: The routes of an embeddings request (OpenAI's ``/v1/embeddings``, infinity's ``/embeddings``).
+EMBEDDINGS_ROUTES = ("/embeddings", "/embed")
+
 #: A line of Python's ``rich`` log handler (infinity): ``INFO     2024-05-02 09:14:03,101 <message>``
 #: then, right-aligned, ``file.py:84``; a long message goes on over indented lines (one record).
 _RICH = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
@@ -184,8 +187,7 @@ class EmbeddingsParser(BatchScan):
         backend logs them (not TEI)."""
         zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
-        if not self._infinity:  # (infinity logs no request outcome of its own)
-            zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
+        zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
         if not self._is_tei and not self._infinity:
             zeros.append(("llm_embeddings_total", (model,)))
         return zeros
@@ -271,12 +273,24 @@ class EmbeddingsParser(BatchScan):
         if line is None and level == "":
             access = access_line(text)
             if access is not None:
-                events.append(Event("http_requests_total", self._routes.fold(_template(access)), 1, rule="access"))
+                labels = self._routes.fold(_template(access))
+                events.append(Event("http_requests_total", labels, 1, rule="access"))
+                self._answer(access[2], labels[1], events)
                 return
         traceback = is_traceback(text)
         if level in ("ERROR", "CRITICAL") or traceback or (not level and _EXC_FIRST.match(text)) \
                 or (not level and _FATAL.match(text)):
             self._error(text, traceback, t, events)
+
+    def _answer(self, code: str, route: str, events: list[Event]) -> None:
+        """What an access line says of a request (infinity and other servers under uvicorn): a 4xx is
+        the client's error, by type; on an embeddings route a 2xx is a request ``ok``, a 5xx ``error``."""
+        kind = client_error_type(code, route)
+        if kind is not None:
+            events.append(Event("llm_client_errors_total", (self.model, kind), 1, rule="access"))
+        elif route.endswith(EMBEDDINGS_ROUTES) and code[:1] in ("2", "5"):
+            outcome = "error" if code[0] == "5" else "ok"
+            events.append(Event("llm_requests_total", (self.model, outcome), 1, rule="access"))
 
     def _uvicorn(self, text: str, events: list[Event]) -> bool:
         """uvicorn's start-up, readiness and shutdown lines (infinity runs under it)."""

@@ -259,9 +259,26 @@ INFINITY_HEAD = ("INFO:     Started server process [9]\n"
                  "         /models/intfloat--e5-base\n")
 
 
+def test_infinity_access_lines_are_requests_and_client_errors() -> None:
+    """An access line on an embeddings route is a request (2xx ok, 5xx error); a 4xx is the client's
+    error by type, never a failed request; other routes are HTTP only."""
+    parser = EmbeddingsParser()
+    got = run(parser, INFINITY_HEAD + "".join(
+        f'INFO:     127.0.0.1:4{i} - "{line}\n' for i, line in enumerate((
+            'POST /embeddings HTTP/1.1" 200 OK', 'POST /embeddings HTTP/1.1" 200 OK',
+            'POST /embeddings HTTP/1.1" 422 Unprocessable Entity',
+            'POST /embeddings HTTP/1.1" 500 Internal Server Error',
+            'GET /models HTTP/1.1" 200 OK'))))
+    assert counted(got, "llm_requests_total", "e5-base", "ok") == 2
+    assert counted(got, "llm_requests_total", "e5-base", "error") == 1
+    assert counted(got, "llm_client_errors_total", "e5-base", "invalid_request") == 1
+    assert counted(got, "http_requests_total") == 5
+
+
 def test_infinity_names_its_served_model_and_its_lines_count_as_matched() -> None:
     """infinity's rich-wrapped 'Creating N engines' names the served model (the first) with a gauge, so
-    the line counts as used; its start-up counts once; no embeddings or request series start at 0."""
+    the line counts as used; its start-up counts once; no embeddings series starts at 0 (not logged),
+    requests do (its access lines count them)."""
     parser = EmbeddingsParser()
     records = split_records(INFINITY_HEAD, record_rule(EmbeddingsParser))
     per_record = [list(parser.parse(Record(r, 1.0))) for r in records]
@@ -270,6 +287,6 @@ def test_infinity_names_its_served_model_and_its_lines_count_as_matched() -> Non
     assert sum(counted(evs, "backend_restarts_total") for evs in per_record) == 1
     assert all(any(e.value for e in evs) or any(e.metric == "backend_ready" for e in evs) for evs in per_record[:2])
     zeros = {metric for metric, _ in parser.zero_series("e5-base")}
-    assert "llm_embeddings_total" not in zeros and "llm_requests_total" not in zeros
+    assert "llm_embeddings_total" not in zeros and "llm_requests_total" in zeros
     got = run(parser, "INFO:     Application startup complete.\n")
     assert Event("backend_ready", ("e5-base",), 1, rule="ready") in got
