@@ -128,6 +128,7 @@ def serve(b: Backend, mode: Mode, log: Path, record: client.Record) -> tuple[Pro
     base = f"http://127.0.0.1:{port}"
     waited = client.wait_ready(base, b.ready_path, b.ready_deadline, proc.alive, record)
     say(f"{b.name} [{mode.name}] ready in {waited:.0f} s")
+    time.sleep(b.warmup)
     return proc, base
 
 
