@@ -195,6 +195,17 @@ def client_error_jobs(base: str, record: Record, rng: random.Random, served: str
     return jobs
 
 
+def openai_traffic(base: str, record: Record, rng: random.Random, phase: str, served: str, n_main: int,
+                   n_after: int, *, workers: int, native: bool = False, unknown_model: bool = True) -> None:
+    """One phase of an OpenAI-compatible server's traffic, ``workers`` requests at a time: ``n_main``
+    (or after the crash ``n_after``) of each kind, and twice each client error in the main phase."""
+    jobs = openai_mix(base, record, rng, n_main if phase == "main" else n_after, served, native=native)
+    if phase == "main":
+        jobs += client_error_jobs(base, record, rng, served, unknown_model=unknown_model) * 2
+    rng.shuffle(jobs)
+    client.run_all(jobs, workers)
+
+
 class VLLM(Backend):
     """vLLM's CPU build (V1 engine) serving a random Llama."""
 
@@ -229,11 +240,7 @@ class VLLM(Backend):
 
     def traffic(self, base: str, record: Record, phase: str, rng: random.Random) -> None:
         """Completions and chat, streamed and not, four at a time; client errors in the main phase."""
-        jobs = openai_mix(base, record, rng, 20 if phase == "main" else 5, self.served)
-        if phase == "main":
-            jobs += client_error_jobs(base, record, rng, self.served) * 2
-        rng.shuffle(jobs)
-        client.run_all(jobs, 4)
+        openai_traffic(base, record, rng, phase, self.served, 20, 5, workers=4)
 
     def own(self, text: str) -> dict[str, float]:
         """vLLM's token and request counters."""
@@ -300,11 +307,7 @@ class Llama(Backend):
     def traffic(self, base: str, record: Record, phase: str, rng: random.Random) -> None:
         """Native and OpenAI-style requests, streamed and not, two at a time (two slots); repeated
         prompts use the cache; client errors in the main phase."""
-        jobs = openai_mix(base, record, rng, 8 if phase == "main" else 3, self.served, native=True)
-        if phase == "main":
-            jobs += client_error_jobs(base, record, rng, self.served, unknown_model=False) * 2
-        rng.shuffle(jobs)
-        client.run_all(jobs, 3)
+        openai_traffic(base, record, rng, phase, self.served, 8, 3, workers=3, native=True, unknown_model=False)
 
     def own(self, text: str) -> dict[str, float]:
         """llama-server's token counters."""

@@ -95,34 +95,31 @@ install_llama() {
     log "llama: ready"
 }
 
-install_whisper() {
-    local want="faster-whisper-server==$WHISPER_SERVER_VERSION faster-whisper==$FASTER_WHISPER_VERSION"
-    if done_stamp whisper "$want"; then log "whisper: present"; return; fi
-    local venv="$HOME_DIR/whisper"
-    log "whisper: installing $want"
+# A part that is a virtualenv of the CPU torch and some packages: the part's name, the modules that
+# must import after the install, then the packages (which are its stamp).
+install_torch_venv() {
+    local part=$1 imports=$2
+    shift 2
+    local want="$*" venv="$HOME_DIR/$part"
+    if done_stamp "$part" "$want"; then log "$part: present"; return; fi
+    log "$part: installing $want"
     fresh_venv "$venv"
-    pipi "$venv" "torch==$TORCH_CPU" || die "torch $TORCH_CPU (CPU) for whisper failed"
-    pipi "$venv" "faster-whisper-server==$WHISPER_SERVER_VERSION" "faster-whisper==$FASTER_WHISPER_VERSION" \
-        transformers numpy || die "pip install $want failed"
-    "$venv/bin/python" -c 'import faster_whisper_server, faster_whisper, ctranslate2, transformers' \
-        || die "faster-whisper-server does not import after install"
-    set_stamp whisper "$want"
-    log "whisper: ready"
+    pipi "$venv" "torch==$TORCH_CPU" || die "torch $TORCH_CPU (CPU) for $part failed"
+    pipi "$venv" "$@" || die "pip install $want failed"
+    "$venv/bin/python" -c "import $imports" || die "$part: $imports do not import after the install"
+    set_stamp "$part" "$want"
+    log "$part: ready"
+}
+
+install_whisper() {
+    install_torch_venv whisper "faster_whisper_server, faster_whisper, ctranslate2, transformers" \
+        "faster-whisper-server==$WHISPER_SERVER_VERSION" "faster-whisper==$FASTER_WHISPER_VERSION" transformers numpy
 }
 
 install_embeddings() {
-    local want="infinity-emb[server,torch]==$INFINITY_VERSION sentence-transformers<3.5"
-    if done_stamp embeddings "$want"; then log "embeddings: present"; return; fi
-    local venv="$HOME_DIR/embeddings"
-    log "embeddings: installing $want"
-    fresh_venv "$venv"
-    pipi "$venv" "torch==$TORCH_CPU" || die "torch $TORCH_CPU (CPU) for infinity failed"
-    pipi "$venv" "infinity-emb[server,torch]==$INFINITY_VERSION" "sentence-transformers<3.5" \
-        || die "pip install $want failed"
-    "$venv/bin/python" -c 'import infinity_emb, sentence_transformers' \
-        || die "infinity-emb does not import after install"
-    set_stamp embeddings "$want"
-    log "embeddings: ready"
+    # sentence-transformers 3.4 is the one infinity loads (a model saved by a newer one does not load)
+    install_torch_venv embeddings "infinity_emb, sentence_transformers" \
+        "infinity-emb[server,torch]==$INFINITY_VERSION" "sentence-transformers<3.5"
 }
 
 parts=("$@")
