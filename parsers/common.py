@@ -148,6 +148,10 @@ def client_error_type(code: str, route: str) -> str | None:
 # --- model names -------------------------------------------------------------------------------
 
 
+#: What no model id or file name holds, and typed text (an e-mail, a query string, a sentence) does.
+_NOT_MODEL = re.compile(r"[\s@?=&'\"<>{}|\\]")
+
+
 def model_label(value: str) -> str | None:
     """A model label from a model id or path a server logs: a local path gives its last part
     (``/models/ct2-whisper-tiny`` -> ``ct2-whisper-tiny``), a hub id stays (``Systran/faster-whisper-small``);
@@ -155,7 +159,9 @@ def model_label(value: str) -> str | None:
     value = value.strip().rstrip("/")
     if value.startswith(("/", ".", "~")) or "\\" in value:
         value = value.replace("\\", "/").rsplit("/", 1)[-1]
-    return value if value and value not in (".model", "model", ".") else None
+    if not value or value in (".model", "model", ".") or _NOT_MODEL.search(value):
+        return None  # (a name with a space, ``@``, ``?``, ``=`` or a quote is text, not a model)
+    return value
 
 
 # --- which routes keep their label ----------------------------------------------------------

@@ -48,14 +48,12 @@ class _Run:
 
 def client_type(kind: str, message: str) -> str:
     """The ``llm_client_errors_total`` type of a 4xx JSON error body: ``bad_json`` for a body the
-    JSON parser refused, else the body's ``type`` (``invalid_request_error`` -> ``invalid_request``)."""
+    JSON parser refused, else the body's ``type`` if it is one llama-server uses
+    (``invalid_request_error`` -> ``invalid_request``), else ``client_error``: the body is text a
+    client can shape, so a type outside that set never becomes a label."""
     if "parse_error" in message:
         return "bad_json"
-    known = P.CLIENT_KINDS.get(kind)
-    if known is not None:
-        return known
-    short = "".join(c if c.isalnum() else "_" for c in kind.lower().removesuffix("_error"))[:40]
-    return short or "client"
+    return P.CLIENT_KINDS.get(kind, "client_error")
 
 
 def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int, int]:
