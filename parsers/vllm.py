@@ -11,8 +11,9 @@ of a model on. Otherwise they are estimates: vLLM logs no per-request token coun
 throughput over the time since the previous stats line of the same engine (``vllm_stats``).
 
 Finished requests and client errors come from the uvicorn access lines where they are logged (a
-2xx or a 4xx POST on an inference route; see ``_access_outcomes`` and ``_ok_from``): the access log
-covers every request, the per-request lines only some.
+2xx POST on an inference route; a 4xx of any method on any route, by the shared code table, a 404
+on an inference route being ``model_not_found``; see ``_access_outcomes`` and ``_ok_from``): the
+access log covers every request, the per-request lines only some.
 
 Gauges follow the last stats line of each engine (``vllm_stats``); with several engines (data
 parallelism) counts and throughputs are summed over the engines and ratios averaged.
@@ -53,7 +54,7 @@ from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
-from .common import RouteLabels
+from .common import RouteLabels, client_error_type
 from .vllm_errors import ERROR_TYPES, classify_error
 from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
 from .vllm_requests import PROMPT, Requests
@@ -96,8 +97,7 @@ INFERENCE_ROUTES = frozenset({
 })
 #: A client error's type by the HTTP status of its access line (404 on a route vLLM does not serve:
 #: ``not_found_route``; on an inference route: the model asked for is not served).
-CLIENT_ERRORS = {"400": "invalid_request", "404": "model_not_found", "413": "invalid_request",
-                 "422": "invalid_request"}
+CLIENT_ERRORS = {"404": "model_not_found"}
 
 
 #: Zero-started series by what the log must show before they can move (see the class docstring).
@@ -310,15 +310,11 @@ class VllmParser(Parser):
             if e.metric != "http_requests_total" or e.rule != "access" or isinstance(e.value, tuple):
                 continue
             method, route, code = e.labels
-            if method != "POST":
-                continue
-            if route in INFERENCE_ROUTES:
-                if code.startswith("2"):
-                    ok += int(e.value)
-                elif code.startswith("4"):
-                    client[CLIENT_ERRORS.get(code, "invalid_request")] += int(e.value)
-            elif code == "404":
-                client["not_found_route"] += int(e.value)
+            kind = client_error_type(code, route)
+            if kind is not None:  # any method, any route (a GET of an unknown path too)
+                client[CLIENT_ERRORS.get(code, kind) if route in INFERENCE_ROUTES else kind] += int(e.value)
+            elif method == "POST" and route in INFERENCE_ROUTES and code.startswith("2"):
+                ok += int(e.value)
         return ok, client
 
     def _ok_from(self, t: str, ok: int, finished: int) -> tuple[int, int]:

@@ -928,7 +928,8 @@ def test_a_chunk_of_access_lines_only_gives_what_the_full_scan_gives(seed: int) 
 
 
 def test_access_lines_count_finished_requests_and_client_errors() -> None:
-    """2xx on inference routes are ok requests, 4xx client errors by type; a 404 ErrorInfo line is no backend error."""
+    """2xx on inference routes are ok requests, 4xx of any method client errors by the shared types; a 404
+    ErrorInfo line is no backend error."""
     text = ('INFO:     127.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
             'INFO:     127.0.0.1:2 - "POST /v1/completions HTTP/1.1" 200 OK\n'
             'INFO:     127.0.0.1:3 - "GET /health HTTP/1.1" 200 OK\n'
@@ -936,13 +937,18 @@ def test_access_lines_count_finished_requests_and_client_errors() -> None:
             "(APIServer pid=1) ERROR 12-02 16:51:48 [serving.py:274] Error with model error=ErrorInfo(message='The "
             "model `x` does not exist.', type='NotFoundError', param='model', code=404)\n"
             'INFO:     127.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found\n'
-            'INFO:     127.0.0.1:6 - "POST /v1/nonexistent HTTP/1.1" 404 Not Found\n')
+            'INFO:     127.0.0.1:6 - "POST /v1/nonexistent HTTP/1.1" 404 Not Found\n'
+            'INFO:     127.0.0.1:7 - "GET /v1/nonexistent HTTP/1.1" 404 Not Found\n'
+            'INFO:     127.0.0.1:8 - "GET /v1/chat/completions HTTP/1.1" 405 Method Not Allowed\n'
+            'INFO:     127.0.0.1:9 - "POST /v1/completions HTTP/1.1" 401 Unauthorized\n')
     got = nonzero(scan(text)[0])
     m = UNKNOWN_MODEL
     assert got[("llm_requests_total", (m, "ok"))] == 2
     assert got[("llm_client_errors_total", (m, "invalid_request"))] == 1
     assert got[("llm_client_errors_total", (m, "model_not_found"))] == 1
-    assert got[("llm_client_errors_total", (m, "not_found_route"))] == 1
+    assert got[("llm_client_errors_total", (m, "not_found_route"))] == 2  # any method
+    assert got[("llm_client_errors_total", (m, "method_not_allowed"))] == 1
+    assert got[("llm_client_errors_total", (m, "unauthorized"))] == 1  # the same types as every parser
     assert not [k for k in got if k[0] == "backend_errors_total"]
 
 
