@@ -194,16 +194,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", action="append", choices=sorted(known),
                     help="run this backend (repeatable; default: all)")
     ap.add_argument("--mode", action="append", help="run only this logging mode (repeatable; default: all)")
+    ap.add_argument("--check-only", action="store_true",
+                    help="check the arguments and exit (run does it before installing anything)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "logmetrics-conformance",
                     help="where the logs, expositions and report.md go (default: %(default)s)")
     args = ap.parse_args(argv)
+    chosen = [known[name] for name in args.backend or list(known)]
+    modes = {m.name for b in chosen for m in b.modes}
+    for name in args.mode or ():
+        if name not in modes:
+            ap.error(f"argument --mode: {name!r} is no logging mode of {', '.join(b.name for b in chosen)} "
+                     f"(choose from {', '.join(sorted(modes))})")
+    if args.check_only:
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report: list[str] = []
     failed: list[str] = []
     passed = bad_checks = 0
     started = time.monotonic()
-    for name in args.backend or list(known):
-        b = known[name]
+    for b in chosen:
         b.prepare()
         for mode in b.modes:
             if args.mode and mode.name not in args.mode:
