@@ -3,11 +3,12 @@
 A process belongs to the first backend whose rule matches it: the operator's ``--process
 BACKEND=PATTERN`` rules first, in the order given (searched in the full command line, its
 arguments joined by spaces), then the parsers' own ``process_names``, by parser name. A parser's
-name is a substring of the process's *program* (``program_words``): the executable's name, the
+name is a whole name within the process's *program* (``program_words``): the executable's name, the
 script or ``-m`` module an interpreter runs, the ``module:app`` an ASGI/WSGI runner serves, a title
 the process gave itself (``VLLM::EngineCore``); a name with a ``/`` is matched against the
-executable's path. Never the other arguments: ``tail -F /var/log/vllm.log`` or ``llama-server -m
-vllm-compare.gguf`` run no vLLM. logmetrics' own process is never counted.
+executable's path. A name matches whole, never inside a longer one (``vllm-exporter`` and
+``myvllm-proxy`` are no vLLM), and never in the other arguments: ``tail -F /var/log/vllm.log`` or
+``llama-server -m vllm-compare.gguf`` run no vLLM. logmetrics' own process is never counted.
 
 A scan lists the processes and reads the command line of those it has not seen in the last 30
 seconds; CPU times and memory are read for the processes that matched, and a scan runs at most
@@ -81,15 +82,26 @@ def program_words(cmdline: Sequence[str]) -> list[str]:
     return words
 
 
+def _whole_name(name: str) -> str:
+    """A pattern of ``name`` as a whole name within a program's words: not inside a longer name
+    (``myvllm``, ``vllm-exporter``), but followed by a module's or an app's ``.``/``:`` if it likes
+    (``vllm.entrypoints…``, ``whisper.py``, ``leapfrogai_api.main:app``). A name that ends in a
+    separator (``VLLM::``) is a prefix."""
+    tail = "" if not (name[-1:].isalnum() or name[-1:] in "_-") else r"(?![\w-])"
+    return rf"(?<![\w-]){re.escape(name)}{tail}"
+
+
 def _program_has_any(names: tuple[str, ...]) -> Callable[[Sequence[str]], bool]:
-    """Whether a command line's program (``program_words``) holds one of ``names``; a name with a
-    ``/`` is looked for in the executable's path."""
-    words_names = tuple(n for n in names if "/" not in n)
+    """Whether a command line's program (``program_words``) holds one of ``names`` as a whole name;
+    a name with a ``/`` is looked for in the executable's path."""
+    words = [n for n in names if "/" not in n]
+    pattern = re.compile("|".join(_whole_name(n) for n in words)) if words else None
     path_names = tuple(n for n in names if "/" in n)
 
     def matches(cmdline: Sequence[str]) -> bool:
         program = " ".join(program_words(cmdline))
-        return any(n in program for n in words_names) or any(n in cmdline[0] for n in path_names)
+        return (pattern is not None and pattern.search(program) is not None) or any(
+            n in cmdline[0] for n in path_names)
     return matches
 
 

@@ -82,7 +82,8 @@ class WhisperParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*whisper*",)
     #: Python tracebacks, indented lines, and whisper.cpp's timings block.
     shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, P.TIMINGS_BLOCK)
-    process_names: ClassVar[tuple[str, ...]] = ("whisper",)
+    process_names: ClassVar[tuple[str, ...]] = ("whisper", "whisper-server", "whisper-cli", "faster-whisper-server",
+                                                "faster_whisper_server", "whisper_server")
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL

@@ -143,7 +143,7 @@ def test_a_process_that_is_no_backend_is_not_read_again(monkeypatch: pytest.Monk
 def test_process_rules_first_in_order_then_the_parsers_names() -> None:
     """A command line counts for the first match: the --process rules in the order given, then the parsers'
     own names in parser-name order; logmetrics' own command line never counts."""
-    watcher = ProcessWatcher({"vllm": ("vllm",), "llamacpp": ("llama",)},
+    watcher = ProcessWatcher({"vllm": ("vllm",), "llamacpp": ("llama-server",)},
                              rules=[("gw", re.compile(r"uvicorn .*gw:app")), ("vllm2", re.compile(r"vllm serve"))])
     assert watcher.backend_of(["vllm", "serve", "m"]) == "vllm2"
     assert watcher.backend_of(["python", "-m", "vllm.entrypoints.openai.api_server"]) == "vllm"
@@ -169,6 +169,13 @@ def test_process_rules_first_in_order_then_the_parsers_names() -> None:
     (["/venv/bin/python", "/venv/bin/infinity_emb", "v2", "--model-id", "/m/bert"], "embeddings"),
     (["text-embeddings-router", "--model-id", "BAAI/bge-small-en-v1.5"], "embeddings"),
     (["vi", "/etc/text-embeddings/config.toml"], None),
+    (["/usr/local/bin/myvllm-proxy", "120"], None),
+    (["vllm-exporter", "--port", "9000"], None),
+    (["python3", "vllm_tool.py", "serve"], None),
+    (["whisper-ctl", "30"], None),
+    (["infinity_emb_cli"], None),
+    (["/opt/whisper.cpp/build/bin/whisper-server", "-m", "ggml-base.bin"], "whisper"),
+    (["python3", "whisper.py"], "whisper"),
 ])
 def test_parsers_names_match_the_program_not_its_arguments(argv: list[str], backend: str | None) -> None:
     """A parser's process names find the program a process runs (executable, script, -m module, a
