@@ -335,7 +335,7 @@ class Llama(Backend):
                   note="" if mode.flags else f"not at this level; llama /metrics {own['cached']:,.0f}"),
             Check("successful requests", ok(live), ok(oneshot), record.ok_inference, "client"),
             Check("client errors (4xx)", total(live, "llm_client_errors_total"),
-                  total(oneshot, "llm_client_errors_total"), client_errors(record), "client",
+                  total(oneshot, "llm_client_errors_total"), client_errors(record, unknown_routes=False), "client",
                   note="an unknown route is not logged"),
             Check("running requests after SIGTERM", total(live, "llm_requests_running"),
                   total(oneshot, "llm_requests_running"), 0, "harness"),
@@ -343,9 +343,11 @@ class Llama(Backend):
         ]
 
 
-def client_errors(record: Record) -> int:
-    """The 4xx answers the client got on the server's own routes."""
-    return sum(n for (_, path, code), n in record.codes.items() if 400 <= code < 500 and known_route(path) == path)
+def client_errors(record: Record, *, unknown_routes: bool = True) -> int:
+    """The 4xx answers the client got; those on routes the server does not have only if
+    ``unknown_routes`` (a server that logs no access line says nothing of them)."""
+    return sum(n for (_, path, code), n in record.codes.items()
+               if 400 <= code < 500 and (unknown_routes or known_route(path) == path))
 
 
 # ------------------------------------------------------------------------------------------- whisper
