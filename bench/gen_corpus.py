@@ -72,7 +72,7 @@ EXCEPTIONS: tuple[tuple[str, str, int, str], ...] = (
 #: Error types of a dead engine, counted once per crash (``parsers.vllm_errors.FATAL_TYPES``).
 FATAL = frozenset({"oom", "engine_dead", "cuda", "startup"})
 #: Version of expected.json; ``bench/run.py`` regenerates a cached corpus of another version.
-FORMAT = 3
+FORMAT = 4
 ERROR_SITES: tuple[tuple[str, str], ...] = (
     ("serving_chat.py", "chat completion"),
     ("serving_completion.py", "completion"),
@@ -97,6 +97,8 @@ class Expected:
     error_types: Counter[str] = field(default_factory=Counter)
     error_records: Counter[str] = field(default_factory=Counter)
     aborted: int = 0
+    ok: int = 0
+    client_errors: int = 0
     llama_prompt_tokens: int = 0
     llama_generated_tokens: int = 0
     llama_requests: int = 0
@@ -117,7 +119,8 @@ class Expected:
             "backend_errors_per_record": dict(sorted(self.error_records.items())),
             "errors": sum(self.errors.values()),
             "errors_by_exception": dict(sorted(self.errors.items())),
-            "llm_requests_total": {"aborted": self.aborted},
+            "llm_requests_total": {"aborted": self.aborted, "ok": self.ok},
+            "llm_client_errors_total": self.client_errors,
             "llamacpp": {
                 "requests": self.llama_requests,
                 "prompt_tokens": self.llama_prompt_tokens,
@@ -204,6 +207,10 @@ class Corpus:
         else:
             client = f"10.0.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
         self.exp.requests[(method, route, str(code))] += 1
+        if method == "POST" and code < 300:  # every POST route of the corpus is an inference route
+            self.exp.ok += 1
+        elif 400 <= code < 500:  # the client's fault, on any route
+            self.exp.client_errors += 1
         return f'INFO:     {client}:{rng.randint(1024, 65535)} - "{method} {route} HTTP/1.1" {code} {phrase}'
 
     def stats(self) -> str:

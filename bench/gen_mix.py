@@ -47,7 +47,7 @@ from bench.gen_backends import (
 from bench.gen_corpus import KIND_WEIGHTS, KINDS, Corpus
 
 #: Version of the mixed expected.json; ``bench/run.py`` regenerates a cached corpus of another one.
-MIX_FORMAT = 2
+MIX_FORMAT = 3
 #: (file name, share of the lines)
 FILES: tuple[tuple[str, float], ...] = (
     ("vllm.log", 0.40),
@@ -70,6 +70,7 @@ def write_vllm(path: Path, n: int, seed: int) -> Figures:
                   errors_per_record=sum(exp.error_records.values()), gauges=exp.gauges,
                   unchecked=("llm_prompt_tokens_total", "llm_generation_tokens_total"))
     fig.outcomes["aborted"] = exp.aborted
+    fig.outcomes["ok"] = exp.ok
     return fig
 
 

@@ -45,9 +45,9 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 MTAIL_PROG = HERE / "llm.mtail"
 MTAIL_MIX_PROG = HERE / "llm-mix.mtail"
-MIX_FORMAT = 2  # of the mixed corpus' expected.json, as bench/gen_mix.py writes it
+MIX_FORMAT = 3  # of the mixed corpus' expected.json, as bench/gen_mix.py writes it
 GAUGE_TOLERANCE = 1e-9  # relative; the values are decimals with one digit, divided by 100 for ratios
-FORMAT = 3  # of expected.json, as bench/gen_corpus.py writes it
+FORMAT = 4  # of expected.json, as bench/gen_corpus.py writes it
 
 
 @dataclass
@@ -135,6 +135,10 @@ def check(text: str, expected: dict[str, Any], self_metrics: bool, per_record: b
     got_out = {k: v for k, v in sum_by(text, "llm_requests_total", "outcome").items() if v}
     if got_out != want_out:
         problems.append(f"llm_requests_total by outcome: want {want_out}, got {got_out}")
+    want_client = float(expected["llm_client_errors_total"])
+    got_client = sum(v for _, v in samples(text, "llm_client_errors_total"))
+    if got_client != want_client:
+        problems.append(f"llm_client_errors_total: want {want_client:g}, got {got_client:g}")
 
     if self_metrics:
         lines = sum(v for _, v in samples(text, "logmetrics_lines_read_total"))
