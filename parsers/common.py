@@ -145,6 +145,20 @@ def client_error_type(code: str, route: str) -> str | None:
     return CLIENT_ERROR_TYPES.get(code, "client_error")
 
 
+def access_answer(code: str, route: str, served: bool, not_found: str = "") -> tuple[bool, str] | None:
+    """What an access line's answer says of a request, for every parser that reads access lines:
+    ``(True, type)`` for a 4xx, the client's error by ``llm_client_errors_total`` type (a 404 on a
+    ``served`` route is ``not_found`` when given: the model asked for, not the route, is missing);
+    on a route where the backend serves requests (``served``) ``(False, "ok")`` for a 2xx and
+    ``(False, "error")`` for a 5xx, the request's outcome; ``None`` for anything else."""
+    kind = client_error_type(code, route)
+    if kind is not None:
+        return True, (not_found if served and not_found and code == "404" else kind)
+    if served and code[:1] in ("2", "5"):
+        return False, ("ok" if code[0] == "2" else "error")
+    return None
+
+
 # --- model names -------------------------------------------------------------------------------
 
 

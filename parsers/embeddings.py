@@ -31,7 +31,7 @@ from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.records import Record
 from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 
-from .common import PY_DEFAULT_LINE, RouteLabels, access_line, client_error_type, model_label, route_template
+from .common import PY_DEFAULT_LINE, RouteLabels, access_answer, access_line, model_label, route_template
 from .embeddings_batch import BatchScan
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
@@ -285,12 +285,10 @@ class EmbeddingsParser(BatchScan):
     def _answer(self, code: str, route: str, events: list[Event]) -> None:
         """What an access line says of a request (infinity and other servers under uvicorn): a 4xx is
         the client's error, by type; on an embeddings route a 2xx is a request ``ok``, a 5xx ``error``."""
-        kind = client_error_type(code, route)
-        if kind is not None:
-            events.append(Event("llm_client_errors_total", (self.model, kind), 1, rule="access"))
-        elif route.endswith(EMBEDDINGS_ROUTES) and code[:1] in ("2", "5"):
-            outcome = "error" if code[0] == "5" else "ok"
-            events.append(Event("llm_requests_total", (self.model, outcome), 1, rule="access"))
+        answer = access_answer(code, route, route.endswith(EMBEDDINGS_ROUTES))
+        if answer is not None:
+            metric = "llm_client_errors_total" if answer[0] else "llm_requests_total"
+            events.append(Event(metric, (self.model, answer[1]), 1, rule="access"))
 
     def _uvicorn(self, text: str, events: list[Event]) -> bool:
         """uvicorn's start-up, readiness and shutdown lines (infinity runs under it)."""

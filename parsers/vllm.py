@@ -54,7 +54,7 @@ from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
 
 from . import vllm_patterns as P
-from .common import RouteLabels, client_error_type
+from .common import RouteLabels, access_answer
 from .vllm_errors import ERROR_TYPES, classify_error
 from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
 from .vllm_requests import PROMPT, Requests
@@ -95,9 +95,6 @@ INFERENCE_ROUTES = frozenset({
     "/v1/audio/translations", "/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank",
     "/v2/rerank", "/invocations", "/v1/chat/completions/batch",
 })
-#: A client error's type by the HTTP status of its access line (404 on a route vLLM does not serve:
-#: ``not_found_route``; on an inference route: the model asked for is not served).
-CLIENT_ERRORS = {"404": "model_not_found"}
 
 
 #: Zero-started series by what the log must show before they can move (see the class docstring).
@@ -310,10 +307,12 @@ class VllmParser(Parser):
             if e.metric != "http_requests_total" or e.rule != "access" or isinstance(e.value, tuple):
                 continue
             method, route, code = e.labels
-            kind = client_error_type(code, route)
-            if kind is not None:  # any method, any route (a GET of an unknown path too)
-                client[CLIENT_ERRORS.get(code, kind) if route in INFERENCE_ROUTES else kind] += int(e.value)
-            elif method == "POST" and route in INFERENCE_ROUTES and code.startswith("2"):
+            answer = access_answer(code, route, route in INFERENCE_ROUTES, "model_not_found")
+            if answer is None:
+                continue
+            if answer[0]:  # any method, any route (a GET of an unknown path too)
+                client[answer[1]] += int(e.value)
+            elif method == "POST" and answer[1] == "ok":  # a 5xx is counted from the error record
                 ok += int(e.value)
         return ok, client
 

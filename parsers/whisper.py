@@ -47,7 +47,7 @@ from logmetrics.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from . import whisper_scan as S
-from .common import HTTP_METHODS, RouteLabels, access_line, client_error_type, model_label, route_template
+from .common import HTTP_METHODS, RouteLabels, access_answer, access_line, model_label, route_template
 from .errors import is_traceback
 from .pairs import Pairs
 
@@ -460,11 +460,13 @@ class WhisperParser(Parser):
                 self._client_zeroed.clear()
             self._client_zeroed.add(model)
             out += [Event(CLIENT_ERRORS, (model, kind), 0.0, rule="access") for kind in P.CLIENT_ERROR_TYPES]
-        kind = client_error_type(code, labels[1])
-        if kind is not None:
-            out.append(Event(CLIENT_ERRORS, (model, kind), 1.0, rule="access"))
-        elif labels[1].endswith(P.SPEECH_ROUTES) and code[0] in "1235":
-            self._request("error" if code[0] == "5" else "ok", out, HTTP_OUTCOMES)
+        answer = access_answer(code, labels[1], labels[1].endswith(P.SPEECH_ROUTES))
+        if answer is None:
+            return
+        if answer[0]:
+            out.append(Event(CLIENT_ERRORS, (model, answer[1]), 1.0, rule="access"))
+        else:
+            self._request(answer[1], out, HTTP_OUTCOMES)
 
     def _model_line(self, model: str | None, loaded: bool, out: list[Event]) -> None:
         """faster-whisper-server names the model it loads (on first use): the label from then on.

@@ -84,9 +84,12 @@ class Backend:
                        stdout=subprocess.DEVNULL)
 
 
-def common_checks(b: Backend, live: str, oneshot: str, starts: int, ready_before: float) -> list[Check]:
-    """Rows every backend has: no backend error after a clean run, the crash counted as a restart,
-    readiness 1 before the SIGTERM and 0 after it, and the model label."""
+def common_checks(b: Backend, live: str, oneshot: str, starts: int, ready_before: float, *,
+                  client: int | None = None, client_note: str = "", clean: bool = True) -> list[Check]:
+    """Rows every backend has: no backend error after a clean run (unless not ``clean``: the
+    traffic had requests fail), the client errors against ``client`` (information only if
+    ``None``), the crash counted as a restart, readiness 1 before the SIGTERM and 0 after it, and
+    the model label."""
     def errors(t: str) -> float:
         return total(t, "backend_errors_total") + total(
             t, "llm_requests_total", lambda lab: lab.get("outcome") == "error")
@@ -97,10 +100,12 @@ def common_checks(b: Backend, live: str, oneshot: str, starts: int, ready_before
     def ready(t: str) -> float:
         return total(t, "backend_ready")
 
+    clean_row = [Check("backend errors + requests failed", errors(live), errors(oneshot), 0, "clean run")]
     return [
-        Check("backend errors + requests failed", errors(live), errors(oneshot), 0, "clean run"),
+        *(clean_row if clean else []),
         Check("client errors (4xx)", total(live, "llm_client_errors_total"),
-              total(oneshot, "llm_client_errors_total"), None, "info"),
+              total(oneshot, "llm_client_errors_total"), client, "info" if client is None else "client",
+              note=client_note),
         Check("start-ups (backend_restarts_total)", total(live, "backend_restarts_total"),
               total(oneshot, "backend_restarts_total"), starts, "harness", note="start + crash restart"),
         Check(f"backend_ready{{model=\"{b.served}\"}} before SIGTERM", ready_before, None, 1, "harness",
@@ -266,12 +271,9 @@ class VLLM(Backend):
             Check("generation tokens (client usage)", None, None, None, "info",
                   note=f"{record.generation_tokens:,}"),
             Check("successful requests", ok(live), ok(oneshot), own["ok"], "vllm /metrics"),
-            Check("client errors (4xx)", total(live, "llm_client_errors_total"),
-                  total(oneshot, "llm_client_errors_total"), client_errors(record), "client"),
         ]
         rows += http_checks(live, oneshot, record, known_route)
-        return rows + [c for c in common_checks(self, live, oneshot, starts, ready_before)
-                       if c.name != "client errors (4xx)"]
+        return rows + common_checks(self, live, oneshot, starts, ready_before, client=client_errors(record))
 
 
 #: The route label of a path the server does not have (404): one series for every such path.
@@ -334,12 +336,11 @@ class Llama(Backend):
                   "llama /metrics" if mode.flags else "info",
                   note="" if mode.flags else f"not at this level; llama /metrics {own['cached']:,.0f}"),
             Check("successful requests", ok(live), ok(oneshot), record.ok_inference, "client"),
-            Check("client errors (4xx)", total(live, "llm_client_errors_total"),
-                  total(oneshot, "llm_client_errors_total"), client_errors(record, unknown_routes=False), "client",
-                  note="an unknown route is not logged"),
             Check("running requests after SIGTERM", total(live, "llm_requests_running"),
                   total(oneshot, "llm_requests_running"), 0, "harness"),
-            *[c for c in common_checks(self, live, oneshot, starts, ready_before) if c.name != "client errors (4xx)"],
+            *common_checks(self, live, oneshot, starts, ready_before,
+                           client=client_errors(record, unknown_routes=False),
+                           client_note="an unknown route is not logged"),
         ]
 
 
@@ -459,8 +460,8 @@ class Whisper(Backend):
                   total(oneshot, "backend_errors_total"), failed, "client"),
         ]
         rows += http_checks(live, oneshot, record, known_route)
-        return rows + [c for c in common_checks(self, live, oneshot, starts, ready_before)
-                       if not c.name.startswith("backend errors")]
+        return rows + common_checks(self, live, oneshot, starts, ready_before, client=client_errors(record),
+                                    clean=False)
 
 
 def _fail(code: int) -> None:
@@ -522,14 +523,11 @@ class Embeddings(Backend):
         def ok(t: str) -> float:
             return total(t, "llm_requests_total", lambda lab: lab.get("outcome") == "ok")
 
-        rows = [Check("successful requests", ok(live), ok(oneshot), record.ok_inference, "client"),
-                Check("client errors (4xx)", total(live, "llm_client_errors_total"),
-                      total(oneshot, "llm_client_errors_total"), client_errors(record), "client")]
+        rows = [Check("successful requests", ok(live), ok(oneshot), record.ok_inference, "client")]
         rows += http_checks(live, oneshot, record, known_route)
         rows.append(Check("embeddings created", total(live, "llm_embeddings_total"),
                           total(oneshot, "llm_embeddings_total"), None, "info", note="not in this server's log"))
-        return rows + [c for c in common_checks(self, live, oneshot, starts, ready_before)
-                       if c.name != "client errors (4xx)"]
+        return rows + common_checks(self, live, oneshot, starts, ready_before, client=client_errors(record))
 
 
 def backends(home: Path) -> dict[str, Backend]:
