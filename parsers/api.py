@@ -2,9 +2,9 @@
 uvicorn, alone or as gunicorn workers.
 
 - uvicorn access lines (also the old ``('ip', port)`` form and gunicorn's bare and Apache-style
-  access lines) give ``http_requests_total`` by route template: ids in ``/openai/v1/...`` and
-  ``/leapfrogai/v1/...`` paths become ``{id}`` (``common.route_template``), scanner noise is folded
-  (``common.RouteLabels``).
+  access lines), wherever they start in the line (``common.access_line``), give
+  ``http_requests_total`` by route template: ids in ``/openai/v1/...`` and ``/leapfrogai/v1/...``
+  paths become ``{id}`` (``common.route_template``), scanner noise is folded (``common.RouteLabels``).
 - Application lines in the LeapfrogAI format (``parsers.leapfrog``), uvicorn's ``LEVEL:`` lines,
   gunicorn's error log (``[ts] [pid] [LEVEL] msg``) and Python's default format are read for errors
   and the server's life.
@@ -54,12 +54,10 @@ PHRASES = Phrases(
 #: At most this many exception class names become an ``error_type``; later ones are ``exception``.
 MAX_EXCEPTION_TYPES = 32
 
-# the old tuple client, gunicorn's bare worker line (``ip:port - "..." 200``), Apache combined
-_ACCESS_OTHER = re.compile(
-    r'(?:[A-Z]+:\s+)?(?:\S+:\d+|\(\'[^\']*\', \d+\)) - "(\S+) (\S+) HTTP/[\d.]+" (\d{3})'
-    r'|\S+ \S+ \S+ \[[^\]\n]+\] "(\S+) (\S+) HTTP/[\d.]+" (\d{3}) '
-)
 _GUNICORN = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{4}\] \[\d+\] \[([A-Z]+)\] ([^\n]*)")
+#: A time a logging config puts before uvicorn's ``LEVEL:`` (``2026-09-09 12:20:52 +0200 ``,
+#: ``2026-09-09T12:20:52.123Z ``, ``[2026-09-09 12:20:52,120] ``).
+_TIME_PREFIX = re.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]? +")
 _UVICORN = re.compile(r"(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+([^\n]*)")
 _EXC_FIRST = re.compile(EXCEPTION_LINE)
 _SNIFF_STRONG = re.compile(r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}-')
@@ -180,14 +178,10 @@ class ApiParser(Parser):
 
 
 def _access(text: str) -> tuple[str, str, str] | None:
-    """``(method, route template, code)`` of an access line in any of the forms read, else ``None``."""
+    """``(method, route template, code)`` of an access line (any form ``access_line`` reads), else ``None``."""
     got = access_line(text)
     if got is None:
-        m = _ACCESS_OTHER.match(text)
-        if m is None:
-            return None
-        g = m.groups()
-        got = (g[0], g[1], g[2]) if g[0] is not None else (g[3] or "", g[4] or "", g[5] or "")
+        return None
     method, path, code = got
     return (method if method in HTTP_METHODS else "OTHER"), route_template(path), code
 
@@ -200,7 +194,9 @@ def _header(text: str) -> tuple[str, str, bool]:
     m = _GUNICORN.match(text)
     if m is not None:
         return m.group(1), m.group(2), True
-    m = _UVICORN.match(text) or PY_DEFAULT_LINE.match(text)
+    t = _TIME_PREFIX.match(text)
+    at = t.end() if t is not None else 0
+    m = _UVICORN.match(text, at) or PY_DEFAULT_LINE.match(text, at)
     if m is not None:
         return m.group(1), m.group(m.lastindex or 1), False
     return "", text.split("\n", 1)[0], False

@@ -53,17 +53,61 @@ PY_DEFAULT_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):([^\
 UVICORN_ACCESS = r'INFO: +[^ \n]+ - "([^ "\n]+ [^ "\n]+ HTTP/[0-9.]+" \d{3})'
 
 _ACCESS = re.compile(rf"(?:{PROC_PREFIX})?{UVICORN_ACCESS}")
+#: uvicorn's access line at the start of its line (after an optional process prefix): the form
+#: whole-chunk scans count; ``access_line`` reads every other form too.
+UVICORN_LINE = _ACCESS
+
+
+#: An access line wherever it starts in its line: uvicorn's (``CLIENT - "REQUEST" CODE``, the
+#: client ``host:port``, ``[v6]:port``, the old ``('ip', port)`` or ``-``), optionally after its
+#: level however a logging config prints it (``INFO:``, ``INFO``, ``[INFO]``, ``INFO -``), and
+#: gunicorn's Apache-style one (``HOST - USER [TIME] "REQUEST" CODE SIZE``). Groups: the level,
+#: then method, path and code of either form.
+_ACCESS_ANY = re.compile(
+    r"(?:(?<=[\s|\]:])|^)"
+    r"(?:\[?((?:TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)|(?:trace|debug|info|warning|warn|error|critical))"
+    r"\]?(?::| -)?[ \t]+)?"
+    r'(?:(?:\S+:\d+|\(\'[^\']*\', \d+\)|-) - "(\S+) (\S+) HTTP/[\d.]+" (\d{3})'
+    r'|[^\s"\[]+ \S+ \S+ \[[^\]\n]+\] "(\S+) (\S+) HTTP/[\d.]+" (\d{3}) )'
+)
+#: What may end the prefix before an access line that has no level of its own: a separator a
+#: process manager writes (pm2's and compose's ``|``, journald's ``prog[pid]:``, a bracketed tag)
+#: or a time (``12:20:52``, ``2026-09-09T12:20:52.1Z``, a zone offset ``+0200``).
+_PREFIX_END = re.compile(r"(?:[|\]]|[\])]:|(?=[\d:.,TZ+-]*\d)[\d:.,TZ+-]+)\s*\Z")
+#: The longest prefix taken before an access line that does not start its line.
+MAX_ACCESS_PREFIX = 160
 
 
 def access_line(line: str) -> tuple[str, str, str] | None:
-    """``(method, raw path, code)`` of a uvicorn access line (after an optional process prefix),
-    else ``None``. Turn the path into a label with ``route_template`` or ``RouteLabels.fold``."""
+    """``(method, raw path, code)`` of an access line, else ``None``. Turn the path into a label
+    with ``route_template`` or ``RouteLabels.fold``.
+
+    uvicorn's line at the start (after an optional process prefix) is the common case and is
+    matched first. Otherwise the access line may follow any prefix a process manager or logging
+    config puts before it (a time with a zone, pm2's ``0|worker  | ``, journald's ``host
+    prog[pid]: ``, gunicorn's ``[time] [pid] [INFO] ``), as long as that prefix is no message:
+    it holds no quote, is at most ``MAX_ACCESS_PREFIX`` characters, and ends with a level or with
+    a separator or time (``_PREFIX_END``). A line that quotes an access line inside a message
+    (``INFO: proxied: 10.0.0.1:5 - "GET / HTTP/1.1" 200``) is not one.
+    """
     m = _ACCESS.match(line)
-    if m is None:
+    if m is not None:
+        key = m.group(1)
+        method, _, rest = key.partition(" ")
+        return method, rest[: rest.rfind(" HTTP/")], key[-3:]
+    if " HTTP/" not in line:
         return None
-    key = m.group(1)
-    method, _, rest = key.partition(" ")
-    return method, rest[: rest.rfind(" HTTP/")], key[-3:]
+    a = _ACCESS_ANY.search(line, 0, line.find(" HTTP/") + 20)
+    if a is None:
+        return None
+    start = a.start()
+    if start:
+        prefix = line[:start]
+        if start > MAX_ACCESS_PREFIX or '"' in prefix or "'" in prefix \
+                or (a.group(1) is None and _PREFIX_END.search(prefix) is None):
+            return None
+    g = a.groups()
+    return (g[1], g[2], g[3]) if g[1] is not None else (g[4], g[5], g[6])
 
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})

@@ -13,7 +13,7 @@ from collections import Counter
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
-from .common import RouteLabels
+from .common import HTTP_METHODS, UVICORN_LINE, RouteLabels, access_line, route_template
 from .vllm_errors import FATAL_TYPES, classify_error
 from .vllm_startup import life_kind
 
@@ -102,6 +102,8 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
+    if t.count(" HTTP/") > sum(access.values()):  # access lines behind a prefix, perhaps
+        matched += prefixed_access(t, access, routes)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
         matched = sum(access.values()) + error_records(t, errors, records, fatal)
@@ -110,6 +112,28 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
         error_records(t, Counter(), Records(), fatal)
     events.extend(_access_events(access))
     return matched
+
+
+def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels) -> int:
+    """Access lines of ``t`` that the scan did not see: behind a prefix that a process manager or
+    logging config adds (a time with its zone, pm2's ``0|api  | ``, ``INFO   `` with no colon; see
+    ``common.access_line``). Added to ``access``; returns how many. Lines of the scanned form, and
+    lines that start as an error record (counted as one), are skipped."""
+    n = 0
+    pos = t.find(" HTTP/")
+    while pos >= 0:
+        start = t.rfind("\n", 0, pos) + 1
+        end = t.find("\n", pos)
+        end = len(t) if end < 0 else end
+        line = t[start:end]
+        if UVICORN_LINE.match(line) is None and not line.startswith(("ERROR", "CRITICAL")):
+            got = access_line(line)
+            if got is not None:
+                method, path, code = got
+                access[routes.fold((method if method in HTTP_METHODS else "OTHER", route_template(path), code))] += 1
+                n += 1
+        pos = t.find(" HTTP/", end)
+    return n
 
 
 def _access_events(access: Counter[tuple[str, str, str]]) -> list[Event]:

@@ -173,7 +173,7 @@ class WhisperParser(Parser):
         head = text.partition("\n")[0]
         msg = P.message(head)
         out: list[Event] = []
-        access = access_line(head) if head.startswith("INFO:") else None
+        access = access_line(head) if " HTTP/" in head else None
         if access is not None:
             self._access(access, out)
         elif msg.leapfrog_time is not None:

@@ -1,0 +1,67 @@
+"""Access lines behind the prefixes deployments add, counted by every parser that reads access lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parsers.common import access_line
+from tests.helpers import parse, total
+
+#: Access lines as process managers and logging configs print them, each counted once.
+PREFIXED = [
+    ('2026-09-09 12:20:52 +0200 INFO:     10.0.0.1:16051 - "GET /api/config/yaml HTTP/1.1" 200 OK',
+     ("GET", "/api/config/yaml", "200")),
+    ('0|worker  | INFO:     10.0.0.2:40112 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+     ("POST", "/v1/chat/completions", "200")),
+    ('Sep 09 12:21:03 gw-1 uvicorn[812]: INFO:     10.0.0.3:51000 - "GET /v1/models HTTP/1.1" 200 OK',
+     ("GET", "/v1/models", "200")),
+    ('INFO   10.42.0.1:43976 - "GET /v1/api/health HTTP/1.1" 200', ("GET", "/v1/api/health", "200")),
+    ('INFO\t10.42.0.1:43978 - "GET /v1/api/health HTTP/1.1" 200', ("GET", "/v1/api/health", "200")),
+    ('2026-09-09 12:21:05,120 - uvicorn.access - INFO - 10.0.0.4:33000 - "DELETE /v1/files/f1 HTTP/1.1" 204',
+     ("DELETE", "/v1/files/f1", "204")),
+    ('[2026-09-09 12:21:06 +0000] [12] [INFO] 10.0.0.5:33002 - "GET /v1/models HTTP/1.1" 200',
+     ("GET", "/v1/models", "200")),
+    ('12:21:07 web.1  | 10.0.0.6 - - [09/Sep/2026:12:21:07 +0000] "GET /health HTTP/1.1" 200 2 "-" "kube-probe/1.30"',
+     ("GET", "/health", "200")),
+    ('2026-09-09T12:21:08.123Z 10.0.0.7:5 - "POST /v1/embeddings HTTP/1.1" 400 Bad Request',
+     ("POST", "/v1/embeddings", "400")),
+]
+#: Lines that mention or quote an access line inside a message, and uvicorn's TRACE lines: none counts.
+QUOTED = [
+    '2026-09-09 12:21:08 +0200 INFO:     upstream said: 10.0.0.9:1 - "GET /v1/models HTTP/1.1" 200 OK',
+    '2026-09-09 12:21:09 +0200 WARNING:  replaying "10.0.0.9:1 - "GET /v1/models HTTP/1.1" 200 OK"',
+    "WARNING: request failed 10.0.0.9:1 - \"GET /v1/models HTTP/1.1\" 500",
+    '2026-09-09 12:21:10 +0200 INFO:     HTTP Request: POST http://vllm:8000/v1/chat/completions "HTTP/1.1 200 OK"',
+    "TRACE:    10.0.0.1:16051 - HTTP connection made",
+    "TRACE:    10.0.0.1:16051 - ASGI [1] Started scope={'type': 'http', 'method': 'GET', 'path': '/v1/models'}",
+]
+
+
+@pytest.mark.parametrize(("line", "want"), PREFIXED, ids=[w[0] + " " + w[1] for _, w in PREFIXED])
+def test_access_line_after_a_prefix(line: str, want: tuple[str, str, str]) -> None:
+    """An access line is read after a time, pm2, journald, gunicorn or logging-config prefix, or a padded level."""
+    assert access_line(line) == want
+
+
+@pytest.mark.parametrize("line", QUOTED)
+def test_a_quoted_access_line_is_none(line: str) -> None:
+    """An access line quoted inside a message, an httpx request line or a TRACE line is no access line."""
+    assert access_line(line) is None
+
+
+@pytest.mark.parametrize("parser", ["api", "vllm", "whisper", "embeddings", "llamacpp"])
+def test_every_parser_that_reads_access_lines_counts_prefixed_ones(parser: str, tmp_path: Path) -> None:
+    """Each parser that reads uvicorn access lines counts every prefixed one once and no quoted one."""
+    log = tmp_path / "access.log"
+    lines = [line for pair in zip(QUOTED, [p for p, _ in PREFIXED], strict=False) for line in pair]
+    lines += [p for p, _ in PREFIXED[len(QUOTED):]]
+    log.write_text("\n".join(lines) + "\n")
+    cmd = [sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", parser, str(log)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    samples = parse(out)
+    assert total(samples, "http_requests_total") == len(PREFIXED)
+    assert total(samples, "http_requests_total", method="GET", code="200") == 6
