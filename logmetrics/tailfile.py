@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
+from logmetrics.filekinds import not_a_log
 from logmetrics.identity import fingerprint
 from logmetrics.layouts import is_log
 
@@ -285,9 +286,16 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[s
         for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
             if os.path.isdir(path):
                 _walk(path, seen, found, onerror)
-            elif path == arg or (not path.endswith(IGNORED_SUFFIXES) and is_log(path)):
+            elif path == arg or _a_log(path):
                 found.add(path)
     return sorted(found)
+
+
+def _a_log(path: str, inode: int | None = None) -> bool:
+    """Whether a file found under a directory or glob is to be read as a log: not a compressed or
+    temporary rotation by its name, not a container's other files, not a file that is no log by
+    its first bytes (``filekinds.not_a_log``)."""
+    return not path.endswith(IGNORED_SUFFIXES) and is_log(path) and not_a_log(path, inode) is None
 
 
 def covers(arg: str, path: str) -> bool:
@@ -352,14 +360,14 @@ def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSErro
                 if entry.is_symlink():
                     if entry.is_dir():
                         linked.append(entry.path)
-                    elif not entry.name.endswith(IGNORED_SUFFIXES) and is_log(entry.path):
+                    elif _a_log(entry.path):
                         found.add(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
                     key = (dev, entry.inode())
                     if key not in seen:
                         seen.add(key)
                         todo.append((entry.path, dev))
-                elif not entry.name.endswith(IGNORED_SUFFIXES) and is_log(entry.path):
+                elif _a_log(entry.path, entry.inode()):
                     found.add(entry.path)
             except OSError:
                 continue  # gone meanwhile
