@@ -12,6 +12,8 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from logmetrics.catalog import BY_NAME
 from logmetrics.envelopes import Unwrapper
@@ -22,6 +24,9 @@ from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.routing import SNIFF_LINES, route_text
 from logmetrics.store import Store
+from logmetrics.tailfile import discover
+
+log = logging.getLogger(__name__)
 
 SHAPES = (
     (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
@@ -75,12 +80,27 @@ def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[s
     return kept
 
 
+class Tally(NamedTuple):
+    """What one stream's check came to: where it is, its parser, records, and records matched."""
+
+    where: str
+    parser: str
+    records: int
+    matched: int
+
+
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
     """The text ``logmetrics check`` prints: one report per stream ``watch`` would make of ``path``
     (a ``docker compose logs`` file holds one per service, each routed by itself)."""
+    return "\n".join(text for text, _ in _reports(path, entries, parser=parser, envelope=envelope, top=top))
+
+
+def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str,
+             top: int) -> list[tuple[str, Tally | None]]:
+    """Each stream's report on ``path`` and its tally (``None``: no parser took it)."""
     streams, mtime = _read(path, envelope)
     layout = Layouts().of(path)
-    reports = []
+    reports: list[tuple[str, Tally | None]] = []
     for service, text in streams:
         if layout is not None:
             names = layout.names
@@ -97,16 +117,49 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
             # one stream of several that no parser takes ('Attaching to ...' before compose's
             # prefixed lines): said, as watch -v says it, and the others reported
             lines = text.count("\n")
-            reports.append(f"no parser on {where}: {lines} line{'s' * (lines != 1)}, counted unmatched "
-                           f"({str(exc).split(': ', 1)[-1]})\n")
-    if not any(r.startswith("parser ") for r in reports):
+            reports.append((f"no parser on {where}: {lines} line{'s' * (lines != 1)}, counted unmatched "
+                            f"({str(exc).split(': ', 1)[-1]})\n", None))
+    if not any(tally is not None for _, tally in reports):
         raise UserError(f"{path}: no parser takes any of its {len(streams)} streams")
-    return "\n".join(reports)
+    return reports
+
+
+def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: str | None, envelope: str) -> str:
+    """What ``logmetrics check`` prints for several files or a directory: a line per stream (its
+    parser, records, matched and their share), then the totals per parser. Files under a
+    directory or glob are found as ``watch`` finds them (what is no log left out)."""
+    files = discover(paths, lambda err: log.warning("%s", err))
+    if not files:
+        raise UserError(f"no files under {', '.join(paths)}")
+    out = [f"{'parser':<16} {'records':>8} {'matched':>8} {'share':>6}  file"]
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for path in files:
+        try:
+            reports = _reports(path, entries, parser=parser, envelope=envelope, top=0)
+        except UserError as exc:
+            out.append(f"{'-':<16} {'':>8} {'':>8} {'':>6}  {path}: {str(exc).split(': ', 1)[-1]}")
+            totals["(none)"][0] += 1
+            continue
+        for _, tally in reports:
+            if tally is None:
+                continue
+            share = _share(tally.matched, tally.records)
+            out.append(f"{tally.parser:<16} {tally.records:>8} {tally.matched:>8} {share:>6}  {tally.where}")
+            t = totals[tally.parser]
+            t[0], t[1], t[2] = t[0] + 1, t[1] + tally.records, t[2] + tally.matched
+    out += ["", f"{'parser':<16} {'streams':>8} {'records':>8} {'matched':>8} {'share':>6}"]
+    for name, (n, records, matched) in sorted(totals.items()):
+        out.append(f"{name:<16} {n:>8} {records:>8} {matched:>8} {_share(matched, records) if records else '':>6}")
+    return "\n".join(out) + "\n"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "-"
 
 
 def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], entries: dict[str, ParserEntry],
-                   *, parser: str | None, top: int) -> str:
-    """The report on one stream's text."""
+                   *, parser: str | None, top: int) -> tuple[str, Tally]:
+    """The report on one stream's text, and its tally."""
     found = route_text(entries, parser, names, text, SNIFF_LINES)
     entry = found.entry
     if entry is None:
@@ -177,4 +230,5 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
     out += ["", f"unmatched records by shape (top {top}):"]
     for key, n in unmatched.most_common(top):
         out.append(f"{n:>8}  {examples[key]}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", Tally(path, entry.name, len(records),
+                                         len(records) - sum(unmatched.values()))

@@ -320,21 +320,26 @@ def parsers(plugins: tuple[str, ...]) -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("files", nargs=-1, required=True, metavar="FILE...", type=click.Path(allow_dash=True))
 @click.option("--parser", default=None, metavar="NAME", help="The parser to check (default: routed as watch would).")
 @click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
               help=ENVELOPE_HELP)
 @click.option("--top", default=15, show_default=True, type=click.IntRange(0), metavar="N",
               help="How many series to show per rule, and how many unmatched line shapes.")
 @plugin_option
-def check(file: str, parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:
+def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:
     """Show what a parser makes of FILE: per rule, records matched and events; unmatched lines by shape.
 
-    A `docker compose logs` file is checked per service, each routed by itself, as watch does."""
-    from logmetrics.checker import report
+    A `docker compose logs` file is checked per service, each routed by itself, as watch does.
+    Several files, a directory or a glob give one line per file (its parser, records, matched and
+    their share) and the totals per parser; files that are not logs are left out, as watch does."""
+    from logmetrics.checker import report, summary
 
     entries = _entries(plugins, parser)
-    click.echo(report(file, entries, parser=parser, envelope=envelope, top=top), nl=False)
+    if len(files) == 1 and (files[0] == "-" or os.path.isfile(files[0])):
+        click.echo(report(files[0], entries, parser=parser, envelope=envelope, top=top), nl=False)
+    else:
+        click.echo(summary(files, entries, parser=parser, envelope=envelope), nl=False)
 
 
 @cli.command("check-config", context_settings=CONTEXT)
