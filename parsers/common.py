@@ -79,8 +79,9 @@ MAX_ACCESS_PREFIX = 160
 
 
 def access_line(line: str) -> tuple[str, str, str] | None:
-    """``(method, raw path, code)`` of an access line, else ``None``. Turn the path into a label
-    with ``route_template`` or ``RouteLabels.fold``.
+    """``(method, raw path, code)`` of an access line, else ``None``: a method HTTP does not
+    define is ``OTHER`` (never text of the line). Turn the path into a label with
+    ``route_template`` or ``RouteLabels.fold``.
 
     uvicorn's line at the start (after an optional process prefix) is the common case and is
     matched first. Otherwise the access line may follow any prefix a process manager or logging
@@ -94,7 +95,7 @@ def access_line(line: str) -> tuple[str, str, str] | None:
     if m is not None:
         key = m.group(1)
         method, _, rest = key.partition(" ")
-        return method, rest[: rest.rfind(" HTTP/")], key[-3:]
+        return (method if method in HTTP_METHODS else "OTHER"), rest[: rest.rfind(" HTTP/")], key[-3:]
     if " HTTP/" not in line:
         return None
     a = _ACCESS_ANY.search(line, 0, line.find(" HTTP/") + 20)
@@ -107,7 +108,8 @@ def access_line(line: str) -> tuple[str, str, str] | None:
                 or (a.group(1) is None and _PREFIX_END.search(prefix) is None):
             return None
     g = a.groups()
-    return (g[1], g[2], g[3]) if g[1] is not None else (g[4], g[5], g[6])
+    method, path, code = (g[1], g[2], g[3]) if g[1] is not None else (g[4], g[5], g[6])
+    return (method if method in HTTP_METHODS else "OTHER"), path, code
 
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
