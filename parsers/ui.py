@@ -84,18 +84,22 @@ class UiParser(Parser):
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
         self._ready = False
+        self._announce = False  # readiness that ``learn`` or ``restore`` found: said with the next events
 
     def state(self) -> dict[str, object]:
         """Whether the server was listening."""
         return {"ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` gave."""
-        self._ready = state.get("ready") is True
+        """Take back readiness; it goes out with the next events."""
+        if state.get("ready") is True:
+            self._ready = self._announce = True
 
     def learn(self, text: str) -> None:
-        """Whether the server was listening before reading began (no events)."""
+        """Whether the server was listening before reading began (no events); if so, it goes out
+        with the next events."""
         self._ready = self._ready or any(_LISTENING.match(strip_prefix(line)) for line in text.split("\n"))
+        self._announce = self._ready
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -111,21 +115,28 @@ class UiParser(Parser):
 
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record: a start-up, a 404, a warning or an error."""
+        events: list[Event] = []
+        if self._announce:
+            self._announce = False
+            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         text = strip_prefix(record.text)
         if _LISTENING.match(text):
             self._ready = True
-            return [Event("backend_restarts_total", (), 1, rule="listening"),
-                    Event("backend_ready", (self.model,), 1, rule="listening")]
+            events += [Event("backend_restarts_total", (), 1, rule="listening"),
+                       Event("backend_ready", (self.model,), 1, rule="listening")]
+            return events
         if _NOT_FOUND.match(text):
-            return [Event("ui_not_found_total", (), 1, rule="not_found")]
+            events.append(Event("ui_not_found_total", (), 1, rule="not_found"))
+            return events
         w = _WARNING.match(text)
         if w:
             kind = w.group(1) if w.group(1) in WARNING_KINDS else "other"
-            return [Event("ui_warnings_total", (kind,), 1, rule="warning")]
+            events.append(Event("ui_warnings_total", (kind,), 1, rule="warning"))
+            return events
         kind = self.error_type(text)
-        if kind is None:
-            return []
-        return [Event("backend_errors_total", (self.model, kind), 1, rule="error")]
+        if kind is not None:
+            events.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
+        return events
 
     @staticmethod
     def error_type(text: str) -> str | None:

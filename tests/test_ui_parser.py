@@ -149,3 +149,18 @@ def test_zero_series_cover_the_types() -> None:
     assert ("ui_not_found_total", ()) in zeros
     assert ("backend_errors_total", ("unknown", "connection")) in zeros
     assert ("ui_warnings_total", ("DeprecationWarning",)) in zeros
+
+
+def test_readiness_is_announced_after_learn_and_restore() -> None:
+    """A server found listening by ``learn`` (or ``restore``) is said ready once, with the next record's events."""
+    parser = UiParser()
+    parser.learn("2026-09-09T12:00:00Z info: booting\nListening on http://0.0.0.0:3000\n")
+    first = list(parser.parse(Record("connected to supabase")))
+    assert [(e.metric, e.labels, e.value) for e in first] == [("backend_ready", ("unknown",), 1)]
+    assert list(parser.parse(Record("connected to supabase"))) == []
+    restored = UiParser()
+    restored.restore({"ready": True})
+    assert [e.metric for e in restored.parse(Record("Error: boom"))] == ["backend_ready", "backend_errors_total"]
+    idle = UiParser()
+    idle.learn("Using adapter-node\n")
+    assert list(idle.parse(Record("connected to supabase"))) == []
