@@ -13,6 +13,11 @@ The UI logs no access lines; what it prints:
   ``backend_errors_total`` with the error class in snake case (``TypeError`` gives ``type_error``)
   when the record starts with it or names a standard class, a connection or time-out cause when
   the text names one, else ``error``.
+- The same from Node loggers (``parsers.ui_lines``): a line with a level at error or above is one
+  error whatever it says (``[ERROR] ...``, winston's ``error: ...``, pino's ``{"level":50,...}``,
+  with its class from ``err.type``), a level below error never is; a 404 or a start-up in a
+  logger's message counts as it does on its own.
+- ``Uncaught ...`` and ``Unhandled rejection ...`` lines: ``backend_errors_total``.
 - V8's own fatal errors, ``FATAL ERROR: Reached heap limit ... JavaScript heap out of memory`` with
   its numbered native frames: one ``backend_errors_total`` (``oom`` for that one).
 - Node warnings, ``(node:1) Warning: ...`` and ``(node:1) [DEP0040] DeprecationWarning: ...``:
@@ -35,15 +40,19 @@ from logmetrics.shapes import INDENTED, NODE_STACK, Shape
 
 from .common import strip_prefix
 from .errors import COMMON_CAUSES, Phrases, node_error
+from .ui_lines import logged
 
 _LISTENING = re.compile(r"Listening on (?:https?://)?\S")
-_NOT_FOUND = re.compile(r"(?:SvelteKitError|Error): Not found: /")
+#: 404s: the line on its own (the scanners' many, checked first), and inside a logger's message.
+_NOT_FOUND_LINES = ("SvelteKitError: Not found: /", "Error: Not found: /")
+_NOT_FOUND = re.compile(r"(?<![\w.])(?:SvelteKitError|Error): Not found: /")
 _WARNING = re.compile(r"\(node:\d+\) (?:\[\w+\] )?(\w*Warning): ")
 #: A thrown error printed by Node: the record starts with its class (from code, never from a user).
 _CLASS_FIRST = re.compile(r"(?:Uncaught )?([A-Z][A-Za-z0-9]{0,39}Error)(?::|\s*$|\s*\{)", re.M)
 #: The UI's own ``console.error`` lines and other error lines without a stack.
 _ERROR_LINE = re.compile(
-    r"(?i:(?:caught |uncaught )?[\w.]*error\b|(?:failed|unable) to )|[^\n]*\berror\b|FATAL ERROR: ")
+    r"(?i:(?:caught |uncaught )?[\w.]*error\b|(?:failed|unable) to "
+    r"|un(?:caught|handled)[ _]?(?:promise[ _]?)?(?:rejection|exception))|[^\n]*\berror\b|FATAL ERROR: ")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 #: Error classes of JavaScript, Node and the libraries the UI uses, taken wherever the record names them.
 STANDARD = frozenset({
@@ -51,6 +60,8 @@ STANDARD = frozenset({
     "AggregateError", "AbortError", "SvelteKitError", "FetchError", "AuthApiError", "AuthRetryableFetchError",
     "PostgrestError", "StorageApiError", "StorageUnknownError",
 })
+#: A standard class named inside a line, ``... TypeError: x`` (leftmost first, as ``node_error``).
+_NAMED = re.compile(r"(?<![\w.])(" + "|".join(sorted(STANDARD, key=len, reverse=True)) + r"):")
 PHRASES = Phrases((
     ("connection", ("ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EAI_AGAIN", "fetch failed", "socket hang up")),
     *COMMON_CAUSES,
@@ -60,6 +71,12 @@ WARNING_KINDS = ("Warning", "DeprecationWarning", "ExperimentalWarning", "MaxLis
 #: The error types counted from 0: the standard classes, the causes and ``error``.
 ERROR_TYPES = ("type_error", "reference_error", "syntax_error", "range_error",
                *(t for t in PHRASES.types if t not in ("bad_request", "exception")))
+
+
+def _message(line: str) -> str:
+    """A line's message: after a logger's level, or after a process prefix."""
+    got = logged(line)
+    return strip_prefix(line) if got is None else got.message
 
 
 def snake(name: str) -> str:
@@ -84,18 +101,23 @@ class UiParser(Parser):
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
         self._ready = False
+        self._announce = False  # readiness that ``learn`` or ``restore`` found: said with the next events
 
     def state(self) -> dict[str, object]:
         """Whether the server was listening."""
         return {"ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` gave."""
-        self._ready = state.get("ready") is True
+        """Take back readiness; it goes out with the next events."""
+        if state.get("ready") is True:
+            self._ready = self._announce = True
 
     def learn(self, text: str) -> None:
-        """Whether the server was listening before reading began (no events)."""
-        self._ready = self._ready or any(_LISTENING.match(strip_prefix(line)) for line in text.split("\n"))
+        """Whether the server was listening before reading began (no events); if so, it goes out
+        with the next events."""
+        self._ready = self._ready or any("Listening on" in line and _LISTENING.match(_message(line))
+                                         for line in text.split("\n"))
+        self._announce = self._ready
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -111,33 +133,59 @@ class UiParser(Parser):
 
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record: a start-up, a 404, a warning or an error."""
-        text = strip_prefix(record.text)
-        if _LISTENING.match(text):
+        events: list[Event] = []
+        if self._announce:
+            self._announce = False
+            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
+        text = record.text
+        if text.startswith(_NOT_FOUND_LINES):
+            events.append(Event("ui_not_found_total", (), 1, rule="not_found"))
+            return events
+        line = logged(text)
+        message = strip_prefix(text) if line is None else line.message
+        if _LISTENING.match(message):
             self._ready = True
-            return [Event("backend_restarts_total", (), 1, rule="listening"),
-                    Event("backend_ready", (self.model,), 1, rule="listening")]
-        if _NOT_FOUND.match(text):
-            return [Event("ui_not_found_total", (), 1, rule="not_found")]
-        w = _WARNING.match(text)
+            events += [Event("backend_restarts_total", (), 1, rule="listening"),
+                       Event("backend_ready", (self.model,), 1, rule="listening")]
+            return events
+        head = message.partition("\n")[0]
+        if "Not found: /" in head and _NOT_FOUND.search(head):
+            events.append(Event("ui_not_found_total", (), 1, rule="not_found"))
+            return events
+        w = _WARNING.match(message)
         if w:
             kind = w.group(1) if w.group(1) in WARNING_KINDS else "other"
-            return [Event("ui_warnings_total", (kind,), 1, rule="warning")]
-        kind = self.error_type(text)
-        if kind is None:
-            return []
-        return [Event("backend_errors_total", (self.model, kind), 1, rule="error")]
+            events.append(Event("ui_warnings_total", (kind,), 1, rule="warning"))
+            return events
+        if line is None:
+            kind = self.error_type(message)
+        elif line.error:
+            kind = self.error_type(message, whole=text, name=line.name, logged=True)
+        else:  # a level below error: no error, whatever the message says
+            return events
+        if kind is not None:
+            events.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
+        return events
 
     @staticmethod
-    def error_type(text: str) -> str | None:
-        """The ``error_type`` of an error record, ``None`` for a record that is no error."""
+    def error_type(text: str, whole: str = "", name: str = "", logged: bool = False) -> str | None:
+        """The ``error_type`` of an error record, ``None`` for a record that is no error.
+
+        ``text``: the record, or a logger's message; ``whole``: the whole record, where causes are
+        looked for too (a JSON line's ``err.cause``); ``name``: the class the logger named;
+        ``logged``: the logger said error or above, so it is an error whatever it says.
+        """
         first = _CLASS_FIRST.match(text)
         stack = node_error(text)
-        if first is None and stack is None and not _ERROR_LINE.match(text):
+        if not logged and first is None and stack is None and not _ERROR_LINE.match(text):
             return None
-        cause = PHRASES.classify(text)
+        cause = PHRASES.classify(whole or text)
         if cause not in ("exception", "error"):
             return cause
-        name = first.group(1) if first else stack[0] if stack and stack[0] in STANDARD else "Error"
+        if not name:
+            named = _NAMED.search(text.partition("\n")[0])
+            name = (first.group(1) if first else stack[0] if stack and stack[0] in STANDARD
+                    else named.group(1) if named else "Error")
         return snake(name)
 
     def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:

@@ -149,3 +149,86 @@ def test_zero_series_cover_the_types() -> None:
     assert ("ui_not_found_total", ()) in zeros
     assert ("backend_errors_total", ("unknown", "connection")) in zeros
     assert ("ui_warnings_total", ("DeprecationWarning",)) in zeros
+
+
+def errors_of(events: list[Event]) -> dict[str, float]:
+    """``{error_type: count}`` of the ``backend_errors_total`` events."""
+    out: dict[str, float] = {}
+    for e in events:
+        if e.metric == "backend_errors_total":
+            out[e.labels[1]] = out.get(e.labels[1], 0) + sum(values_of(e))
+    return out
+
+
+def test_bracketed_levels_count_from_error_up() -> None:
+    """``[ERROR]``/``[error]``/``[FATAL]`` lines (after a timestamp too) are one error each; ``[WARN]`` is none."""
+    events = run("[ERROR] (HTTP) SvelteKit 7f3c2a TypeError: fetch failed\n"
+                 "2026-09-09T12:20:52.123Z [ERROR] load failed: TypeError: Cannot read properties of null\n"
+                 "    at load (file:///app/build/server/chunks/2.js:4:9)\n"
+                 "    at async render (file:///app/build/server/index.js:90:3)\n"
+                 "[2026-09-09 12:20:52] [FATAL] ReferenceError: session is not defined\n"
+                 "[error] could not save the thread\n"
+                 "[WARN] retrying after an error\n"
+                 "[2026-09-09 12:20:53] [ERROR] (HTTP) SvelteKitError: Not found: /wp-admin")
+    assert errors_of(events) == {"connection": 1, "type_error": 1, "reference_error": 1, "error": 1}
+    assert count(events, "ui_not_found_total") == 1
+
+
+def test_pino_json_levels_count_from_50_up() -> None:
+    """pino lines of level 50, 60 or ``"error"`` are one error each, by ``err.type``; 30, 40 are none."""
+    stack = "\\n".join(["TypeError: Cannot read properties of undefined (reading 'id')",
+                        *(f"    at load (file:///app/build/server/chunks/1.js:{i}:20)" for i in range(5))])
+    events = run(
+        '{"level":50,"time":1726000000000,"pid":1,"hostname":"ui-1","msg":"fetch failed",'
+        '"err":{"type":"TypeError","message":"fetch failed","stack":"TypeError: fetch failed\\n    at f (node:a:1)"}}\n'
+        f'{{"level":50,"time":1726000000001,"msg":"load failed","err":{{"type":"TypeError","stack":"{stack}"}}}}\n'
+        '{"level":60,"time":1726000000002,"msg":"cannot start","err":{"type":"alice@example.com typed this"}}\n'
+        '{"level":"error","time":"2026-09-09T12:20:52.123Z","msg":"no session"}\n'
+        '{"level":40,"time":1726000000003,"msg":"an error, retrying","err":{"type":"TypeError"}}\n'
+        '{"level":30,"time":1726000000004,"msg":"error page rendered"}\n'
+        '{"level":50,"time":1726000000005,"msg":"Not found: /.env","err":{"type":"SvelteKitError",'
+        '"message":"Not found: /.env","stack":"SvelteKitError: Not found: /.env\\n    at resolve (file:///i.js:1:2)"}}')
+    assert errors_of(events) == {"connection": 1, "type_error": 1, "error": 2}
+    assert count(events, "ui_not_found_total") == 1
+
+
+def test_winston_formats_count_from_error_up() -> None:
+    """winston's ``error: ...`` (after a timestamp too) and JSON ``"level":"error"`` count; ``warn``, ``info`` not."""
+    events = run('error: Something failed {"service":"ui"}\n'
+                 '2026-09-09T12:20:52.123Z error: RangeError: Invalid time value {"service":"ui"}\n'
+                 '{"level":"error","message":"Thread not saved","timestamp":"2026-09-09T12:20:52.124Z"}\n'
+                 'warn: an error may follow {"service":"ui"}\n'
+                 'info: error page shown {"service":"ui"}\n'
+                 '{"level":"warn","message":"Error budget low","timestamp":"2026-09-09T12:20:52.125Z"}\n'
+                 'error: SvelteKitError: Not found: /robots.txt {"service":"ui"}')
+    assert errors_of(events) == {"error": 2, "range_error": 1}
+    assert count(events, "ui_not_found_total") == 1
+
+
+def test_console_error_lines_count_once_with_their_frames() -> None:
+    """Bare error lines, a stack with its frames, ``Uncaught ...``, ``Unhandled rejection ...``: one error each."""
+    events = run("Error: connect ECONNREFUSED 127.0.0.1:5432\n"
+                 "TypeError: Cannot read properties of undefined (reading 'x')\n"
+                 "    at GET (file:///app/build/server/entries/endpoints/api/_server.ts.js:8:30)\n"
+                 "    at async render_endpoint (file:///app/build/server/index.js:1200:20)\n"
+                 "Uncaught Error boom\n"
+                 "Unhandled rejection RangeError: Maximum call stack size exceeded\n"
+                 "Unhandled Rejection at: Promise { <rejected> 1 } reason: nope\n"
+                 "Error: Not found: /favicon.ico")
+    assert errors_of(events) == {"connection": 1, "type_error": 1, "error": 2, "range_error": 1}
+    assert count(events, "ui_not_found_total") == 1
+
+
+def test_readiness_is_announced_after_learn_and_restore() -> None:
+    """A server found listening by ``learn`` (or ``restore``) is said ready once, with the next record's events."""
+    parser = UiParser()
+    parser.learn("2026-09-09T12:00:00Z info: booting\nListening on http://0.0.0.0:3000\n")
+    first = list(parser.parse(Record("connected to supabase")))
+    assert [(e.metric, e.labels, e.value) for e in first] == [("backend_ready", ("unknown",), 1)]
+    assert list(parser.parse(Record("connected to supabase"))) == []
+    restored = UiParser()
+    restored.restore({"ready": True})
+    assert [e.metric for e in restored.parse(Record("Error: boom"))] == ["backend_ready", "backend_errors_total"]
+    idle = UiParser()
+    idle.learn("Using adapter-node\n")
+    assert list(idle.parse(Record("connected to supabase"))) == []
