@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,9 +44,10 @@ class Server:
     """A running 'logmetrics watch ... --listen 127.0.0.1:0' process."""
 
     def __init__(self, *args: str, cwd: Path | None = None, stdin: int = subprocess.DEVNULL,
-                 preexec_fn: Callable[[], object] | None = None) -> None:
+                 preexec_fn: Callable[[], object] | None = None, wrapper: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args],
+            [*wrapper, sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args], env=env,
             # unbuffered: a buffered readline could take two lines from the pipe and leave the second
             # (the URL) in its buffer, where select() never sees it
             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn, bufsize=0)
