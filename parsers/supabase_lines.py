@@ -1,10 +1,10 @@
 """One record of a Supabase stream read into a ``Line``: which component wrote it, at what level,
 whether it is a request (and its duration), a start-up, readiness or an error.
 
-The reading is per format (``supabase_patterns``); what is counted is the parser's business
-(``parsers.supabase``). Nothing here keeps state: what depends on the records before (a
-PostgREST error's JSON line, the second line of an Erlang crash, which Elixir service a stream
-is) is decided by the parser.
+The reading is per format (``supabase_patterns``, ``supabase_elixir``); what is counted is the
+parser's business (``parsers.supabase``). Nothing here keeps state: what depends on the records
+before (a PostgREST error's JSON line, the second line of an Erlang crash, which Elixir service a
+stream is) is decided by the parser.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import orjson
 
+from . import supabase_elixir as E
 from . import supabase_patterns as P
 
 #: ``Line.life`` values: a start-up (``start``), ready (``ready``), both, or down (``down``).
@@ -68,13 +69,12 @@ def _read(text: str) -> Line | None:
     m = P.PGRST.match(first)
     if m is not None:
         return _pgrst(m.group("msg"))
-    m = P.ELIXIR.match(first)
+    m = E.LINE.match(first) if "]" in first else None
     if m is not None:
         level = P.LEVELS.get(m.group("level"), "info")
         msg = m.group("msg")
         life = START_READY if msg.startswith("Running ") and "Web.Endpoint with" in msg else ""
-        component = P.REALTIME if m.group("meta") else ""
-        return Line(component, "elixir", level, life=life, error=level in P.ERROR_LEVELS)
+        return Line("", "elixir", level, life=life, error=level in P.ERROR_LEVELS or E.exited(msg))
     m = P.NGINX_ERROR.match(first)
     if m is not None:
         level = P.LEVELS.get(m.group("level"), "info")
@@ -95,7 +95,7 @@ def _read(text: str) -> Line | None:
         return Line(P.STORAGE, "pino", level, life=life, error=level in P.ERROR_LEVELS)
     if first.startswith(P.ERLANG_HALT) or first.startswith(P.ERLANG_DUMP):
         return Line("", "erlang", "critical", life=DOWN, error=True)
-    if P.ELIXIR_RAISE.match(first):
+    if E.RAISE.match(first):
         return Line("", "elixir", "error", error=True)
     return None
 
@@ -105,8 +105,8 @@ def component_named(name: str) -> str:
     name = name.rsplit("/", 1)[-1].lower()
     for word, component in (("postgrest", P.REST), ("postgres", P.DB), ("kong", P.KONG), ("gotrue", P.AUTH),
                             ("storage", P.STORAGE), ("realtime", P.REALTIME), ("analytics", P.ANALYTICS),
-                            ("logflare", P.ANALYTICS), ("supabase-db", P.DB), ("supabase-auth", P.AUTH),
-                            ("supabase-rest", P.REST)):
+                            ("logflare", P.ANALYTICS), ("supavisor", P.POOLER), ("pooler", P.POOLER),
+                            ("supabase-db", P.DB), ("supabase-auth", P.AUTH), ("supabase-rest", P.REST)):
         if word in name:
             return component
     return ""
