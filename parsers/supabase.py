@@ -4,7 +4,7 @@ Every event carries the component that wrote the record as its ``backend``: ``su
 ``supabase-rest`` (PostgREST), ``supabase-auth`` (GoTrue), ``supabase-storage``, ``supabase-db``
 (Postgres), ``supabase-realtime``, ``supabase-analytics`` (Logflare), ``supabase-pooler``
 (Supavisor). The component is told from the line's format (``supabase_lines``); records whose
-format names none (an Elixir line, a Bitnami line of another module) take
+format names none (an Elixir line, a Bitnami line of another module, another logger's JSON) take
 the component the stream is named after (a file, container or compose service), else, for Elixir
 lines, the service the record names (``supabase_elixir``) or the stream's last one, else Realtime;
 else the parser's name, ``supabase``.
@@ -19,9 +19,10 @@ else the parser's name, ``supabase``.
   their ``ERROR``/``FATAL`` line; PostgREST's JSON error object after ``An error ocurred when
   loading the schema cache`` belongs to that error; an Elixir crash report, from its ``[error]``
   line (or an application's exit) through its ``** (X)`` line, frames, ``Last message:`` and
-  ``State:``, is one record; an Erlang crash's two lines are one crash), by ``error_type`` from a
-  phrase table (an Elixir report's data fields left out), else the SQLSTATE class, else an Elixir
-  exception's class (``runtime_error``), else ``error``.
+  ``State:``, is one record; a JSON object printed over lines is one record; an Erlang crash's two
+  lines are one crash), by ``error_type`` from a phrase table (an Elixir report's data fields left
+  out), else the SQLSTATE class, else an Elixir exception's class (``runtime_error``), else
+  ``error``.
 - Start-ups (``backend_restarts_total``) and ``backend_ready``: Postgres ``database system is
   ready to accept connections``, ``Starting PostgREST`` (then ``Connection successful``, ``Listening
   on port``, ``Schema cache loaded`` for ready), ``GoTrue API started on``, Storage's
@@ -40,7 +41,7 @@ from logmetrics.catalog import Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Record, split_records
-from logmetrics.shapes import POSTGRES, Shape
+from logmetrics.shapes import POSTGRES, PRETTY_JSON, Shape
 
 from . import supabase_elixir as E
 from . import supabase_lines as L
@@ -90,7 +91,7 @@ class SupabaseParser(Parser):
         "supabase-*", "supabase_*", "*/supabase-*", "kong", "kong[-_.]*", "*postgrest*", "*gotrue*",
         "realtime", "realtime[-_.]*", "*supabase-realtime*", "storage", "storage[-_.]*", "storage-api*",
         "*supabase-storage*", "*supavisor*")
-    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, E.CRASH, INDENTED_NOT_PG)
+    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, E.CRASH, PRETTY_JSON, INDENTED_NOT_PG)
     process_names: ClassVar[tuple[str, ...]] = ("postgrest", "gotrue", "kong", "realtime", "storage-api")
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("supabase_log_records_total", "counter", ("level",),
@@ -123,7 +124,7 @@ class SupabaseParser(Parser):
     def named(self, names: tuple[str, ...]) -> None:
         """A stream named after a component (``supabase-analytics``, ``supavisor``: a file, compose
         service or container) is that component for its records whose format does not say whose
-        they are (Elixir lines, a Bitnami line of another module)."""
+        they are (Elixir lines, a Bitnami line of another module, another logger's JSON)."""
         for name in names:
             component = L.component_named(name)
             if component:

@@ -69,6 +69,8 @@ def test_every_sample_gives_valid_events(sample: Path) -> None:
     assert events
     allowed: set[str | None] = {"supabase-kong", "supabase-rest", "supabase-auth", "supabase-storage", "supabase-db",
                                 "supabase-realtime", "supabase-analytics", "supabase-pooler"}
+    if sample.stem == "pretty-json":
+        allowed.add(None)  # another Node logger's objects, in a file named after no component: the parser's name
     assert {e.backend for e in events} <= allowed
 
 
@@ -476,3 +478,46 @@ def test_exception_classes_are_bounded_per_stream() -> None:
     assert kinds[16:] == ["exception"] * 4
     again = run("10:00:00.000 [error] y\n** (Custom3Error) boom\n", parser)
     assert [labels[1] for _, labels in counted(again, "backend_errors_total")] == ["custom3_error"]
+
+
+GOTRUE_PRETTY = ('{\n  "component": "api",\n  "error": {\n    "code": "unexpected_failure",\n    "hints": [\n'
+                 '      "retry"\n    ]\n  },\n  "level": "error",\n  "msg": "Unable to parse: \\"}\\" {",\n'
+                 '  "time": "2026-09-09T10:00:03Z"\n}\n')
+
+
+def test_a_pretty_printed_gotrue_error_is_one_error() -> None:
+    """A GoTrue object over lines (nested, braces in a string) is one record: one error, read like a one-line one."""
+    events = run(GOTRUE_PRETTY)
+    assert counted(events, "backend_errors_total") == [("supabase-auth", ("unknown", "error"))]
+    assert counted(events, "supabase_log_records_total") == [("supabase-auth", ("error",))]
+    one_line = run('{"component":"api","level":"error","msg":"Unable to parse","time":"2026-09-09T10:00:03Z"}')
+    assert counted(one_line, "backend_errors_total") == counted(events, "backend_errors_total")
+
+
+@pytest.mark.parametrize("level", ["50", '"error"'])
+def test_a_pretty_printed_pino_error_is_a_storage_error(level: str) -> None:
+    """Storage's pino object over lines, level 50 or "error", is one Storage error typed by its contents."""
+    events = run(f'{{\n  "level": {level},\n  "pid": 1,\n  "hostname": "storage-0",\n  "error": {{\n'
+                 '    "name": "JsonWebTokenError"\n  },\n  "msg": "unable to get owner"\n}\n')
+    assert counted(events, "backend_errors_total") == [("supabase-storage", ("unknown", "jwt"))]
+    assert counted(events, "supabase_log_records_total") == [("supabase-storage", ("error",))]
+
+
+def test_another_loggers_object_takes_the_streams_component() -> None:
+    """An object with a level and "message" (no "msg") is the component the stream is named after."""
+    parser = SupabaseParser()
+    parser.named(("supabase-storage-0",))
+    events = run('{\n  "level": "error",\n  "message": "Unhandled rejection"\n}\n', parser)
+    assert counted(events, "backend_errors_total") == [("supabase-storage", ("unknown", "error"))]
+
+
+def test_an_unterminated_object_does_not_swallow_the_lines_after_it() -> None:
+    """An object cut off counts from the fields that arrived; the lines after it are records of their own."""
+    events = run('{\n  "level": "error",\n  "msg": "database connection lost",\n  "detail": {\n'
+                 + PG + "FATAL:  password authentication failed for user \"x\"\n"
+                 "10:00:01.000 [error] Postgrex.Protocol failed to connect: econnrefused\n"
+                 '{"level":"info","msg":"reconnected"}\n')
+    assert counted(events, "backend_errors_total") == [
+        ("supabase-auth", ("unknown", "error")), ("supabase-db", ("unknown", "auth_failed")),
+        ("supabase-realtime", ("unknown", "connection_refused"))]
+    assert len(counted(events, "supabase_log_records_total")) == 4
