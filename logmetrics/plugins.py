@@ -24,7 +24,7 @@ Two optional parts concern the backend's life:
   series where a gap would look like a failed scrape. Nothing else is needed for it.
 
 Multi-line records: ``shapes`` names the shapes the backend logs (``logmetrics.shapes``:
-``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``INDENTED``, or a ``Shape`` of the parser's
+``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``PRETTY_JSON``, ``INDENTED``, or a ``Shape`` of the parser's
 own); the records stage joins them into one pattern. The older ``continuation`` (a compiled regex:
 lines that continue the record above, matched at each line's start) still works: a parser that
 sets it and not ``shapes`` has its records cut by it, line by line.

@@ -3,7 +3,7 @@
 A parser declares the shapes its logs have (``Parser.shapes``); the records stage compiles them
 into one regular expression that cuts a text into records in one ``findall`` (``Shapes``).
 
-A ``Shape`` has up to three parts, each a regular expression matched at the start of a line:
+A ``Shape`` has up to four parts, each a regular expression matched at the start of a line:
 
 - ``lines``: lines that continue any record above them (indented lines, ``Traceback (most recent
   call last):``);
@@ -12,7 +12,9 @@ A ``Shape`` has up to three parts, each a regular expression matched at the star
   record of its own, as a Node ``TypeError: x`` line does);
 - ``head`` and ``body``: a record's first line, and lines that continue it, which may refer to the
   head's named groups (Postgres repeats the first line's prefix on its ``DETAIL:`` lines). Name
-  those groups after the shape, as they share one pattern with the other shapes' groups.
+  those groups after the shape, as they share one pattern with the other shapes' groups;
+- ``close``: a line that ends a record: once it is taken, no line continues that record (the ``}``
+  of a JSON object printed over lines). Like ``body``, it refers to the head's groups.
 
 A pattern matches within one line (``[^\\n]``, never ``.`` across lines); the end of a line is
 ``(?![^\\r\\n])``, not ``$``.
@@ -46,6 +48,7 @@ class Shape:
     ends: str = ""
     head: str = ""
     body: str = ""
+    close: str = ""
 
 
 #: Indented lines continue the record above (stack frames, the llama.cpp timing block).
@@ -63,6 +66,17 @@ POSTGRES = Shape(
     "postgres",
     head=r"(?P<postgres_prefix>[^\n]*?)(?:DEBUG\d?|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC):  ",
     body=r"(?P=postgres_prefix)(?:DETAIL|HINT|CONTEXT|STATEMENT|QUERY|LOCATION):  ",
+)
+#: A JSON object printed over lines (``JSON.stringify(o, null, 2)``, Go's ``json.MarshalIndent``, a
+#: logger's pretty option): a ``{`` alone at the start of a line, its indented lines (nested objects,
+#: arrays), and the ``}`` at the start of a line that closes it. The indented lines and the ``}`` continue
+#: only a record that such a ``{`` began; an object that never closes ends at the next line that is not
+#: indented, so it cannot swallow the log after it.
+PRETTY_JSON = Shape(
+    "pretty_json",
+    head=r"(?P<pretty_json>)\{[ \t]*" + EOL,
+    body=r"[ \t](?P=pretty_json)",
+    close=r"\}[ \t]*" + EOL + r"(?P=pretty_json)",
 )
 #: What a parser gets unless it declares its own: Python tracebacks and indented lines.
 DEFAULT_SHAPES: tuple[Shape, ...] = (PYTHON_TRACEBACK, INDENTED)
@@ -95,14 +109,17 @@ class Shapes:
         units = list(ending)
         units += [f"(?:{s.body})[^\n]*" for s in shapes if s.body]
         units += [f"(?:{s.lines})[^\n]*" for s in shapes if s.lines and not s.ends]
+        closes = [f"(?:{s.close})[^\n]*" for s in shapes if s.close]
         # a record may begin inside a traceback (reading began there): a frame and its exception line
         first = "|".join([*(f"(?:{h})[^\n]*" for h in heads), *ending, r"[^\n]+"])
         more = rf"(?:\n+(?:{'|'.join(units)}))*" if units else ""
+        if closes:
+            more += rf"(?:\n+(?:{'|'.join(closes)}))?"
         self.record = re.compile(f"(?:{first}){more}")
         self._record = self.record.match
         # Lines that might continue a record (a body without the head's groups it refers to). The
         # scan leaves out ``ends`` lines: they continue a record only after a ``lines`` line, found.
-        loose = [_BACKREF.sub(r"[^\n]*?", p) for s in shapes for p in (s.lines, s.body) if p]
+        loose = [_BACKREF.sub(r"[^\n]*?", p) for s in shapes for p in (s.lines, s.body, s.close) if p]
         scan = "|".join(f"(?:{p})" for p in loose) or "(?!)"
         self._candidate = re.compile(rf"\n(?={scan})")  # ``\n+`` would lose re's fast literal search
         self._starts = re.compile(scan).match

@@ -2,9 +2,12 @@
 
 Every event carries the component that wrote the record as its ``backend``: ``supabase-kong``,
 ``supabase-rest`` (PostgREST), ``supabase-auth`` (GoTrue), ``supabase-storage``, ``supabase-db``
-(Postgres), ``supabase-realtime``, ``supabase-analytics`` (Logflare). The component is told from
-the line's format (``supabase_lines``); records whose format names none (a Bitnami line of another
-module) keep the parser's name, ``supabase``.
+(Postgres), ``supabase-realtime``, ``supabase-analytics`` (Logflare), ``supabase-pooler``
+(Supavisor). The component is told from the line's format (``supabase_lines``); records whose
+format names none (an Elixir line, a Bitnami line of another module, another logger's JSON) take
+the component the stream is named after (a file, container or compose service), else, for Elixir
+lines, the service the record names (``supabase_elixir``) or the stream's last one, else Realtime;
+else the parser's name, ``supabase``.
 
 - Requests: Kong's and PostgREST's access lines, GoTrue's ``request completed`` and Storage's
   ``type:"request"`` JSON lines give ``http_requests_total`` by method, route template and code
@@ -15,9 +18,11 @@ module) keep the parser's name, ``supabase``.
 - Errors: one per error record (Postgres ``DETAIL``/``STATEMENT``/... lines are one record with
   their ``ERROR``/``FATAL`` line; PostgREST's JSON error object after ``An error ocurred when
   loading the schema cache`` belongs to that error; an Elixir crash report, from its ``[error]``
-  line through its ``** (X)`` line, frames, ``Last message:`` and ``State:``, is one record; an
-  Erlang crash's two lines are one crash), by ``error_type`` from a phrase table (an Elixir report's
-  data fields left out), else the SQLSTATE class, else ``error``.
+  line (or an application's exit) through its ``** (X)`` line, frames, ``Last message:`` and
+  ``State:``, is one record; a JSON object printed over lines is one record; an Erlang crash's two
+  lines are one crash), by ``error_type`` from a phrase table (an Elixir report's data fields left
+  out), else the SQLSTATE class, else an Elixir exception's class (``runtime_error``), else
+  ``error``.
 - Start-ups (``backend_restarts_total``) and ``backend_ready``: Postgres ``database system is
   ready to accept connections``, ``Starting PostgREST`` (then ``Connection successful``, ``Listening
   on port``, ``Schema cache loaded`` for ready), ``GoTrue API started on``, Storage's
@@ -36,8 +41,9 @@ from logmetrics.catalog import Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Record, split_records
-from logmetrics.shapes import POSTGRES, Shape
+from logmetrics.shapes import POSTGRES, PRETTY_JSON, Shape
 
+from . import supabase_elixir as E
 from . import supabase_lines as L
 from . import supabase_patterns as P
 from .common import HTTP_METHODS, OTHER, RouteLabels
@@ -56,7 +62,9 @@ _ZERO_TYPES = {
            "disk_full", "oom", "timeout"),
     P.REALTIME: ("error", "connection_refused", "auth_failed", "crash", "timeout"),
     P.ANALYTICS: ("error", "connection_refused", "auth_failed", "crash"),
+    P.POOLER: ("error", "connection_refused", "auth_failed", "too_many_connections", "timeout"),
 }
+_ELIXIR_SERVICES = (P.REALTIME, P.ANALYTICS, P.POOLER)
 #: Each component's own routes, for the paths it logs without Kong's mount.
 _OWN_ROUTES: dict[str, Rules] = {P.STORAGE: STORAGE_RULES, P.AUTH: AUTH_RULES, P.REST: REST_RULES,
                                  P.REALTIME: REALTIME_RULES}
@@ -65,10 +73,10 @@ _SNIFF_STRONG = re.compile(
     r"|\"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /(?:rest|auth|storage|realtime|functions)/v1/"
     r"|^(?:postgresql|kong|gotrue|postgrest|supabase-[\w-]+) \d{2}:\d{2}:\d{2}\.\d{2} |kong_request_id: "
     r"|\[kong\]|server: kong|\"component\":\"api\",[^\n]*\"msg\":\"request completed\""
-    r"|Kernel pid terminated \(application_controller\)"
+    r"|Kernel pid terminated \(application_controller\)|\bSupavisor(?:Web)?\.[A-Z]"
     r"|^supabase-(?:db|kong|rest|auth|storage|realtime|analytics|meta|studio|vector|pooler|imgproxy) +\|", re.M)
 _SNIFF_SOME = re.compile(
-    r"^\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:debug|info|notice|warning|error)\] "
+    r"^(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:debug|info|notice|warning|warn|error)\] "
     r"|^[^\w\n]*(?:\S+ )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? [A-Z]{2,5} \[\d+\] (?:\S*@\S* )?[A-Z]+:  "
     r"|^time=\"[^\"]*\" level=\w+ msg=|^\{\"level\":\d\d,\"time\""
     r"|^\[[^\]\n]{8,32}\] (?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \((?:[^\s/()]+/)?\d+ on [^)\n]+\): ", re.M)
@@ -82,8 +90,8 @@ class SupabaseParser(Parser):
     claims: ClassVar[tuple[str, ...]] = (
         "supabase-*", "supabase_*", "*/supabase-*", "kong", "kong[-_.]*", "*postgrest*", "*gotrue*",
         "realtime", "realtime[-_.]*", "*supabase-realtime*", "storage", "storage[-_.]*", "storage-api*",
-        "*supabase-storage*")
-    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, P.ELIXIR_CRASH, INDENTED_NOT_PG)
+        "*supabase-storage*", "*supavisor*")
+    shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, E.CRASH, PRETTY_JSON, INDENTED_NOT_PG)
     process_names: ClassVar[tuple[str, ...]] = ("postgrest", "gotrue", "kong", "realtime", "storage-api")
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("supabase_log_records_total", "counter", ("level",),
@@ -97,6 +105,8 @@ class SupabaseParser(Parser):
         self._seen: set[str] = set()
         self._ready: set[str] = set()
         self._elixir = ""  # the Elixir service this stream is, once a record said it
+        self._named = ""  # the component the stream is named after
+        self._classes: set[str] = set()  # the Elixir exception classes counted as error types
         self._after = ""  # the kind of the record before: "schema_cache" or "erlang_halt"
 
     def state(self) -> dict[str, object]:
@@ -112,12 +122,13 @@ class SupabaseParser(Parser):
             self._elixir = str(elixir)
 
     def named(self, names: tuple[str, ...]) -> None:
-        """A stream named after Realtime or Logflare (``supabase-analytics``, a compose service or
-        container) is that service for its Elixir lines, which do not say which they are."""
+        """A stream named after a component (``supabase-analytics``, ``supavisor``: a file, compose
+        service or container) is that component for its records whose format does not say whose
+        they are (Elixir lines, a Bitnami line of another module, another logger's JSON)."""
         for name in names:
             component = L.component_named(name)
-            if component in (P.REALTIME, P.ANALYTICS):
-                self._elixir = component
+            if component:
+                self._named = component
                 return
 
     def learn(self, text: str) -> None:
@@ -168,19 +179,21 @@ class SupabaseParser(Parser):
         elif line.kind == "erlang" and record.text.startswith(P.ERLANG_HALT):
             self._after = "erlang_halt"
         if error:
-            text = P.ELIXIR_DATA.sub("", record.text) if line.kind == "elixir" else record.text
-            events.append(Event("backend_errors_total", (self.model, P.error_type(text)), 1, backend, rule="error"))
+            kind = E.error_type(record.text, self._classes) if line.kind == "elixir" else P.error_type(record.text)
+            events.append(Event("backend_errors_total", (self.model, kind), 1, backend, rule="error"))
         return events
 
     def _component(self, line: L.Line, text: str) -> str:
-        """The line's component; for Elixir and Erlang lines, Logflare where the text names it, else
-        what this stream was found to be, else Realtime."""
-        if line.kind not in ("elixir", "erlang"):
+        """The line's component; where its format does not tell (``""``), the one the stream is named
+        after. An Elixir or Erlang record without either is from the service the text names (which the
+        stream is then taken to be), else the one the stream was found to be, else Realtime."""
+        if line.component:
             return line.component
-        if "ogflare" in text:
-            self._elixir = P.ANALYTICS
-        elif line.component and not self._elixir:
-            self._elixir = line.component
+        if line.kind not in ("elixir", "erlang"):
+            return self._named
+        if self._named in _ELIXIR_SERVICES:
+            return self._named
+        self._elixir = E.service(text) or self._elixir
         return self._elixir or P.REALTIME
 
     def _zeros(self, component: str) -> list[Event]:

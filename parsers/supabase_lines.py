@@ -1,20 +1,26 @@
 """One record of a Supabase stream read into a ``Line``: which component wrote it, at what level,
 whether it is a request (and its duration), a start-up, readiness or an error.
 
-The reading is per format (``supabase_patterns``); what is counted is the parser's business
-(``parsers.supabase``). Nothing here keeps state: what depends on the records before (a
-PostgREST error's JSON line, the second line of an Erlang crash, which Elixir service a stream
-is) is decided by the parser.
+The reading is per format (``supabase_patterns``, ``supabase_elixir``); what is counted is the
+parser's business (``parsers.supabase``). Nothing here keeps state: what depends on the records
+before (a PostgREST error's JSON line, the second line of an Erlang crash, which Elixir service a
+stream is) is decided by the parser.
+
+A JSON object may fill a line or be printed over lines (the ``PRETTY_JSON`` shape: ``{``, its
+indented lines, ``}``); either way it is read the same, and one that never closed (cut off) is read
+from its top-level fields that did arrive.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import NamedTuple
 
 import orjson
 
+from . import supabase_elixir as E
 from . import supabase_patterns as P
 
 #: ``Line.life`` values: a start-up (``start``), ready (``ready``), both, or down (``down``).
@@ -29,7 +35,8 @@ _PGRST_ERROR = ("error", "Error", "ERROR", "failed", "Failed", "Could not", "cou
 
 
 class Line(NamedTuple):
-    """What one record says. ``component`` "" when the format does not tell (Elixir, PostgREST's JSON)."""
+    """What one record says. ``component`` "" when the format does not tell (Elixir, a JSON object of no
+    known service)."""
 
     component: str
     kind: str  # the format, for the events' rule: "access", "postgres", "json", ...
@@ -58,6 +65,8 @@ def read(text: str) -> Line | None:
 def _read(text: str) -> Line | None:
     first = text.split("\n", 1)[0]
     if first.startswith(("{", '"{')):
+        if first.rstrip() == "{" and "\n" in text:
+            return _object(_loads(text) or _fields(text))
         return _json(first)
     m = P.POSTGRES.match(text)
     if m is not None:
@@ -68,13 +77,12 @@ def _read(text: str) -> Line | None:
     m = P.PGRST.match(first)
     if m is not None:
         return _pgrst(m.group("msg"))
-    m = P.ELIXIR.match(first)
+    m = E.LINE.match(first) if "]" in first else None
     if m is not None:
         level = P.LEVELS.get(m.group("level"), "info")
         msg = m.group("msg")
         life = START_READY if msg.startswith("Running ") and "Web.Endpoint with" in msg else ""
-        component = P.REALTIME if m.group("meta") else ""
-        return Line(component, "elixir", level, life=life, error=level in P.ERROR_LEVELS)
+        return Line("", "elixir", level, life=life, error=level in P.ERROR_LEVELS or E.exited(msg))
     m = P.NGINX_ERROR.match(first)
     if m is not None:
         level = P.LEVELS.get(m.group("level"), "info")
@@ -95,7 +103,7 @@ def _read(text: str) -> Line | None:
         return Line(P.STORAGE, "pino", level, life=life, error=level in P.ERROR_LEVELS)
     if first.startswith(P.ERLANG_HALT) or first.startswith(P.ERLANG_DUMP):
         return Line("", "erlang", "critical", life=DOWN, error=True)
-    if P.ELIXIR_RAISE.match(first):
+    if E.RAISE.match(first):
         return Line("", "elixir", "error", error=True)
     return None
 
@@ -105,8 +113,8 @@ def component_named(name: str) -> str:
     name = name.rsplit("/", 1)[-1].lower()
     for word, component in (("postgrest", P.REST), ("postgres", P.DB), ("kong", P.KONG), ("gotrue", P.AUTH),
                             ("storage", P.STORAGE), ("realtime", P.REALTIME), ("analytics", P.ANALYTICS),
-                            ("logflare", P.ANALYTICS), ("supabase-db", P.DB), ("supabase-auth", P.AUTH),
-                            ("supabase-rest", P.REST)):
+                            ("logflare", P.ANALYTICS), ("supavisor", P.POOLER), ("pooler", P.POOLER),
+                            ("supabase-db", P.DB), ("supabase-auth", P.AUTH), ("supabase-rest", P.REST)):
         if word in name:
             return component
     return ""
@@ -137,23 +145,55 @@ def _pgrst(msg: str) -> Line:
 
 
 def _json(first: str) -> Line | None:
-    raw = first if first.startswith("{") else first[1: first.rfind("}") + 1]  # a CSV field holding JSON
+    return _object(_loads(first if first.startswith("{") else first[1: first.rfind("}") + 1]))  # or a CSV field
+
+
+def _loads(raw: str) -> object:
+    """The value of a JSON text; ``None`` when it is no JSON."""
     try:
-        obj = orjson.loads(raw)  # duplicated keys: the last one wins
+        return orjson.loads(raw)  # duplicated keys: the last one wins
     except orjson.JSONDecodeError:
         try:  # a number orjson will not take (``1e400``): the standard library makes it inf
-            obj = json.loads(raw)
+            return json.loads(raw)
         except ValueError:
             return None
-    if not isinstance(obj, dict) or "level" not in obj or not isinstance(obj.get("msg", ""), str):
+
+
+def _fields(text: str) -> dict[str, object]:
+    """The top-level fields of an object printed over lines that never closed (cut off): the lines
+    indented as its first field is, each ``"key": value`` with a value that ends on its line."""
+    lines = text.split("\n")
+    indent = lines[1][: len(lines[1]) - len(lines[1].lstrip(" \t"))]
+    obj: dict[str, object] = {}
+    for line in lines[1:]:
+        m = _FIELD.match(line)
+        if m is None or m.group(1) != indent or m.group(3).endswith(("{", "[")):
+            continue  # not a top-level field, or one whose value goes on over lines
+        key, value = _loads(m.group(2)), _loads(m.group(3))
+        if isinstance(key, str) and not isinstance(value, (dict, list)):
+            obj[key] = value
+    return obj
+
+
+_FIELD = re.compile(r'([ \t]+)("(?:[^"\\]|\\.)*")[ \t]*:[ \t]*(.*?),?[ \t]*\Z')
+
+
+def _object(obj: object) -> Line | None:
+    """A JSON log record: Storage's pino (a numeric level, its request, tenant and process keys), GoTrue's
+    logrus (a level and ``msg``), or another logger's (a level and ``message``: the stream's component)."""
+    if not isinstance(obj, dict) or "level" not in obj:
+        return None
+    msg = obj.get("msg", obj.get("message", ""))
+    if not isinstance(msg, str):
         return None
     level_raw = obj["level"]
     level = P.LEVELS.get(str(level_raw).lower(), "info")
-    msg: str = obj.get("msg", "")
     error = level in P.ERROR_LEVELS
     if isinstance(level_raw, int) or obj.get("type") == "request" or \
             any(k in obj for k in ("tenantId", "reqId", "pid", "hostname")):
         return _storage(obj, level, msg, error)
+    if "msg" not in obj and "message" in obj:
+        return Line("", "json", level, error=error)
     life = START_READY if msg.startswith("GoTrue API started") else ""
     if msg == "request completed":
         seconds = _seconds(obj.get("duration"), 1e9)

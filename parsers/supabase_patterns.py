@@ -1,5 +1,5 @@
-"""Line formats of Supabase's components, the shape of an Elixir crash report, and the error
-phrase table (route labels: ``supabase_routes``).
+"""Line formats of Supabase's components and the error phrase table (route labels:
+``supabase_routes``; the Elixir services' lines: ``supabase_elixir``).
 
 Each pattern is matched at the start of a record (the envelope and any compose prefix already
 peeled) and stays within one line. What each component prints:
@@ -13,17 +13,15 @@ peeled) and stays within one line. What each component prints:
   time in any of pino-pretty's forms; ``(pid)``, ``(name/pid on host)`` or none).
 - Postgres: ``log_line_prefix`` lines (``%h %m [%p] %q%u@%d `` or plain ``%m [%p] ``) with their
   ``DETAIL:``/``HINT:``/... lines (joined by the ``POSTGRES`` shape).
-- Realtime, Logflare (analytics), Supavisor: Elixir ``HH:MM:SS.mmm [k=v ]*[level] msg``, where an
-  ``[error]`` line may begin a crash report (``ELIXIR_CRASH``); the Erlang VM's ``Kernel pid
-  terminated`` and ``Crash dump is being written`` lines.
+- Realtime, Logflare (analytics), Supavisor (pooler): Elixir's Logger lines and crash reports
+  (``supabase_elixir``); the Erlang VM's ``Kernel pid terminated`` and ``Crash dump is being
+  written`` lines.
 - Bitnami images: init-script lines ``postgresql 14:15:38.73 INFO  ==> msg`` before the above.
 """
 
 from __future__ import annotations
 
 import re
-
-from logmetrics.shapes import Shape
 
 from .errors import COMMON_CAUSES, Phrases
 
@@ -34,7 +32,8 @@ STORAGE = "supabase-storage"
 DB = "supabase-db"
 REALTIME = "supabase-realtime"
 ANALYTICS = "supabase-analytics"
-COMPONENTS = (KONG, REST, AUTH, STORAGE, DB, REALTIME, ANALYTICS)
+POOLER = "supabase-pooler"  # Supavisor
+COMPONENTS = (KONG, REST, AUTH, STORAGE, DB, REALTIME, ANALYTICS, POOLER)
 #: The paths Kong routes to Supabase's services.
 KONG_PREFIXES = ("/rest/v1/", "/auth/v1/", "/storage/v1/", "/realtime/v1/", "/functions/v1/", "/graphql/v1/",
                  "/pg/", "/analytics/v1/")
@@ -53,21 +52,6 @@ POSTGRES = re.compile(
     r"(?P<sev>DEBUG\d?|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC):  (?P<msg>[^\n]*)")
 BITNAMI = re.compile(r"(?P<module>[a-z][\w-]*) \d{2}:\d{2}:\d{2}\.\d{2} (?:(?P<level>INFO|WARN|ERROR|DEBUG) +)?==>"
                      r"(?P<msg>[^\n]*)")
-ELIXIR = re.compile(r"\d{2}:\d{2}:\d{2}\.\d{3} (?P<meta>(?:\w+=\S+ )*)"
-                    r"\[(?P<level>debug|info|notice|warning|warn|error|critical|alert|emergency)\] (?P<msg>[^\n]*)")
-#: An Elixir exception printed on its own: ``** (DBConnection.ConnectionError) message``.
-ELIXIR_RAISE = re.compile(r"\*\* \([\w.]+\) ")
-#: An Elixir crash report: an ``[error]`` (or worse) line, then the exception (``** (RuntimeError) boom``,
-#: ``** (stop) exited in: ...``), its frames (indented: the parser's indented shape) and the report's
-#: fields. The empty group makes those lines continue only a record that such a line began; after
-#: anything else a ``** (X)`` line is a record (an error) of its own.
-ELIXIR_CRASH = Shape(
-    "elixir_crash",
-    head=r"(?P<elixir_crash>)\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:error|critical|alert|emergency)\] ",
-    body=r"(?:\*\* \(|(?:Last message|State|Function|Args|Parent|Reason|Client #PID<[^>\n]*> is)\b)(?P=elixir_crash)",
-)
-#: The report's fields that hold data (a process's state, a message), not what went wrong.
-ELIXIR_DATA = re.compile(r"^(?:Last message|State|Args|Parent|Client #PID)[^\n]*\n?", re.M)
 ERLANG_HALT = "Kernel pid terminated"
 ERLANG_DUMP = "Crash dump is being written"
 #: pino-pretty: ``[time] LEVEL (pid on host): msg``; the time as epoch ms, ``HH:MM:ss.l``, ``yyyy-mm-dd
@@ -98,7 +82,8 @@ PHRASES = Phrases(
         ("auth_failed", ("password authentication failed", "no pg_hba.conf entry", "invalid_password", "28P01")),
         ("too_many_connections", ("too many connections", "too many clients", "remaining connection slots", "53300")),
         ("deadlock", ("deadlock detected", "40P01")),
-        ("connection_refused", ("Connection refused", "connection refused", "ECONNREFUSED", "no live upstreams")),
+        ("connection_refused", ("Connection refused", "connection refused", "ECONNREFUSED", "econnrefused",
+                                "no live upstreams")),
         ("jwt", ("JsonWebTokenError", "invalid signature", "jwt expired", "invalid JWT", "TokenExpiredError")),
         ("constraint", ("violates unique constraint", "violates foreign key constraint", "violates not-null constraint",
                         "violates check constraint")),

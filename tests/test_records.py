@@ -7,7 +7,7 @@ import random
 import pytest
 
 from logmetrics.records import RecordAssembler, last_record_start, split_records
-from logmetrics.shapes import INDENTED, NODE_STACK, POSTGRES, PYTHON_TRACEBACK, compiled
+from logmetrics.shapes import INDENTED, NODE_STACK, POSTGRES, PRETTY_JSON, PYTHON_TRACEBACK, compiled
 
 TRACE = (
     "ERROR: Exception in ASGI application\n"
@@ -131,6 +131,61 @@ def test_split_and_last_start_agree_and_lose_no_line(seed: int) -> None:
     rng = random.Random(seed)
     rule = compiled((PYTHON_TRACEBACK, NODE_STACK, POSTGRES, INDENTED))
     text = "".join(rng.choice(LINES) + "\n" for _ in range(rng.randint(1, 40)))
+    records = split_records(text, rule)
+    assert "\n".join(records).split("\n") == [line for line in text.split("\n") if line]
+    if records:
+        assert split_records(text[last_record_start(text, rule):], rule) == [records[-1]]
+
+
+PRETTY = ('{\n  "level": "error",\n  "msg": "unexpected \\"}\\" near {",\n  "error": {\n    "details": [\n'
+          '      "a",\n      {\n        "b": 1\n      }\n    ]\n  }\n}\n')
+
+
+def test_a_pretty_printed_object_is_one_record_up_to_its_closing_brace() -> None:
+    """From ``{`` to the ``}`` at the start of a line: nested objects, arrays and braces in strings stay inside."""
+    rule = compiled((PRETTY_JSON,))
+    assert split_records("before\n" + PRETTY + "after\n" + PRETTY, rule) == [
+        "before", PRETTY.rstrip("\n"), "after", PRETTY.rstrip("\n")]
+
+
+def test_the_closing_brace_ends_the_object_record() -> None:
+    """After its ``}``, no line continues the object: an indented line is a record of its own."""
+    rule = compiled((PRETTY_JSON,))
+    assert split_records(PRETTY + "  indented after\n}\n", rule) == [PRETTY.rstrip("\n"), "  indented after", "}"]
+
+
+def test_an_object_that_never_closes_does_not_swallow_the_log_after_it() -> None:
+    """An unterminated object ends at the next line that is not indented; a later ``}`` stays alone."""
+    rule = compiled((PRETTY_JSON, INDENTED))
+    text = '{\n  "level": "error",\n  "detail": {\n10:00:01.000 [info] next\nplain line\n}\n{\n  "a": 1\n}\n'
+    assert split_records(text, rule) == ['{\n  "level": "error",\n  "detail": {', "10:00:01.000 [info] next",
+                                         "plain line", "}", '{\n  "a": 1\n}']
+
+
+def test_assembler_holds_an_object_until_its_closing_brace_and_caps_one_that_never_ends() -> None:
+    """An object cut across reads reaches the parser whole; one that never ends is let out at ``max_chars``."""
+    asm = RecordAssembler(compiled((PRETTY_JSON,)))
+    head, tail = PRETTY[:30].rsplit("\n", 1)[0] + "\n", PRETTY[len(PRETTY[:30].rsplit("\n", 1)[0]) + 1:]
+    assert asm.feed("x\n" + head) == ("x\n", 1)
+    assert asm.feed(tail + "y\n") == (PRETTY, PRETTY.count("\n"))
+    assert asm.flush() == ("y\n", 1)
+    capped = RecordAssembler(compiled((PRETTY_JSON,)), max_chars=1000)
+    out = [capped.feed("{\n")] + [capped.feed('  "k": "forty characters of value......",\n' * 10) for _ in range(50)]
+    out.append(capped.flush())
+    assert sum(n for _, n in out) == 501
+    assert all(len(text) <= 1000 + 500 for text, _ in out)
+
+
+PRETTY_LINES = ["{", "}", '  "a": 1,', '  "b": {', "  },", "INFO: plain", "    at f (a.js:1:2)", ""]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_split_and_last_start_agree_with_pretty_objects(seed: int) -> None:
+    """On random mixes of object lines and others: every non-blank line is kept once, in order, and the
+    last record found walking back is the last record the split gives."""
+    rng = random.Random(seed)
+    rule = compiled((PRETTY_JSON, NODE_STACK, INDENTED))
+    text = "".join(rng.choice(PRETTY_LINES) + "\n" for _ in range(rng.randint(1, 40)))
     records = split_records(text, rule)
     assert "\n".join(records).split("\n") == [line for line in text.split("\n") if line]
     if records:

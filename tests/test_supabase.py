@@ -67,8 +67,11 @@ def test_every_sample_gives_valid_events(sample: Path) -> None:
     """Every sample's records give events the engine accepts, each under a Supabase component."""
     events = run(sample.read_text(encoding="utf-8"))
     assert events
-    assert {e.backend for e in events} <= {"supabase-kong", "supabase-rest", "supabase-auth", "supabase-storage",
-                                          "supabase-db", "supabase-realtime", "supabase-analytics"}
+    allowed: set[str | None] = {"supabase-kong", "supabase-rest", "supabase-auth", "supabase-storage", "supabase-db",
+                                "supabase-realtime", "supabase-analytics", "supabase-pooler"}
+    if sample.stem == "pretty-json":
+        allowed.add(None)  # another Node logger's objects, in a file named after no component: the parser's name
+    assert {e.backend for e in events} <= allowed
 
 
 @pytest.mark.parametrize(("line", "backend"), [
@@ -195,6 +198,7 @@ def test_sniff_routes_supabase_and_leaves_other_backends() -> None:
     ("supabase-db", True), ("supabase-kong", True), ("kong", True), ("kong-7d9f", True),
     ("leapfrogai/supabase-rest-0/postgrest", True), ("gotrue.log", True), ("realtime", True),
     ("storage-api-1", True), ("/var/log/pods/ns_supabase-storage-0_uid/supabase-storage/0.log", True),
+    ("supavisor", True), ("supavisor-7d9f", True),
     ("/mnt/storage/logs/app.log", False), ("kongress.log", False), ("vllm-0", False),
 ])
 def test_claims(name: str, claimed: bool) -> None:
@@ -266,7 +270,7 @@ def test_elixir_crash_report_is_one_record_and_one_error() -> None:
     records = split_records(CRASH + TASK, record_rule(SupabaseParser))
     assert [r.split("\n", 1)[0][:12] for r in records] == ["10:00:07.300", "10:00:08.000"]
     events = run(CRASH + TASK)
-    assert counted(events, "backend_errors_total") == [("supabase-realtime", ("unknown", "error")),
+    assert counted(events, "backend_errors_total") == [("supabase-realtime", ("unknown", "runtime_error")),
                                                       ("supabase-realtime", ("unknown", "timeout"))]
     assert len(counted(events, "supabase_log_records_total")) == 2  # no record left unmatched
 
@@ -394,3 +398,126 @@ def test_non_ascii_digits_are_no_status() -> None:
                  '{"level":30,"pid":1,"hostname":"h","type":"request","req":{"method":"GET","url":"/bucket"},'
                  '"res":{"statusCode":"\u0662\u0660\u0660"}}\n')
     assert counted(events, "http_requests_total") == [("supabase-storage", ("GET", "/bucket", "499"))]
+
+
+POSTGREX = ("2026-09-09 12:20:52.123 [error] GenServer #PID<0.1234.0> terminating\n"
+            "** (Postgrex.Error) ssl not available\n"
+            "\n"
+            "    (db_connection 2.6.0) lib/db_connection/connection.ex:95: DBConnection.Connection.connect/2\n"
+            "    (stdlib 5.2.3) gen_server.erl:1095: :gen_server.try_handle_info/3\n"
+            "Last message (from #PID<0.900.0>): :connect\n"
+            'State: %{note: "connection refused yesterday"}\n'
+            "Client #PID<0.900.0> is alive\n"
+            "\n"
+            "    (stdlib 5.2.3) gen.erl:240: :gen.do_call/4\n"
+            "12:20:53.000 [info] Tenant reconnected\n")
+
+
+def test_elixir_error_with_frames_is_one_error_of_its_class_and_component() -> None:
+    """A dated [error] report with its ** (Postgrex.Error) line, frames and fields is one error, typed by its class."""
+    parser = SupabaseParser()
+    parser.named(("realtime-0.log",))
+    assert len(split_records(POSTGREX, record_rule(SupabaseParser))) == 2
+    events = run(POSTGREX, parser)
+    assert counted(events, "backend_errors_total") == [("supabase-realtime", ("unknown", "postgrex_error"))]
+    assert len(counted(events, "supabase_log_records_total")) == 2
+
+
+@pytest.mark.parametrize("prefix", ["2026-09-09 12:20:52.123 ", "12:20:52.123 project=abc external_id=abc ",
+                                    "request_id=F8x2kQ ", "2026-09-09 12:20:52.123 region=local ", ""])
+def test_every_elixir_prefix_reads_the_level(prefix: str) -> None:
+    """Date, time and metadata before [level], each optional: [error] is an error; info, debug, warning, warn not."""
+    events = run("".join(f"{prefix}[{level}] something happened\n" for level in
+                         ("info", "debug", "warning", "warn", "error")))
+    assert counted(events, "backend_errors_total") == [("supabase-realtime", ("unknown", "error"))]
+    assert sorted(labels[0] for _, labels in counted(events, "supabase_log_records_total")) == [
+        "debug", "error", "info", "warning", "warning"]
+
+
+def test_an_application_that_failed_to_start_is_an_error_and_a_stopped_one_is_not() -> None:
+    """[notice] Application x exited: ... returned an error is one error (with its ** (EXIT) line); :stopped is none."""
+    events = run("12:21:00.100 [notice] Application realtime exited: Realtime.Application.start(:normal, []) "
+                 "returned an error: shutdown: failed to start child: Realtime.Repo\n"
+                 "    ** (EXIT) shutdown\n"
+                 "12:21:00.200 [notice] Application runtime_tools exited: :stopped\n"
+                 "12:21:00.300 [info] Application logger exited: :stopped\n")
+    assert counted(events, "backend_errors_total") == [("supabase-realtime", ("unknown", "app_exited"))]
+    assert [labels[0] for _, labels in counted(events, "supabase_log_records_total")] == ["notice", "notice", "info"]
+
+
+def test_an_exited_application_is_typed_by_the_exception_that_stopped_it() -> None:
+    """An application's exit with a nested exception counts under that exception's class (not ** (EXIT))."""
+    events = run("12:21:00.100 [notice] Application supavisor exited: Supavisor.Application.start(:normal, []) "
+                 "returned an error: shutdown: failed to start child: Supavisor.Repo\n"
+                 "    ** (EXIT) an exception was raised:\n"
+                 "        ** (ArgumentError) missing the :database key\n")
+    assert counted(events, "backend_errors_total") == [("supabase-pooler", ("unknown", "argument_error"))]
+
+
+@pytest.mark.parametrize(("names", "text", "backend"), [
+    ((), "10:00:00.000 [error] GenServer Supavisor.ClientHandler terminating\n** (RuntimeError) x\n",
+     "supabase-pooler"),
+    ((), "10:00:00.000 [error] boom\n** (RuntimeError) x\n    (logflare 1.4.0) lib/logflare/x.ex:1: Logflare.X.y/0\n",
+     "supabase-analytics"),
+    (("supavisor-7d9f.log",), "10:00:00.000 [error] Logflare.Source failed\n", "supabase-pooler"),
+    (("default/supabase-pooler-0/supavisor",), "10:00:00.000 [error] x\n", "supabase-pooler"),
+])
+def test_elixir_services_from_the_stream_name_or_the_text(names: tuple[str, ...], text: str, backend: str) -> None:
+    """Supavisor and Logflare records go to their component: by the stream's name first, else by the text."""
+    parser = SupabaseParser()
+    parser.named(names)
+    assert [b for b, _ in counted(run(text, parser), "backend_errors_total")] == [backend]
+
+
+def test_exception_classes_are_bounded_per_stream() -> None:
+    """Past the first classes of a stream, a new exception class counts as 'exception': the label set stays bounded."""
+    parser = SupabaseParser()
+    text = "".join(f"10:00:00.000 [error] GenServer x terminating\n** (Custom{i}Error) boom\n" for i in range(20))
+    kinds = [labels[1] for _, labels in counted(run(text, parser), "backend_errors_total")]
+    assert kinds[:16] == [f"custom{i}_error" for i in range(16)]
+    assert kinds[16:] == ["exception"] * 4
+    again = run("10:00:00.000 [error] y\n** (Custom3Error) boom\n", parser)
+    assert [labels[1] for _, labels in counted(again, "backend_errors_total")] == ["custom3_error"]
+
+
+GOTRUE_PRETTY = ('{\n  "component": "api",\n  "error": {\n    "code": "unexpected_failure",\n    "hints": [\n'
+                 '      "retry"\n    ]\n  },\n  "level": "error",\n  "msg": "Unable to parse: \\"}\\" {",\n'
+                 '  "time": "2026-09-09T10:00:03Z"\n}\n')
+
+
+def test_a_pretty_printed_gotrue_error_is_one_error() -> None:
+    """A GoTrue object over lines (nested, braces in a string) is one record: one error, read like a one-line one."""
+    events = run(GOTRUE_PRETTY)
+    assert counted(events, "backend_errors_total") == [("supabase-auth", ("unknown", "error"))]
+    assert counted(events, "supabase_log_records_total") == [("supabase-auth", ("error",))]
+    one_line = run('{"component":"api","level":"error","msg":"Unable to parse","time":"2026-09-09T10:00:03Z"}')
+    assert counted(one_line, "backend_errors_total") == counted(events, "backend_errors_total")
+
+
+@pytest.mark.parametrize("level", ["50", '"error"'])
+def test_a_pretty_printed_pino_error_is_a_storage_error(level: str) -> None:
+    """Storage's pino object over lines, level 50 or "error", is one Storage error typed by its contents."""
+    events = run(f'{{\n  "level": {level},\n  "pid": 1,\n  "hostname": "storage-0",\n  "error": {{\n'
+                 '    "name": "JsonWebTokenError"\n  },\n  "msg": "unable to get owner"\n}\n')
+    assert counted(events, "backend_errors_total") == [("supabase-storage", ("unknown", "jwt"))]
+    assert counted(events, "supabase_log_records_total") == [("supabase-storage", ("error",))]
+
+
+def test_another_loggers_object_takes_the_streams_component() -> None:
+    """An object with a level and "message" (no "msg") is the component the stream is named after."""
+    parser = SupabaseParser()
+    parser.named(("supabase-storage-0",))
+    events = run('{\n  "level": "error",\n  "message": "Unhandled rejection"\n}\n', parser)
+    assert counted(events, "backend_errors_total") == [("supabase-storage", ("unknown", "error"))]
+
+
+def test_an_unterminated_object_does_not_swallow_the_lines_after_it() -> None:
+    """An object cut off counts from the fields that arrived; the lines after it are records of their own."""
+    events = run('{\n  "level": "error",\n  "msg": "database connection lost",\n  "detail": {\n'
+                 + PG + "FATAL:  password authentication failed for user \"x\"\n"
+                 "10:00:01.000 [error] Postgrex.Protocol failed to connect: econnrefused\n"
+                 '{"level":"info","msg":"reconnected"}\n')
+    assert counted(events, "backend_errors_total") == [
+        ("supabase-auth", ("unknown", "error")), ("supabase-db", ("unknown", "auth_failed")),
+        ("supabase-realtime", ("unknown", "connection_refused"))]
+    assert len(counted(events, "supabase_log_records_total")) == 4
