@@ -144,6 +144,10 @@ class EmbeddingsParser(BatchScan):
             m = _ST_MODEL.search(line)
             if m:
                 self.model = _model_name(m.group(1)) or self.model
+            engines = _ENGINES.search(line) if "engine" in line else None
+            if engines is not None:  # infinity's start-up (its message wrapped onto a line of its own)
+                self.model = _served(engines) or self.model
+                self._ready = False
             if "load INSTRUCTOR_Transformer" in line or "Shutdown signal received" in line:
                 self._ready = False
             elif "Starting server. Listening on" in line:
@@ -248,9 +252,7 @@ class EmbeddingsParser(BatchScan):
         if engines is not None:  # infinity's start-up names the models it serves (the first is the label)
             self._infinity = True
             self._start(events)
-            names = re.findall(r"'([^'\n]+)'", engines.group(1))
-            if names:
-                self.model = _model_name(names[0]) or self.model
+            self.model = _served(engines) or self.model
             events.append(Event("backend_ready", (self.model,), 0, rule="model"))
             return
         t = own_time if own_time is not None else record.time
@@ -360,6 +362,12 @@ class EmbeddingsParser(BatchScan):
         if self._pairs.open:
             self._pairs.clear()
             events.extend(self._pairs.events())
+
+
+def _served(engines: re.Match[str]) -> str | None:
+    """The model label of infinity's ``Creating N engines: ['a', 'b']`` line: the first name."""
+    names = re.findall(r"'([^'\n]+)'", engines.group(1))
+    return _model_name(names[0]) if names else None
 
 
 def _template(access: tuple[str, str, str]) -> tuple[str, str, str]:

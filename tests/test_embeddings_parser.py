@@ -290,3 +290,13 @@ def test_infinity_names_its_served_model_and_its_lines_count_as_matched() -> Non
     assert "llm_embeddings_total" not in zeros and "llm_requests_total" in zeros
     got = run(parser, "INFO:     Application startup complete.\n")
     assert Event("backend_ready", ("e5-base",), 1, rule="ready") in got
+
+
+def test_learn_takes_the_model_from_infinitys_engines_line() -> None:
+    """Read before reading began, infinity's wrapped 'Creating 1 engines' line names the model."""
+    parser = EmbeddingsParser()
+    parser.learn("INFO     2025-03-04 08:00:01,120 infinity_emb INFO:        infinity_server.py:84\n"
+                 "         Creating 1 engines: ['bge-small']\n")
+    assert parser.model == "bge-small"
+    parser.learn("         Creating 2 engines: ['e5-large', 'bge-small']\n")
+    assert parser.model == "e5-large"
