@@ -154,7 +154,7 @@ SELF_BY_NAME: dict[str, Family] = {f.name: f for f in SELF_FAMILIES}
 
 
 def markdown() -> str:
-    """The catalog as a Markdown table (``logmetrics metrics`` and the README's reference)."""
+    """The catalog as a Markdown table (``logmetrics metrics`` and the metric reference page, docs/metrics.md)."""
     rows = ["| metric | type | labels | help |", "|---|---|---|---|"]
     for fam in FAMILIES:
         labels = ", ".join(COMMON_LABELS + fam.labels)

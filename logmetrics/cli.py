@@ -173,7 +173,7 @@ def cli(verbose: int) -> None:
 @click.option("--config", "config_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Read inputs (with their parser, envelope, source and model), process rules, listen, "
                    "state_file, web_config, label_limits, poll_interval, rescan_interval, from_beginning and "
-                   "max_line_bytes from this TOML file (see 'Configuration file' in the README; check one with "
+                   "max_line_bytes from this TOML file (see docs/configuration.md; check one with "
                    "'logmetrics check-config'). A flag given on the command line wins over the file, the file over the "
                    "default; PATH arguments and --process rules add to the file's. SIGHUP reads it again: "
                    "inputs are added and dropped with no reset of counters or read positions; a file that is "
@@ -185,7 +185,7 @@ def cli(verbose: int) -> None:
 @click.option("--web-config", "web_config", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Serve HTTPS and/or require basic authentication as this YAML file says, in the Prometheus "
                    "exporter toolkit's web config format (tls_server_config, basic_auth_users with bcrypt "
-                   "hashes); see 'Securing the endpoint' in the README. The file and the certificates it names "
+                   "hashes); see docs/security.md. The file and the certificates it names "
                    "are read again when they change; a broken new file is refused and the running one stays. "
                    "/healthz stays open without credentials.")
 @click.option("--parser", default=None, metavar="NAME",

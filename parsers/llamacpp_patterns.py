@@ -1,6 +1,6 @@
 """The lines of llama.cpp's ``llama-server`` (every era) and of llama-cpp-python, as patterns.
 
-Eras of llama-server (see the README section): A/B (2023 - Feb 2024) JSON lines with ``message``
+Eras of llama-server (see docs/parsers.md): A/B (2023 - Feb 2024) JSON lines with ``message``
 plus plain ``print_timings:`` / ``slot N ...`` lines; C (Feb - Sep 2024) JSON with ``msg`` or text
 ``INFO [ function] msg | k=v ...``; D (Sep 2024 - 2025) ``slot func: id  S | task T | msg`` and
 ``srv  func: msg`` with a three-line timing block under one ``slot print_timing`` line; E (2026)

@@ -141,14 +141,14 @@ def test_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_the_shipped_example_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    """deploy/logmetrics.toml (the README's example) passes check-config."""
+    """deploy/logmetrics.toml (the configuration page's example) passes check-config."""
     code, out, _ = run_cli(["check-config", str(ROOT / "deploy/logmetrics.toml")], capsys)
     assert code == 0 and "OK: 3 inputs, 1 process rule" in out
 
 
 def test_the_readme_example_is_the_shipped_file() -> None:
-    """The README's full example is deploy/logmetrics.toml, word for word."""
-    readme = (ROOT / "README.md").read_text()
+    """The configuration page's full example is deploy/logmetrics.toml, word for word."""
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     assert (ROOT / "deploy/logmetrics.toml").read_text() in readme
 
 

@@ -144,7 +144,7 @@ def test_dashboard_walk_names_every_panel() -> None:
 
 
 def test_readme_links_the_guide() -> None:
-    """The README points operators to the guide, and the guide to the README's configuration section."""
+    """The README points operators to the guide, and the guide to the configuration page."""
     assert "[docs/operating.md](docs/operating.md)" in README
-    assert "(../README.md#configuration-file)" in GUIDE
-    assert "\n### Configuration file\n" in README
+    assert "(configuration.md#configuration-file)" in GUIDE
+    assert "\n## Configuration file\n" in (ROOT / "docs" / "configuration.md").read_text()

@@ -1,4 +1,5 @@
-"""The README's promises: its example plugin works as shown, and its metric table is current."""
+"""The docs' promises: the plugin page's example works as shown, the metric table is current, and
+the README stays one page that links every topic."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from logmetrics import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+PLUGINS = (ROOT / "docs" / "plugins.md").read_text()
+METRICS = (ROOT / "docs" / "metrics.md").read_text()
 
 
 def cli(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -20,21 +23,21 @@ def cli(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[s
 
 
 def example_plugin() -> str:
-    """The README's example plugin source (the Python block that defines MyGateway)."""
-    blocks: list[str] = re.findall(r"```python\n(.*?)```", README, re.S)
+    """The plugin page's example plugin source (the Python block that defines MyGateway)."""
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", PLUGINS, re.S)
     [code] = [b for b in blocks if "class MyGateway" in b]
     return code
 
 
 def test_metric_reference_matches_the_catalog() -> None:
-    """The README's metric reference is exactly what 'logmetrics metrics' prints."""
-    block = README.split("<!-- metrics:begin -->\n", 1)[1].split("<!-- metrics:end -->", 1)[0]
+    """The metric reference page's table is exactly what 'logmetrics metrics' prints."""
+    block = METRICS.split("<!-- metrics:begin -->\n", 1)[1].split("<!-- metrics:end -->", 1)[0]
     assert block == catalog.markdown()
     assert cli("metrics", cwd=ROOT).stdout == catalog.markdown()
 
 
 def test_example_plugin_is_listed(tmp_path: Path) -> None:
-    """'logmetrics parsers --plugin my_gateway.py' lists the README's plugin with its origin."""
+    """'logmetrics parsers --plugin my_gateway.py' lists the plugin page's plugin with its origin."""
     (tmp_path / "my_gateway.py").write_text(example_plugin())
     out = cli("parsers", "--plugin", "my_gateway.py", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -43,9 +46,9 @@ def test_example_plugin_is_listed(tmp_path: Path) -> None:
 
 
 def test_example_plugin_output_is_as_shown(tmp_path: Path) -> None:
-    """The README's plugin, fed the README's line, prints the README's token counters."""
+    """The plugin page's plugin, fed its line, prints its token counters as shown."""
     (tmp_path / "my_gateway.py").write_text(example_plugin())
-    shown = README.split("| logmetrics watch - --plugin my_gateway.py", 1)[1].split("```", 1)[0]
+    shown = PLUGINS.split("| logmetrics watch - --plugin my_gateway.py", 1)[1].split("```", 1)[0]
     expected = [line for line in shown.splitlines() if line.startswith("llm_")]
     assert len(expected) == 2
     line = "ts=1 request done model=llama3 prompt_tokens=12 completion_tokens=40 duration_ms=850 status=200\n"
@@ -60,7 +63,7 @@ def test_example_plugin_output_is_as_shown(tmp_path: Path) -> None:
 
 
 def test_example_plugin_check(tmp_path: Path) -> None:
-    """'logmetrics check' on the README's plugin reports matched records and unmatched shapes."""
+    """'logmetrics check' on the plugin page's plugin reports matched records and unmatched shapes."""
     (tmp_path / "my_gateway.py").write_text(example_plugin())
     log = tmp_path / "gateway.log"
     log.write_text("ts=1 request done model=a prompt_tokens=1 completion_tokens=2 duration_ms=3 status=500\n"
@@ -92,14 +95,39 @@ def test_check_counts_no_zero_increment_as_an_event(tmp_path: Path) -> None:
 
 
 def test_example_gateway_log_is_routed_by_sniff(tmp_path: Path) -> None:
-    """The README's gateway.log, named unlike the plugin's claims, reaches it through sniff() as shown."""
+    """The plugin page's gateway.log, named unlike the plugin's claims, reaches it through sniff() as shown."""
     (tmp_path / "my_gateway.py").write_text(example_plugin())
-    shown = README.split("$ logmetrics check --plugin my_gateway.py gateway.log\n", 1)[1].split("\n```", 1)[0]
-    lines = re.findall(r"^\s+'(ts=[^']*)'", README.split("> gateway.log", 1)[0][-400:], re.M)
-    first = README.split("> gateway.log", 1)[0].rsplit("$ printf '%s\\n' '", 1)[1].split("'", 1)[0]
+    shown = PLUGINS.split("$ logmetrics check --plugin my_gateway.py gateway.log\n", 1)[1].split("\n```", 1)[0]
+    lines = re.findall(r"^\s+'(ts=[^']*)'", PLUGINS.split("> gateway.log", 1)[0][-400:], re.M)
+    first = PLUGINS.split("> gateway.log", 1)[0].rsplit("$ printf '%s\\n' '", 1)[1].split("'", 1)[0]
     (tmp_path / "gateway.log").write_text("\n".join([first, *lines]) + "\n")
     out = cli("check", "--plugin", "my_gateway.py", "gateway.log", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == shown.splitlines()  # the summary, and how it was routed
     served = cli("watch", "--oneshot", "--plugin", "my_gateway.py", "gateway.log", cwd=tmp_path).stdout
     assert 'llm_prompt_tokens_total{backend="mygateway",model="llama3",source="gateway.log"} 12.0' in served
+
+
+def test_the_readme_is_one_page_that_links_every_doc() -> None:
+    """README.md reads in five minutes (at most 2,000 words) and links every page under docs/."""
+    assert len(README.split()) <= 2000
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"](docs/{page.name})" in README, page.name
+
+
+def test_every_relative_link_of_the_docs_resolves() -> None:
+    """Each relative link in README.md and docs/*.md names a file that exists, and an anchor a heading of it."""
+    def anchors(path: Path) -> set[str]:
+        heads = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", path.read_text(), flags=re.S), re.M)
+        return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (doc.parent / file).resolve() if file else doc
+            if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken

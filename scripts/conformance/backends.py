@@ -224,7 +224,7 @@ class VLLM(Backend):
         # The first stats window of a start-up is known to a second only (its stamps are cut to the
         # second), which on a run this short is more than the 0.5 % the tokens are held to: the
         # traffic starts after the first tick (10 s after the server started), as it does on a server
-        # that has been up for a while. The README states the first window's error.
+        # that has been up for a while. docs/parsers.md states the first window's error.
         self.model = home / "models" / "hf-llama"
 
     def prepare(self) -> None:
