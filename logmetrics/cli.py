@@ -156,9 +156,10 @@ ENVELOPE_HELP = (
 def cli(verbose: int) -> None:
     """Turn the logs of an LLM serving stack into Prometheus metrics.
 
-    Point it at log files, a directory or stdin; it recognises each backend's lines (vLLM and any
-    installed parser plugin) and serves tokens, latency, request, error and cache metrics on
-    /metrics for Prometheus. Start with 'logmetrics watch --help'.
+    Point it at log files, a directory or stdin; it recognises each backend's lines (vLLM,
+    llama.cpp, whisper and text-embeddings servers, Supabase, FastAPI gateways, SvelteKit UIs, and
+    any parser plugin installed: 'logmetrics parsers' lists them) and serves tokens, latency,
+    request, error and cache metrics on /metrics for Prometheus. Start with 'logmetrics watch --help'.
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="logmetrics: %(levelname)s: %(message)s", stream=sys.stderr)
@@ -208,7 +209,7 @@ def cli(verbose: int) -> None:
               metavar="SECONDS",
               help="How often files are checked for new data, rotation and truncation where no file system "
                    "notification comes from (no inotify, a directory that cannot be watched); with inotify, "
-                   "files are read when they change, at most every 0.05 s.")
+                   "files are read when they change, at most every 0.1 s.")  # runner.COALESCE_SECONDS, held by a test
 @click.option("--rescan-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True,
               callback=_finite,
               metavar="SECONDS",

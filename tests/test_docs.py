@@ -148,3 +148,49 @@ def test_readme_links_the_guide() -> None:
     assert "[docs/operating.md](docs/operating.md)" in README
     assert "(configuration.md#configuration-file)" in GUIDE
     assert "\n## Configuration file\n" in (ROOT / "docs" / "configuration.md").read_text()
+
+
+def _code(text: str) -> list[str]:
+    """The lines of a Markdown text's code blocks, and its inline code spans."""
+    blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+    rest = re.sub(r"```.*?```", "", text, flags=re.S)
+    return [line for b in blocks for line in b.splitlines()] + re.findall(r"`([^`\n]+)`", rest)
+
+
+def test_every_command_and_flag_the_docs_show_exists() -> None:
+    """Each 'logmetrics COMMAND --flag' the README and docs/ show is a command of the CLI with that
+    flag (or a global one, which goes before the command: 'logmetrics -v watch')."""
+    from logmetrics.cli import cli
+
+    commands = cli.commands  # type: ignore[attr-defined]  # a click Group: its commands by name
+    top = {opt for p in cli.params for opt in (*p.opts, *p.secondary_opts)}
+    flags = {name: {"--help", "-h", *(opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts))}
+             for name, cmd in commands.items()}
+    problems: list[str] = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for code in _code(doc.read_text()):
+            if code.split(" ", 1)[0] in commands:  # a command named alone: `watch --oneshot`
+                code = "logmetrics " + code
+            for m in re.finditer(r"(?:^\s*(?:\$\s+)?(?:[A-Z_]+=\S*\s+)*|[|;(]\s*|&&\s*)(?:\S*/)?logmetrics((?: -v+)*) "
+                                 r"([a-z][\w-]*)([^|;#&)]*)", code):
+                command, args = m.group(2), m.group(3)
+                if command not in commands:
+                    problems.append(f"{doc.name}: no command {command!r}: {code.strip()}")
+                    continue
+                for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", args):
+                    if flag.startswith("--") and flag not in flags[command]:
+                        where = "a global flag: it goes before the command" if flag in top else "no such flag"
+                        problems.append(f"{doc.name}: {command} {flag}: {where}: {code.strip()}")
+                    elif not flag.startswith("--") and flag in top and flag not in flags[command]:
+                        problems.append(f"{doc.name}: {command} {flag}: a global flag goes before the command")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_poll_interval_help_says_how_often_inotify_reads() -> None:
+    """--poll-interval's help gives the coalescing interval the runner really uses."""
+    from logmetrics.cli import cli
+    from logmetrics.runner import COALESCE_SECONDS
+
+    watch = cli.commands["watch"]  # type: ignore[attr-defined]  # a click Group: its commands by name
+    (opt,) = [p for p in watch.params if "--poll-interval" in p.opts]
+    assert f"at most every {COALESCE_SECONDS:g} s" in (opt.help or "")
