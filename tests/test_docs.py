@@ -162,7 +162,7 @@ def test_every_command_and_flag_the_docs_show_exists() -> None:
     flag (or a global one, which goes before the command: 'logmetrics -v watch')."""
     from logmetrics.cli import cli
 
-    commands = cli.commands  # type: ignore[attr-defined]  # a click Group: its commands by name
+    commands = cli.commands  # a click Group: its commands by name
     top = {opt for p in cli.params for opt in (*p.opts, *p.secondary_opts)}
     flags = {name: {"--help", "-h", *(opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts))}
              for name, cmd in commands.items()}
@@ -191,6 +191,6 @@ def test_the_poll_interval_help_says_how_often_inotify_reads() -> None:
     from logmetrics.cli import cli
     from logmetrics.runner import COALESCE_SECONDS
 
-    watch = cli.commands["watch"]  # type: ignore[attr-defined]  # a click Group: its commands by name
+    watch = cli.commands["watch"]
     (opt,) = [p for p in watch.params if "--poll-interval" in p.opts]
     assert f"at most every {COALESCE_SECONDS:g} s" in (opt.help or "")
