@@ -81,18 +81,30 @@ def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[s
 
 
 class Tally(NamedTuple):
-    """What one stream's check came to: where it is, its parser, records, and records matched."""
+    """What one stream's check came to: where it is, its parser, its records, those matched (that
+    counted something) and used (read without a count), parse errors and events refused."""
 
     where: str
     parser: str
     records: int
     matched: int
+    used: int
+    errors: int
+    refused: int
+
+    @property
+    def faulty(self) -> bool:
+        """Whether the parser failed on a record or made an event the engine would refuse."""
+        return bool(self.errors or self.refused)
 
 
-def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str, top: int) -> str:
+def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str,
+           top: int) -> tuple[str, bool]:
     """The text ``logmetrics check`` prints: one report per stream ``watch`` would make of ``path``
-    (a ``docker compose logs`` file holds one per service, each routed by itself)."""
-    return "\n".join(text for text, _ in _reports(path, entries, parser=parser, envelope=envelope, top=top))
+    (a ``docker compose logs`` file holds one per service, each routed by itself); and whether a
+    parser failed on a record or made an event the engine would refuse (``Tally.faulty``)."""
+    reports = _reports(path, entries, parser=parser, envelope=envelope, top=top)
+    return "\n".join(text for text, _ in reports), any(t is not None and t.faulty for _, t in reports)
 
 
 def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str,
@@ -124,33 +136,40 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
     return reports
 
 
-def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: str | None, envelope: str) -> str:
+def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: str | None,
+            envelope: str) -> tuple[str, bool]:
     """What ``logmetrics check`` prints for several files or a directory: a line per stream (its
-    parser, records, matched and their share), then the totals per parser. Files under a
-    directory or glob are found as ``watch`` finds them (what is no log left out)."""
+    parser, records, those matched and used, the share read, and its faults), then the totals
+    per parser; and whether any stream was faulty. Files under a directory or glob are found as
+    ``watch`` finds them (what is no log left out)."""
     files = discover(paths, lambda err: log.warning("%s", err))
     if not files:
         raise UserError(f"no files under {', '.join(paths)}")
-    out = [f"{'parser':<16} {'records':>8} {'matched':>8} {'share':>6}  file"]
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    head = f"{'parser':<16} {'records':>8} {'matched':>8} {'used':>6} {'read':>6}"
+    out = [f"{head}  file"]
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    faulty = False
     for path in files:
         try:
             reports = _reports(path, entries, parser=parser, envelope=envelope, top=0)
         except UserError as exc:
-            out.append(f"{'-':<16} {'':>8} {'':>8} {'':>6}  {path}: {str(exc).split(': ', 1)[-1]}")
+            out.append(f"{'-':<16} {'':>8} {'':>8} {'':>6} {'':>6}  {path}: {str(exc).split(': ', 1)[-1]}")
             totals["(none)"][0] += 1
             continue
-        for _, tally in reports:
-            if tally is None:
+        for _, t in reports:
+            if t is None:
                 continue
-            share = _share(tally.matched, tally.records)
-            out.append(f"{tally.parser:<16} {tally.records:>8} {tally.matched:>8} {share:>6}  {tally.where}")
-            t = totals[tally.parser]
-            t[0], t[1], t[2] = t[0] + 1, t[1] + tally.records, t[2] + tally.matched
-    out += ["", f"{'parser':<16} {'streams':>8} {'records':>8} {'matched':>8} {'share':>6}"]
-    for name, (n, records, matched) in sorted(totals.items()):
-        out.append(f"{name:<16} {n:>8} {records:>8} {matched:>8} {_share(matched, records) if records else '':>6}")
-    return "\n".join(out) + "\n"
+            faults = f" ({t.errors} parse errors, {t.refused} events refused)" if t.faulty else ""
+            faulty = faulty or t.faulty
+            out.append(f"{t.parser:<16} {t.records:>8} {t.matched:>8} {t.used:>6} "
+                       f"{_share(t.matched + t.used, t.records):>6}  {t.where}{faults}")
+            tot = totals[t.parser]
+            tot[0], tot[1], tot[2], tot[3] = tot[0] + 1, tot[1] + t.records, tot[2] + t.matched, tot[3] + t.used
+    out += ["", f"{'parser':<16} {'streams':>8} {'records':>8} {'matched':>8} {'used':>6} {'read':>6}"]
+    for name, (n, records, matched, used) in sorted(totals.items()):
+        share = _share(matched + used, records) if records else ""
+        out.append(f"{name:<16} {n:>8} {records:>8} {matched:>8} {used:>6} {share:>6}")
+    return "\n".join(out) + "\n", faulty
 
 
 def _share(part: int, whole: int) -> str:
@@ -178,7 +197,9 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
     zeroed: dict[str, None] = {}  # series a parser started at 0: they exist, but nothing was counted
     examples: dict[str, str] = {}
     errors = 0
+    used = 0  # records that counted nothing but were read: a model named, a series started at 0
     for rec in records:
+        model = getattr(inst, "model", None)
         try:
             events = parse_one(inst, Record(rec, mtime))
             bad = store.apply(events, entry.name, path)
@@ -190,11 +211,15 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
         except PLUGIN_ERRORS as exc:  # reported per record: this is what check is for
             errors += 1
             events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
+        read = bool(events) or getattr(inst, "model", None) != model
         events = _without_zero_starts(events, counters, zeroed)
         # a counter increment of 0 only makes its series exist: listed with those, not as a count
         zeroed.update((f"{ev.metric}{{{','.join(ev.labels)}}}", None)
                       for ev in events if ev.value == 0 and ev.metric in counters)
         events = [ev for ev in events if ev.value != 0 or ev.metric not in counters]
+        if not events and read:
+            used += 1
+            continue
         if not events:
             first = rec.split("\n", 1)[0]
             key = shape(first)
@@ -207,8 +232,9 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
             labels = ",".join(ev.labels)
             produced[ev.rule or ev.metric][f"{ev.metric}{{{labels}}}"] += 1
     lines = text.count("\n")
+    matched = len(records) - sum(unmatched.values()) - used
     out = [f"parser {entry.name} ({entry.origin}) on {path}: {lines} lines, {len(records)} records, "
-           f"{len(records) - sum(unmatched.values())} matched, {sum(unmatched.values())} unmatched, "
+           f"{matched} matched, {used} used, {sum(unmatched.values())} unmatched, "
            f"{errors} parse errors, {sum(refused.values())} events refused",
            f"routed: {found.why}", "",
            "rule                          records  events"]
@@ -227,8 +253,10 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
     if zero_only:
         out += ["", f"series started at 0 (they exist from the start; no record counted in them): {len(zero_only)}"]
         out += [f"{'':<10}{series}" for series in zero_only]
+    if used:
+        out += ["", f"records used without a count (a model named, a state kept, series started at 0): {used}"]
     out += ["", f"unmatched records by shape (top {top}):"]
     for key, n in unmatched.most_common(top):
         out.append(f"{n:>8}  {examples[key]}")
-    return "\n".join(out) + "\n", Tally(path, entry.name, len(records),
-                                         len(records) - sum(unmatched.values()))
+    return "\n".join(out) + "\n", Tally(path, entry.name, len(records), matched, used, errors,
+                                         sum(refused.values()))

@@ -327,20 +327,32 @@ def parsers(plugins: tuple[str, ...]) -> None:
               help=ENVELOPE_HELP)
 @click.option("--top", default=15, show_default=True, type=click.IntRange(0), metavar="N",
               help="How many series to show per rule, and how many unmatched line shapes.")
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when the parser fails on a record or makes an event the engine would refuse "
+                   "(a label it must not have, a family it did not declare): a gate for a plugin's CI. "
+                   "Unmatched records never fail it.")
 @plugin_option
-def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, plugins: tuple[str, ...]) -> None:
+def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, strict: bool,
+          plugins: tuple[str, ...]) -> None:
     """Show what a parser makes of FILE: per rule, records matched and events; unmatched lines by shape.
 
     A `docker compose logs` file is checked per service, each routed by itself, as watch does.
-    Several files, a directory or a glob give one line per file (its parser, records, matched and
-    their share) and the totals per parser; files that are not logs are left out, as watch does."""
+    Several files, a directory or a glob give one line per file (its parser, records, those that
+    counted something and those read without a count, and the share read) and the totals per
+    parser; files that are not logs are left out, as watch does. Exit code 0; with --strict, 1 if
+    a parser failed on a record or made an event the engine would refuse; 2 for a usage error."""
     from logmetrics.checker import report, summary
 
     entries = _entries(plugins, parser)
     if len(files) == 1 and (files[0] == "-" or os.path.isfile(files[0])):
-        click.echo(report(files[0], entries, parser=parser, envelope=envelope, top=top), nl=False)
+        text, faulty = report(files[0], entries, parser=parser, envelope=envelope, top=top)
     else:
-        click.echo(summary(files, entries, parser=parser, envelope=envelope), nl=False)
+        text, faulty = summary(files, entries, parser=parser, envelope=envelope)
+    click.echo(text, nl=False)
+    if strict and faulty:
+        click.echo("logmetrics: check --strict: the parser failed on a record or made an event the engine "
+                   "would refuse (listed above)", err=True)
+        sys.exit(1)
 
 
 @cli.command("check-config", context_settings=CONTEXT)

@@ -249,8 +249,8 @@ def test_check_of_a_directory_gives_a_line_per_file_and_totals_per_parser(tmp_pa
     out = cli("check", "logs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
-    assert ["vllm", "2", "1", "50", "%", "logs/vllm-0.log"] in rows, out.stdout
-    assert ["vllm", "3", "3", "100", "%", "logs/vllm-1.log"] in rows, out.stdout
-    assert ["vllm", "2", "5", "4", "80", "%"] in rows, out.stdout
+    assert ["vllm", "2", "1", "0", "50", "%", "logs/vllm-0.log"] in rows, out.stdout
+    assert ["vllm", "3", "3", "0", "100", "%", "logs/vllm-1.log"] in rows, out.stdout
+    assert ["vllm", "2", "5", "4", "0", "80", "%"] in rows, out.stdout
     assert any(line.startswith("-") and "logs/notes.txt: no parser claims" in line for line in out.stdout.splitlines())
     assert "expected.prom" not in out.stdout

@@ -70,16 +70,17 @@ def test_example_plugin_check(tmp_path: Path) -> None:
                    "ts=2 starting up on port 8080\nts=3 starting up on port 8081\n")
     out = cli("check", "--plugin", "my_gateway.py", "--parser", "mygateway", str(log), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "3 records, 1 matched, 2 unmatched" in out.stdout
+    assert "3 records, 1 matched, 0 used, 2 unmatched" in out.stdout
     assert "2  ts=2 starting up on port 8080" in out.stdout
 
 
 def test_check_does_not_count_zero_started_series_as_matches(tmp_path: Path) -> None:
-    """'logmetrics check' lists series a parser starts at 0 apart from the rules that matched."""
+    """'logmetrics check' lists series a parser starts at 0 apart from the rules that matched, and
+    counts the line that named the model as used, not unmatched."""
     log = tmp_path / "vllm.log"
     log.write_text("INFO 06-19 15:38:02 [utils.py:326] non-default args: {'model': 'm1'}\nhello\n")
     out = cli("check", "--parser", "vllm", str(log), cwd=tmp_path).stdout
-    assert "2 records, 0 matched, 2 unmatched" in out, out
+    assert "2 records, 0 matched, 1 used, 1 unmatched" in out, out
     assert "series started at 0" in out and "backend_errors_total{m1,oom}" in out
     assert "\nmodel " not in out, out
 
@@ -131,3 +132,36 @@ def test_every_relative_link_of_the_docs_resolves() -> None:
             if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
                 broken.append(f"{doc.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+BAD_PLUGIN = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Careless(Parser):
+    name = "careless"
+    claims = ("*careless*",)
+
+    def parse(self, record):
+        if "boom" in record.text:
+            raise ValueError("cannot read this")
+        if "done" in record.text:
+            yield Event("llm_requests_total", ("m1",), 1)  # one label short of (model, outcome)
+'''
+
+
+def test_check_strict_fails_on_a_parser_fault(tmp_path: Path) -> None:
+    """'check --strict' exits 1 when the parser raises or makes an event the engine refuses, 0
+    otherwise; without --strict check reports the faults and exits 0."""
+    (tmp_path / "careless.py").write_text(BAD_PLUGIN)
+    (tmp_path / "careless.log").write_text("done\nboom\n")
+    (tmp_path / "careless-ok.log").write_text("nothing to see\n")
+    loose = cli("check", "--plugin", "careless.py", "careless.log", cwd=tmp_path)
+    assert loose.returncode == 0 and "1 parse errors, 1 events refused" in loose.stdout, loose.stdout
+    strict = cli("check", "--strict", "--plugin", "careless.py", "careless.log", cwd=tmp_path)
+    assert strict.returncode == 1 and "--strict" in strict.stderr, strict.stderr
+    both = cli("check", "--strict", "--plugin", "careless.py", "careless.log", "careless-ok.log", cwd=tmp_path)
+    assert both.returncode == 1 and "(1 parse errors, 1 events refused)" in both.stdout, both.stdout
+    clean = cli("check", "--strict", "--plugin", "careless.py", "careless-ok.log", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
