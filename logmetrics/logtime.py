@@ -23,7 +23,9 @@ time (a day of slack), each later one the year that puts it nearest to the time 
 so a log whose months go from 12 to 01 moves on to the next year. Times of day alone
 (``10:00:00.100 [info]``) and llama.cpp's time since start (``0.08.526.747 I``) state no time.
 
-A line that states no time takes the time of the last line that did; lines before the first
+An indented line states no time (it continues a record: a stack frame, a field of a JSON object
+printed over lines), unless it is a JSON line of its own. A line that states no time takes the
+time of the last line that did; lines before the first
 stated time take that first time; a file that states none takes its modification time
 (:class:`LogClock` keeps that state per file).
 """
@@ -148,11 +150,13 @@ class LogClock:
             return None
 
     def _peek(self, line: str) -> float | None:
-        first = line[0] if line[0] != " " else line.lstrip()[:1]
+        first = line[0] if line[0] not in " \t" else line.lstrip()[:1]
         if first == "{":
             m = _JSON_KEY.search(line)
             if m is not None:
                 return self._value(m["str"], m["num"])
+        elif first != line[0]:  # an indented line continues a record (a frame, a field of an object
+            return None  # printed over lines): a time in it is data, never the record's own
         head = line[:HEAD]
         if ":" in head:
             m = _STAMP.search(head)

@@ -119,3 +119,12 @@ def test_parse_time_takes_rfc3339_and_unix_seconds() -> None:
     assert parse_time("2024-04-10T03:30:00", UTC) == T
     assert parse_time(str(T)) == T
     assert parse_time("yesterday") is None
+
+
+def test_an_indented_line_states_no_time() -> None:
+    """A field of a JSON object printed over lines, or a frame, is data: its time is not the record's."""
+    clock = LogClock(0.0, UTC)
+    assert clock.peek('  "time": "2026-09-09T12:20:00.000Z",') is None
+    assert clock.peek('\t"timestamp": 1788948000') is None
+    assert clock.peek('  {"time": "2026-09-09T12:20:00.000Z", "msg": "x"}') == 1788956400.0
+    assert clock.peek('2026-09-09T12:20:00.000Z {"msg": "x"}') == 1788956400.0

@@ -16,6 +16,9 @@ from tests.test_engine import oneshot, oneshot_metrics
 from tests.test_envelopes import wrap
 
 HEALTH = 'INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n'
+STATS_LINE = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
+              "throughput: 40.1 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 4.2%, Prefix cache "
+              "hit rate: 0.0%\n")
 CAP = 64 * 1024
 
 
@@ -47,9 +50,10 @@ def test_forced_layered_envelope_flag(tmp_path: Path) -> None:
 
 
 def test_stream_matching_nothing_is_reported_once(tmp_path: Path) -> None:
-    """A routed stream none of whose first 1,000 lines match gets exactly one warning with hints."""
+    """A routed stream none of whose first 1,000 lines match gets exactly one warning with hints
+    (vLLM stats lines in a wrapper no envelope knows: an access line would count behind it)."""
     wrapped = tmp_path / "wrapped.log"
-    wrapped.write_text("".join(f"<<{i}>> {access_line(i)}" for i in range(2500)))
+    wrapped.write_text("".join(f"<<{i}>> {STATS_LINE}" for i in range(2500)))
     fine = tmp_path / "fine.log"
     fine.write_text(access_line(1) + "".join(f"<<{i}>> noise\n" for i in range(1500)))
     out = oneshot("--parser", "vllm", str(wrapped), str(fine))
