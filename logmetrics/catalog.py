@@ -145,6 +145,10 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_open_files", "gauge", (), "Files currently followed (open, or closed while idle)."),
     _f("logmetrics_files_waiting", "gauge", (),
        "Files waiting for a file descriptor (out of open files): read once one is free."),
+    _f("logmetrics_streams_unrecognised", "gauge", (),
+       "Streams whose first lines no parser recognises yet: held (up to 200 lines) for a line that "
+       "tells whose they are, then counted in logmetrics_lines_unmatched_total{parser=\"none\"}. "
+       "Above 0 for long: name the parser with --parser, or see 'logmetrics check FILE'."),
     _f("logmetrics_lag_bytes", "gauge", ("source",), "Bytes written to a file and not yet read."),
     _f("logmetrics_last_line_timestamp_seconds", "gauge", ("source",),
        "Unix time of the last line read from each source: its envelope timestamp where it has one, "

@@ -56,6 +56,9 @@ IDLE_SLACK = 0.005  # a wait of ``hold`` seconds may end a hair early: its recor
 #: for at most this long and this many lines, then routed on what was seen (a busy vLLM server's
 #: log can start with hundreds of access lines that a gateway prints too, before its first stats line).
 WEAK_HOLD_SECONDS = 15.0
+#: After this long holding lines no parser recognises, a stream is said to be unknown (at INFO, once)
+#: and counted in ``logmetrics_streams_unrecognised``, while it waits for a telling line.
+UNKNOWN_SAY_SECONDS = 2.0
 WEAK_HOLD_LINES = WEAK_SNIFF_LINES
 
 
@@ -82,6 +85,8 @@ class Stream:
     fed_at: float = 0.0  # monotonic time of the stream's last text (of its file's last write, if earlier)
     held_since: float = 0.0  # monotonic time of the first text held while the stream is not routed
     weak: bool = False  # its best sniff so far is weak: the engine waits for a telling line
+    unknown: bool = False  # no parser recognises what it holds so far (it waits for more lines)
+    said: bool = False  # that it is unknown was said (once, at INFO)
 
 
 class Engine:
@@ -163,7 +168,17 @@ class Engine:
         all streams, with ``force``) are complete now, and time-outs may be due."""
         now, mono = time.time(), time.monotonic()
         quiet = mono - self.hold + IDLE_SLACK
+        unknown = 0
         for key, stream in self.streams.items():
+            if stream.unknown and not stream.routed:
+                unknown += 1
+                if not stream.said and mono - stream.held_since >= UNKNOWN_SAY_SECONDS:
+                    stream.said = True
+                    log.info("stream %s: no parser recognises its first %d line%s yet; up to %d lines are held "
+                             "for one that does, then they count as unmatched (name one with --parser NAME; "
+                             "'logmetrics check %s' says why)", stream.source, stream.held_lines,
+                             "s" * (stream.held_lines != 1), self.sniff_lines,
+                             "FILE" if stream.path == "-" else stream.path)
             if stream.weak and not stream.routed and mono - stream.held_since >= WEAK_HOLD_SECONDS:
                 self._route(stream, final=False)  # waited long enough for a telling line
                 self._changed.add(key)
@@ -173,6 +188,7 @@ class Engine:
             parser = stream.parser
             if parser is not None and type(parser).tick is not Parser.tick and self._tick(stream, parser, now):
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
+        self.store.set_self("logmetrics_streams_unrecognised", (), unknown)
 
     def flush_held(self) -> None:
         """Let every held-back record count now (``report``: at the end of each second of log time,
@@ -409,6 +425,7 @@ class Engine:
     def _route(self, stream: Stream, *, final: bool) -> None:
         found = self._choose(stream)
         stream.weak = found.weak
+        stream.unknown = found.entry is None
         if not final and sum(map(len, stream.held)) < SNIFF_MAX_CHARS:
             if found.entry is None and stream.held_lines < self.sniff_lines:
                 return

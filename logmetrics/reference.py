@@ -176,6 +176,9 @@ HINTS: dict[str, Hint] = {
                "(increase(logmetrics_label_overflow_total[15m]))"),)),
     "logmetrics_open_files": Hint("Files followed per instance; as the inputs name them."),
     "logmetrics_files_waiting": Hint("Should stay at 0: above it, logmetrics is out of file descriptors."),
+    "logmetrics_streams_unrecognised": Hint(
+        "0 once every stream found its parser; above 0 for more than a minute, a log no parser knows "
+        "(logmetrics -v watch names it)."),
     "logmetrics_lag_bytes": Hint("Bytes behind per source: a few KiB while keeping up; a climb means too "
                                  "little CPU.", (
         _q("the most behind source per instance", "max by (instance, source) (logmetrics_lag_bytes)"),)),

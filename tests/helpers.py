@@ -45,9 +45,10 @@ class Server:
 
     def __init__(self, *args: str, cwd: Path | None = None, stdin: int = subprocess.DEVNULL,
                  preexec_fn: Callable[[], object] | None = None, wrapper: Sequence[str] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, global_args: Sequence[str] = ()) -> None:
         self.proc = subprocess.Popen(
-            [*wrapper, sys.executable, "-m", "logmetrics", "watch", "--listen", "127.0.0.1:0", *args], env=env,
+            [*wrapper, sys.executable, "-m", "logmetrics", *global_args, "watch", "--listen", "127.0.0.1:0", *args],
+            env=env,
             # unbuffered: a buffered readline could take two lines from the pipe and leave the second
             # (the URL) in its buffer, where select() never sees it
             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn, bufsize=0)

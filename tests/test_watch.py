@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import shutil
 import subprocess
 import sys
@@ -213,3 +214,28 @@ def test_the_last_line_counts_soon_with_a_long_poll_interval(tmp_path: Path) -> 
         assert time.monotonic() - start < 10.0
     finally:
         assert srv.stop() == 0
+
+
+def test_a_log_no_parser_knows_is_said_within_seconds(tmp_path: Path) -> None:
+    """Seven lines no parser recognises: within seconds the gauge of unrecognised streams is 1 and
+    -v says so once, naming the file; a telling line later routes it and the gauge goes back to 0."""
+    log = tmp_path / "mystery.log"
+    log.write_text("".join(f"step {i} of the batch job done\n" for i in range(7)))
+    server = Server("--from-beginning", str(tmp_path), global_args=["-v"])
+    err = server.proc.stderr
+    assert err is not None
+    said: list[str] = []
+    try:
+        started = time.monotonic()
+        server.wait_for(lambda s: total(s, "logmetrics_streams_unrecognised") == 1, timeout=15)
+        while not said and time.monotonic() - started < 10:
+            if select.select([err], [], [], 0.2)[0]:
+                said += [line for line in err.readline().decode().splitlines() if "no parser recognises" in line]
+        assert said, "nothing said within 10 s"
+        append(log, "INFO 04-10 03:35:27 [api_server.py:1] vLLM API server version 0.10.0\n" + access_line(1))
+        server.wait_for(lambda s: total(s, "logmetrics_streams_unrecognised") == 0
+                        and total(s, "http_requests_total", backend="vllm") == 1)
+    finally:
+        server.stop()
+    said += [line for line in err.read().decode().splitlines() if "no parser recognises" in line]
+    assert len(said) == 1 and "mystery.log" in said[0] and "first 7 lines" in said[0], said
