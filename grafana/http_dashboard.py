@@ -127,7 +127,7 @@ def build() -> d.Dashboard:
              .link(d.DashboardLink("logmetrics").type(DashboardLinkType.DASHBOARDS).tags(["logmetrics"])
                    .as_dropdown(True).include_vars(True).keep_time(True))
              .with_variable(datasource_variable()))
-    for var in chained_variables(HTTP, ("job", "backend", "source", "route")):
+    for var in chained_variables((HTTP,), ("job", "backend", "source", "route")):
         board = board.with_variable(var)
     board = board.with_variable(query_variable(
         "model", "Model", 'backend_errors_total{job=~"$job", backend=~"$backend", source=~"$source"}'))

@@ -117,12 +117,17 @@ def query_variable(name: str, label: str, metric_selector: str) -> d.QueryVariab
             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC))
 
 
-def chained_variables(metric: str, names: Sequence[str]) -> list[d.QueryVariable]:
-    """job -> backend -> source -> model: each lists only values under the ones before it."""
+def chained_variables(metrics: Sequence[str], names: Sequence[str]) -> list[d.QueryVariable]:
+    """job -> backend -> source -> model: each lists only values under the ones before it, from
+    any of ``metrics`` (several, so that a stream that lacks one family is still listed: vLLM with
+    default logging names no failed request, a UI logs no token)."""
     out = []
     for i, name in enumerate(names):
-        before = ", ".join(f'{n}=~"${n}"' for n in names[:i])
-        out.append(query_variable(name, name.capitalize(), f"{metric}{{{before}}}" if before else metric))
+        matchers = [f'__name__=~"{"|".join(metrics)}"'] if len(metrics) > 1 else []
+        matchers += [f'{n}=~"${n}"' for n in names[:i]]
+        head = "" if len(metrics) > 1 else metrics[0]
+        selector = f"{head}{{{', '.join(matchers)}}}" if matchers else head
+        out.append(query_variable(name, name.capitalize(), selector))
     return out
 
 

@@ -305,6 +305,12 @@ def logmetrics_panels() -> list[PanelBuilder]:
     ]
 
 
+#: Families with a model label that every backend's stream has at least one of: errors (zero-started
+#: per model), readiness, requests, tokens, audio, embeddings. The filter variables list their values.
+STREAM_FAMILIES = ("backend_errors_total", "backend_ready", "llm_requests_total", "llm_prompt_tokens_total",
+                   "llm_audio_seconds_total", "llm_embeddings_total")
+
+
 def build() -> d.Dashboard:
     """The overview dashboard."""
     board = (d.Dashboard("LLM backends overview (logmetrics)").uid(UID).tags(["logmetrics"])
@@ -314,7 +320,7 @@ def build() -> d.Dashboard:
              .link(d.DashboardLink("logmetrics").type(DashboardLinkType.DASHBOARDS).tags(["logmetrics"])
                    .as_dropdown(True).include_vars(True).keep_time(True))
              .with_variable(datasource_variable()))
-    for var in chained_variables("llm_requests_total", ("job", "backend", "source", "model")):
+    for var in chained_variables(STREAM_FAMILIES, ("job", "backend", "source", "model")):
         board = board.with_variable(var)
     board = (board
              .with_variable(slo_variable("ttft_slo", "TTFT SLO (s)", TTFT_BUCKETS, 2.5))

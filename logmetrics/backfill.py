@@ -61,6 +61,7 @@ class Options:
     max_line_bytes: int = 1 << 23
     openmetrics_only: bool = False
     state_file: str | None = None
+    target_labels: tuple[tuple[str, str], ...] = ()  # added to every series, as a scrape's target labels
 
 
 @dataclass
@@ -192,7 +193,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
     bar = _Bar(progress, stats) if progress is not None else None
-    writer = OpenMetricsWriter(store, opts.out)
+    writer = OpenMetricsWriter(store, opts.out, opts.target_labels)
     text = os.path.join(opts.out, TEXT_NAME)
     step = opts.step
     lo = -math.inf if opts.start is None else opts.start

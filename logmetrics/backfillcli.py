@@ -86,10 +86,14 @@ def reading_options(command: Callable[..., None]) -> Callable[..., None]:
                    "so that the live series join up with the backfilled ones.")
 @click.option("--openmetrics-only", is_flag=True,
               help="Stop at the OpenMetrics text (DIR/backfill.om): do not run promtool.")
+@click.option("--target-label", "target_labels", multiple=True, metavar="NAME=VALUE",
+              help="Add this label to every series written, as Prometheus adds a scrape's target labels: "
+                   "job=logmetrics and instance=HOST:PORT make the backfilled history line up with the "
+                   "scraped series and the alerts that group by them. Repeatable.")
 def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None, end: str | None,
              timezone: str | None, config_file: str | None, parser: str | None, source: str | None, envelope: str,
              labels: tuple[str, ...], plugins: tuple[str, ...], max_line_bytes: int, state_file: str | None,
-             openmetrics_only: bool) -> None:
+             openmetrics_only: bool, target_labels: tuple[str, ...]) -> None:
     """Turn past logs into Prometheus TSDB blocks, by the time their lines state.
 
     Reads every FILE (and the files under each DIR) from start to end with the parsers, catalog
@@ -102,6 +106,7 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
       logmetrics backfill /var/log/llm/ --out blocks/
       logmetrics backfill vllm.log --out blocks/ --step 30s --timezone Europe/Berlin
       logmetrics backfill vllm.log --out text/ --openmetrics-only --start 2024-04-10T00:00:00Z
+      logmetrics backfill /var/log/llm/ --out blocks/ --target-label job=logmetrics --target-label instance=gpu-1:9877
     """
     from logmetrics import backfill as bf
     from logmetrics.cli import _entries, _label
@@ -133,10 +138,11 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
         from logmetrics.backfillstate import check
 
         check(state_file)
+    extra = tuple(_target_label(text) for text in target_labels)
     opts = bf.Options(paths=every, out=out, step=step, start=t0, end=t1, parser=parser, source=source,
                       envelope=envelope, labels=tuple(_label(s) for s in labels), inputs=inputs,
                       label_limits=cfg.label_limits, tz=tz, max_line_bytes=max_line_bytes,
-                      openmetrics_only=openmetrics_only, state_file=state_file)
+                      openmetrics_only=openmetrics_only, state_file=state_file, target_labels=extra)
     result = bf.run(opts, entries, bf.wants_progress())
 
     def when(t: float | None) -> str:
@@ -145,3 +151,24 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
     where = result.text if openmetrics_only else f"blocks in {out}"
     click.echo(f"logmetrics: backfill: {result.lines} lines of {result.files} files, log time {when(result.first)} "
                f"to {when(result.last)}: {result.steps} steps, {result.samples} samples; {where}", err=True)
+
+
+#: Labels a catalog family or the engine sets itself: a target label may not take their place.
+_OWN_LABELS = frozenset({"backend", "source", "model", "le", "quantile", "__name__"})
+
+
+def _target_label(text: str) -> tuple[str, str]:
+    """``(name, value)`` of one --target-label NAME=VALUE, checked as Prometheus checks a label."""
+    import re
+
+    from logmetrics import catalog
+
+    name, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):
+        raise UserError(f"--target-label {text!r}: give NAME=VALUE, NAME a label name (letters, digits, _; "
+                        "not starting with __), as in job=logmetrics")
+    taken = _OWN_LABELS | {label for fam in catalog.FAMILIES for label in fam.labels}
+    if name in taken:
+        raise UserError(f"--target-label {name}: logmetrics sets that label itself; choose another name "
+                        "(job and instance are what Prometheus adds to scraped series)")
+    return name, value

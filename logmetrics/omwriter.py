@@ -43,8 +43,10 @@ def _stamp(t: float) -> str:
 class OpenMetricsWriter:
     """Samples of the store's catalog families (not the engine's own ``logmetrics_*``), per step."""
 
-    def __init__(self, store: Store, folder: str) -> None:
+    def __init__(self, store: Store, folder: str, target_labels: tuple[tuple[str, str], ...] = ()) -> None:
         self.store = store
+        #: labels added to every series (``job``, ``instance``), after the family's own
+        self._extra = "".join(f',{n}="{_escape(v)}"' for n, v in target_labels)
         self.spool = tempfile.mkdtemp(prefix=".spool-", dir=folder)
         self._files: dict[str, IO[str]] = {}
         self._prefix: dict[Key, tuple[IO[str], str]] = {}  # counters and gauges: "ID\tname{labels} "
@@ -62,7 +64,8 @@ class OpenMetricsWriter:
 
     def _labels(self, fam: Family, values: tuple[str, ...]) -> str:
         names = (*COMMON_LABELS, *fam.labels)
-        return ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=False))
+        own = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=False))
+        return (own + self._extra).lstrip(",")
 
     def skip(self) -> None:
         """A step before the first one written (``--start``): its series are not new after it."""

@@ -149,6 +149,22 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "promtool not found" in proc.stderr, proc.stderr
 
 
+def test_target_labels_go_on_every_series(tmp_path: Path) -> None:
+    """--target-label job=... instance=... is on every series written, histograms' included, so that
+    the history lines up with scraped series; a label logmetrics sets itself is refused."""
+    log = copy(tmp_path, "llamacpp/server-era-c.log")
+    out = tmp_path / "om"
+    proc = logmetrics("backfill", str(log), "--out", str(out), "--openmetrics-only", "--timezone", "UTC",
+                      "--target-label", "job=logmetrics", "--target-label", "instance=gpu-1:9877")
+    assert proc.returncode == 0, proc.stderr
+    got = openmetrics(out / "backfill.om")
+    assert any(key[0].endswith("_bucket") for key in got)
+    assert got and all({("job", "logmetrics"), ("instance", "gpu-1:9877")} <= set(key[1]) for key in got)
+    for bad in ("model=x", "__name__=x", "9lives=x", "job"):
+        proc = logmetrics("backfill", str(log), "--out", str(out), "--openmetrics-only", "--target-label", bad)
+        assert proc.returncode == 2 and "--target-label" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
 # --- end to end: promtool, then a real Prometheus on the blocks ---------------------------------
 
 

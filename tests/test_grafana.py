@@ -125,6 +125,8 @@ def test_every_metric_in_a_panel_or_variable_exists() -> None:
                 selector = re.fullmatch(r"label_values\((.*), (\w+)\)", var["query"])
                 assert selector, var["query"]
                 exprs.append(selector.group(1))
+                names_in = re.search(r'__name__=~"([^"]+)"', selector.group(1))
+                exprs += names_in.group(1).split("|") if names_in else []
     assert sum(len(metric_names(e)) for e in exprs) > 100  # the names were found at all
     assert {e: unknown_metrics(e, names) for e in exprs if unknown_metrics(e, names)} == {}
 
