@@ -65,7 +65,7 @@ UVICORN_LINE = _ACCESS
 #: then method, path and code of either form.
 _ACCESS_ANY = re.compile(
     r"(?:(?<=[\s|\]:])|^)"
-    r"(?:\[?((?:TRACE|DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)|(?:trace|debug|info|warning|warn|error|critical))"
+    r"(?:\[?((?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)|(?:debug|info|warning|warn|error|critical))"
     r"\]?(?::| -)?[ \t]+)?"
     r'(?:(?:\S+:\d+|\(\'[^\']*\', \d+\)|-) - "(\S+) (\S+) HTTP/[\d.]+" (\d{3})'
     r'|[^\s"\[]+ \S+ \S+ \[[^\]\n]+\] "(\S+) (\S+) HTTP/[\d.]+" (\d{3}) )'
@@ -74,8 +74,40 @@ _ACCESS_ANY = re.compile(
 #: process manager writes (pm2's and compose's ``|``, journald's ``prog[pid]:``, a bracketed tag)
 #: or a time (``12:20:52``, ``2026-09-09T12:20:52.1Z``, a zone offset ``+0200``).
 _PREFIX_END = re.compile(r"(?:[|\]]|[\])]:|(?=[\d:.,TZ+-]*\d)[\d:.,TZ+-]+)\s*\Z")
+#: A logging config's ``asctime - name - `` before the level: a prefix that starts with a time may
+#: end in `` - ``.
+_TIME_FIRST = re.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
+#: A level word anywhere in a prefix: the line's level came before, so what follows is its message.
+_LEVEL_WORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE)\b", re.IGNORECASE)
+#: What a prefix is made of, token by token: times and dates (``2026-09-09``, ``12:20:52,123``,
+#: ``+0200``, ``Sep``), bracketed or parenthesised tags (``[12]``, ``(APIServer pid=1)``), pm2's
+#: ``0|worker``, a name before ``|`` (compose, honcho), journald's ``host prog[pid]:``, a logger
+#: name between `` - `` separators, and the separators. A word of a message is none of these.
+_PREFIX_TOKENS = re.compile(
+    r"\s*(?:(?:[\d:.,TZ+/-]*\d[\d:.,TZ+/-]*|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    r"|\[[^\]\n]*\]:?|\([^)\n]*\):?|\d+\|[\w.@-]+|[|-]|[\w.@/-]+\[\d+\]:"
+    r"|[\w.@-]+(?=\s*\||\s+[\w.@/-]+\[\d+\]:|\s+-(?:\s|$)))\s*)+")
+#: Python's default format on uvicorn's own access logger: ``INFO:uvicorn.access:`` is no message.
+_PY_UVICORN = re.compile(r"INFO:uvicorn(?:\.access)?:")
 #: The longest prefix taken before an access line that does not start its line.
 MAX_ACCESS_PREFIX = 160
+
+
+def _prefix_ok(prefix: str) -> bool:
+    """Whether what comes before an access line is a prefix, not a message that quotes one: at
+    most ``MAX_ACCESS_PREFIX`` characters, no quote, no level word (the line's own level came
+    before: the rest is its message; but Python's default ``INFO:uvicorn.access:``), made of
+    prefix tokens only (``_PREFIX_TOKENS``: no word of a message), and it ends
+    with a separator, a bracket or a time (``_PREFIX_END``), or in `` - `` after a leading time
+    (a logging config's ``asctime - name - ``)."""
+    if len(prefix) > MAX_ACCESS_PREFIX or '"' in prefix or "'" in prefix:
+        return False
+    if _PY_UVICORN.fullmatch(prefix):
+        return True
+    if _LEVEL_WORD.search(prefix) or _PREFIX_TOKENS.fullmatch(prefix) is None:
+        return False
+    return _PREFIX_END.search(prefix) is not None or (
+        prefix.rstrip().endswith(" -") and _TIME_FIRST.match(prefix) is not None)
 
 
 def access_line(line: str) -> tuple[str, str, str] | None:
@@ -86,9 +118,8 @@ def access_line(line: str) -> tuple[str, str, str] | None:
     uvicorn's line at the start (after an optional process prefix) is the common case and is
     matched first. Otherwise the access line may follow any prefix a process manager or logging
     config puts before it (a time with a zone, pm2's ``0|worker  | ``, journald's ``host
-    prog[pid]: ``, gunicorn's ``[time] [pid] [INFO] ``), as long as that prefix is no message:
-    it holds no quote, is at most ``MAX_ACCESS_PREFIX`` characters, and ends with a level or with
-    a separator or time (``_PREFIX_END``). A line that quotes an access line inside a message
+    prog[pid]: ``, gunicorn's ``[time] [pid] `` before its ``[INFO]``), as long as that prefix is
+    no message (``_prefix_ok``). A line that quotes an access line inside a message
     (``INFO: proxied: 10.0.0.1:5 - "GET / HTTP/1.1" 200``) is not one.
     """
     m = _ACCESS.match(line)
@@ -102,11 +133,8 @@ def access_line(line: str) -> tuple[str, str, str] | None:
     if a is None:
         return None
     start = a.start()
-    if start:
-        prefix = line[:start]
-        if start > MAX_ACCESS_PREFIX or '"' in prefix or "'" in prefix \
-                or (a.group(1) is None and _PREFIX_END.search(prefix) is None):
-            return None
+    if start and not _prefix_ok(line[:start]):
+        return None
     g = a.groups()
     method, path, code = (g[1], g[2], g[3]) if g[1] is not None else (g[4], g[5], g[6])
     return (method if method in HTTP_METHODS else "OTHER"), path, code

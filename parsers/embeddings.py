@@ -272,7 +272,7 @@ class EmbeddingsParser(BatchScan):
             self._up(events)
         elif "Shutdown signal received" in msg or "Server has been shut down" in msg:
             self._down(events)
-        if line is None and level == "":
+        if line is None and (level == "" or " HTTP/" in msg):  # (Python's default format: INFO:uvicorn.access:)
             access = access_line(text)
             if access is not None:
                 labels = self._routes.fold(_template(access))

@@ -29,6 +29,7 @@ PREFIXED = [
      ("GET", "/health", "200")),
     ('2026-09-09T12:21:08.123Z 10.0.0.7:5 - "POST /v1/embeddings HTTP/1.1" 400 Bad Request',
      ("POST", "/v1/embeddings", "400")),
+    ('INFO:uvicorn.access:10.0.0.8:5 - "GET /v1/models HTTP/1.1" 200', ("GET", "/v1/models", "200")),
 ]
 #: Lines that mention or quote an access line inside a message, and uvicorn's TRACE lines: none counts.
 QUOTED = [
@@ -37,6 +38,17 @@ QUOTED = [
     "WARNING: request failed 10.0.0.9:1 - \"GET /v1/models HTTP/1.1\" 500",
     '2026-09-09 12:21:10 +0200 INFO:     HTTP Request: POST http://vllm:8000/v1/chat/completions "HTTP/1.1 200 OK"',
     "TRACE:    10.0.0.1:16051 - HTTP connection made",
+    'TRACE:    10.0.0.1:1 - "GET /v1/models HTTP/1.1" 200 OK',
+    'INFO:app.chat:user prompt: INFO:     1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200 OK',
+    'INFO:     user prompt: INFO:     1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200 OK',
+    'ERROR:    Exception while handling: INFO:     1.2.3.4:1 - "GET /v1/models HTTP/1.1" 500 Internal Server Error',
+    '2026-09-09 12:20:52,123 INFO user prompt: INFO 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
+    'some text: [INFO] 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
+    'Sep 09 12:21:03 host uvicorn[812]: the user typed INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
+    '0|worker  | user wrote INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
+    'message 2026-09-09 12:20:52 INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
+    'a: b: c: INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
+    'prompt - INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
     "TRACE:    10.0.0.1:16051 - ASGI [1] Started scope={'type': 'http', 'method': 'GET', 'path': '/v1/models'}",
 ]
 
@@ -64,4 +76,4 @@ def test_every_parser_that_reads_access_lines_counts_prefixed_ones(parser: str, 
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     samples = parse(out)
     assert total(samples, "http_requests_total") == len(PREFIXED)
-    assert total(samples, "http_requests_total", method="GET", code="200") == 6
+    assert total(samples, "http_requests_total", method="GET", code="200") == 7
