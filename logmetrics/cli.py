@@ -342,7 +342,11 @@ def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, s
     parser; files that are not logs are left out, as watch does. Exit code 0; with --strict, 1 if
     a parser failed on a record or made an event the engine would refuse; 2 for a usage error."""
     from logmetrics.checker import report, summary
+    from logmetrics.tailfile import is_glob
 
+    missing = [f for f in files if f != "-" and not is_glob(f) and not os.path.exists(f)]
+    if missing:
+        raise UserError(f"{', '.join(missing)}: no such file or directory")
     entries = _entries(plugins, parser)
     if len(files) == 1 and (files[0] == "-" or os.path.isfile(files[0])):
         text, faulty = report(files[0], entries, parser=parser, envelope=envelope, top=top)

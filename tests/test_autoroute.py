@@ -254,3 +254,11 @@ def test_check_of_a_directory_gives_a_line_per_file_and_totals_per_parser(tmp_pa
     assert ["vllm", "2", "5", "4", "0", "80", "%"] in rows, out.stdout
     assert any(line.startswith("-") and "logs/notes.txt: no parser claims" in line for line in out.stdout.splitlines())
     assert "expected.prom" not in out.stdout
+
+
+def test_check_of_a_missing_file_is_an_error(tmp_path: Path) -> None:
+    """check names a missing file and exits 2, alone or beside a file that exists, as watch does."""
+    (tmp_path / "vllm-0.log").write_text('INFO:     10.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n')
+    for args in (("nope.log",), ("nope.log", "vllm-0.log")):
+        out = cli("check", *args, cwd=tmp_path)
+        assert out.returncode == 2 and "nope.log: no such file or directory" in out.stderr, out.stderr
