@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from logmetrics.backfill import log_groups
 from logmetrics.config import Input
 from logmetrics.engine import Engine, StaticLabel
-from logmetrics.events import Event, values_of
+from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.logtime import LogClock
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources import Chunk, SourceStats
@@ -63,10 +63,13 @@ class Seen:
 
 @dataclass
 class Figures:
-    """What one backend and model's events add up to."""
+    """What one stream's events add up to: a backend's log (backend and source), whatever model it
+    served; the models it named are a property of it (one server is one entry, its HTTP requests
+    and its tokens together, though only the latter carry a model)."""
 
     backend: str
-    model: str
+    source: str
+    models: dict[str, None] = field(default_factory=dict)  # the models named, in order
     first: float = math.inf  # log time of its first and last event
     last: float = -math.inf
     outcomes: dict[str, float] = field(default_factory=dict)  # llm_requests_total by outcome
@@ -76,6 +79,12 @@ class Figures:
     errors: dict[str, Seen] = field(default_factory=dict)  # by error type
     restarts: list[float] = field(default_factory=list)  # log times of start-ups (backend_restarts_total)
     timeline: list[tuple[float, str, float]] = field(default_factory=list)  # (time, what, value) for charts
+
+    @property
+    def model(self) -> str:
+        """The models the stream named (``unknown`` only if it named no other), joined; "" for none."""
+        named = [m for m in self.models if m and m != UNKNOWN_MODEL]
+        return ", ".join(named) or (UNKNOWN_MODEL if UNKNOWN_MODEL in self.models else "")
 
     @property
     def requests(self) -> float:
@@ -104,19 +113,22 @@ class RecordingStore(Store):
         gone = {id(ev) for ev, _ in refused}
         for ev in batch:
             if id(ev) not in gone:
-                self._record(ev, ev.backend or backend)
+                self._record(ev, ev.backend or backend, source)
         return refused
 
-    def _record(self, ev: Event, backend: str) -> None:
+    def _record(self, ev: Event, backend: str, source: str) -> None:
         family = self.families.get(ev.metric)
         values = values_of(ev)
         if family is None or not values or (family.kind == "counter" and not any(values)):
             return  # (a parser makes its counters known with zeros at start-up: nothing happened)
         labels = dict(zip(family.labels, ev.labels, strict=False))
-        key = (backend, labels.get("model", ""))
+        key = (backend, source)
         fig = self.figures.get(key)
         if fig is None:
             fig = self.figures[key] = Figures(*key)
+        model = labels.get("model")
+        if model and model not in fig.models:
+            fig.models[model] = None
         t = self.now
         name = ev.metric
         if name in LATENCIES:
@@ -195,7 +207,7 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     if bar is not None:
         bar.done()
     lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
-    figures = sorted((f for f in store.figures.values() if f.first <= f.last), key=lambda f: (f.backend, f.model))
+    figures = sorted((f for f in store.figures.values() if f.first <= f.last), key=lambda f: (f.backend, f.source))
     untimed = [path for path, clock in zip(files, clocks, strict=True) if clock.last is None]
     return Collected(files, int(lines), first, last, figures, untimed)
 
@@ -224,7 +236,7 @@ def busiest(fig: Figures, width: int = 60) -> tuple[float, float] | None:
 
 
 def summary(fig: Figures) -> dict[str, Any]:
-    """The figures of one backend and model as plain values (the JSON form; times as Unix seconds)."""
+    """The figures of one stream as plain values (the JSON form; times as Unix seconds)."""
     span = fig.last - fig.first
     gen = fig.tokens.get("generation")
     latency: dict[str, Any] = {}
@@ -236,7 +248,9 @@ def summary(fig: Figures) -> dict[str, Any]:
     top = busiest(fig)
     return {
         "backend": fig.backend,
+        "source": fig.source,
         "model": fig.model,
+        "models": list(fig.models),
         "first": fig.first,
         "last": fig.last,
         "requests": fig.requests,

@@ -56,7 +56,7 @@ def _secs(v: float) -> str:
 
 
 def rows(s: dict[str, Any], when: Clock) -> list[tuple[str, str]]:
-    """The figures of one backend and model as (label, text) rows, the ones it has."""
+    """The figures of one stream as (label, text) rows, the ones it has."""
     out = [("log time", f"{when(s['first'])} to {when(s['last'])}")]
     if s["requests_by_outcome"]:
         out.append(("requests", ", ".join(f"{k} {_num(v)}" for k, v in s["requests_by_outcome"].items())
@@ -91,7 +91,9 @@ def _untimed(c: Collected) -> str:
 
 
 def _title(s: dict[str, Any]) -> str:
-    return f"{s['backend']}, model {s['model']}" if s["model"] else f"{s['backend']} (no model named)"
+    """One stream's heading: its backend and model (the models, if it served several), and its source."""
+    name = f"{s['backend']}, model {s['model']}" if s["model"] else f"{s['backend']} (no model named)"
+    return f"{name} — {s['source']}"
 
 
 def table(c: Collected, tz: tzinfo | None, console: Console | None = None) -> None:
@@ -137,7 +139,7 @@ def as_json(c: Collected, tz: tzinfo | None) -> str:
 
 
 def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float | None]]]:
-    """Chart lines of one backend and model, per ``width`` seconds of log time: tokens/s, requests
+    """Chart lines of one stream, per ``width`` seconds of log time: tokens/s, requests
     and errors in each bucket, and latency percentiles of the requests finished in it."""
     sums: dict[str, dict[int, float]] = {}
     rates: dict[str, dict[int, list[float]]] = {}
@@ -214,7 +216,7 @@ integrated from it, as on /metrics.</p>
 
 
 def as_html(c: Collected, tz: tzinfo | None) -> str:
-    """The report as one self-contained HTML page: per backend and model, its figures and its charts."""
+    """The report as one self-contained HTML page: per stream, its figures and its charts."""
     when = clock(tz)
     esc = html.escape
     parts: list[str] = []
