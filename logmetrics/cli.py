@@ -237,11 +237,21 @@ def cli(verbose: int) -> None:
                    "(a deleted pod's logs, say; a deleted file is let go a few seconds after it was read last), "
                    "so that its label frees its place under the cardinality guard; Prometheus keeps what it "
                    "scraped. Its gauges go at once. 30m, 1h, 7d, seconds, or 'never'.")
+@click.option("--include", "include", multiple=True, metavar="GLOB",
+              help="Of the files found under the directories and globs given as PATH, read only those that "
+                   "match: a GLOB without / is matched against the file name ('*.log'), one with / against "
+                   "its path below the PATH ('pods/*/vllm/**'). Repeatable; a file named as PATH is always "
+                   "read. Files that are not logs (Prometheus text, compressed or binary) are left out "
+                   "anyway. [[input]] tables take include and exclude lists of their own.")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
+              help="Of the files found under the directories and globs given as PATH, leave out those that "
+                   "match (as --include matches). Repeatable.")
 def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
           source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
           oneshot: bool,
           poll_interval: float, rescan_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
-          processes: tuple[ProcessRule, ...], expire_after: float | None) -> None:
+          processes: tuple[ProcessRule, ...], expire_after: float | None, include: tuple[str, ...],
+          exclude: tuple[str, ...]) -> None:
     """Follow log files and serve their metrics.
 
     PATH is a file, a directory (followed recursively, new files included), a glob (with **) or
@@ -291,7 +301,8 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_conf
             labels=static, processes=processes + (() if oneshot else _rules(cfg.processes)), config=config_file,
             inputs=inputs,
             web_config=web_config if web_config is not None else cfg.web_config, label_limits=cfg.label_limits,
-            expire_after=cfg.expire_after if cfg.expire_after_set and not given("expire_after") else expire_after)
+            expire_after=cfg.expire_after if cfg.expire_after_set and not given("expire_after") else expire_after,
+            include=include, exclude=exclude)
 
     opts = options()
     _check_watch(opts, oneshot)

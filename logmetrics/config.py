@@ -28,7 +28,7 @@ MAX_LINE_BYTES = 1 << 30  # --max-line-bytes at most (a line held whole in memor
 MAX_LABEL_LIMIT = 1_000_000
 TOP_KEYS = ("listen", "web_config", "state_file", "poll_interval", "rescan_interval", "from_beginning",
             "max_line_bytes", "label_limits", "expire_after", "input", "process")
-INPUT_KEYS = ("path", "parser", "envelope", "source", "labels")
+INPUT_KEYS = ("path", "parser", "envelope", "source", "labels", "include", "exclude")
 PROCESS_KEYS = ("backend", "pattern")
 
 
@@ -49,6 +49,8 @@ class Input:
     envelope: str | None = None
     source: str | None = None
     model: str | None = None  # labels.model
+    include: tuple[str, ...] = ()  # globs of the files a directory or glob input takes (all, if none)
+    exclude: tuple[str, ...] = ()  # globs of the files it leaves out
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,18 @@ class _Checker:
                                 f"{', '.join(STATIC_LABELS)}); it comes from the log", "input", i, name)
         return Input(path=str(self.path(path)), parser=self.text_value(item, "parser", where, "input", i),
                      envelope=envelope, source=self.text_value(item, "source", where, "input", i),
-                     model=self.text_value(labels, "model", where + "labels.", "input", i))
+                     model=self.text_value(labels, "model", where + "labels.", "input", i),
+                     include=self.globs(item, "include", where, i), exclude=self.globs(item, "exclude", where, i))
+
+    def globs(self, item: dict[str, object], key: str, where: str, i: int) -> tuple[str, ...]:
+        """An input's ``include`` or ``exclude``: a list of glob strings (or one string)."""
+        value = item.get(key, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
+            raise self.fail(f"{where}{key} must be a list of globs (such as [\"*.log\"]), not {_kind(value)}",
+                            "input", i, key)
+        return tuple(str(g) for g in value)
 
     def process(self, i: int, item: object) -> tuple[str, str]:
         where = f"process #{i + 1}: "

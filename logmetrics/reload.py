@@ -50,12 +50,16 @@ def _files(opts: Options) -> list[str]:
 def _apply_paths(runner: Runner, old: Options, new: Options) -> list[str]:
     """Follow the new set of files; the streams let go. SourceError (nothing changed) if one is unusable."""
     files = _files(new)
+    if runner.tailer is not None:
+        found = new.file_filter()
+        runner.tailer.wanted = found.wanted if found else None  # the next listing follows the new globs
     if files == _files(old):
         return []
     if runner.tailer is None:  # only stdin until now
+        found = new.file_filter()
         runner.tailer = FileTailer(files, from_beginning=new.from_beginning, stats=runner.stats,
                                    max_line_bytes=new.max_line_bytes, wait_for_missing=True,
-                                   rescan_interval=new.rescan_interval)
+                                   rescan_interval=new.rescan_interval, wanted=found.wanted if found else None)
         runner.tailer.watch(runner.waker)
         return []
     return runner.tailer.set_paths(files, from_beginning=new.from_beginning)

@@ -20,6 +20,7 @@ from logmetrics.descriptors import raise_open_file_limit
 from logmetrics.engine import HOLD_SECONDS, Engine
 from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.exposition import host_port, make_registry, text
+from logmetrics.filefilter import FileFilter, file_filter
 from logmetrics.plugins import ParserEntry
 from logmetrics.procs import ProcessRule, ProcessWatcher
 from logmetrics.reload import reload
@@ -69,6 +70,20 @@ class Options:
     #: --expire-after: seconds after its last file went away that a source's series are forgotten
     #: (None: never)
     expire_after: float | None = DEFAULT_EXPIRE_AFTER
+    include: tuple[str, ...] = ()  # --include: globs of the files the PATH arguments take (all, if none)
+    exclude: tuple[str, ...] = ()  # --exclude: globs of the files they leave out
+
+    def file_filter(self) -> FileFilter:
+        """The include and exclude globs of the configured inputs and of the PATH arguments."""
+        configured = {i.path for i in self.inputs}
+        return file_filter([(i.path, i.include, i.exclude) for i in self.inputs],
+                           [p for p in self.paths if p not in configured], self.include, self.exclude)
+
+
+def _wanted(opts: Options) -> Callable[[str], bool] | None:
+    """The tailer's filter of the files found under directories and globs, if any glob is set."""
+    found = opts.file_filter()
+    return found.wanted if found else None
 
 
 def tune_allocator() -> None:
@@ -187,8 +202,8 @@ class Runner:
         try:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
                                      max_line_bytes=opts.max_line_bytes, wait_for_missing=opts.listen is not None,
-                                     strict=opts.listen is None,
-                                     rescan_interval=opts.rescan_interval) if files else None
+                                     strict=opts.listen is None, rescan_interval=opts.rescan_interval,
+                                     wanted=_wanted(opts)) if files else None
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("logmetrics: ")) from exc
         self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None

@@ -26,7 +26,7 @@ import select
 import stat
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -218,7 +218,10 @@ class FileTailer(Placement):
         wait_for_missing: bool = False,
         strict: bool = False,
         rescan_interval: float = RESCAN_INTERVAL,
+        wanted: Callable[[str], bool] | None = None,
     ) -> None:
+        #: the inputs' include and exclude globs on the files found under directories and globs
+        self.wanted = wanted
         self._missing = [path for path in paths if not _validate(path, wait_for_missing)]
         self.stats = stats
         self._paths = list(paths)
@@ -342,7 +345,7 @@ class FileTailer(Placement):
             self._streams.discard(stream)
         for ident in [i for i, k in self._known.items() if k.stream in dropped]:
             del self._known[ident]
-        for path in discover(added, lambda err: None):
+        for path in discover(added, lambda err: None, self.wanted):
             try:
                 st = os.stat(path)
             except OSError:
@@ -509,7 +512,7 @@ class FileTailer(Placement):
         self._rotated.clear()
         self._index = {}
         self._name_index = None  # made again at its first use in this listing
-        listed = discover(self._paths, self._walk_error)
+        listed = discover(self._paths, self._walk_error, self.wanted)
         if self._first and self._resumed_at is not None:
             self._whole = self._saved_still_whole(listed)
         for path in listed:

@@ -270,16 +270,19 @@ def is_glob(path: str) -> bool:
     return not _GLOB_CHARS.isdisjoint(path)
 
 
-def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[str]:
+def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
+             wanted: Callable[[str], bool] | None = None) -> list[str]:
     """The files named by ``paths`` now (files, directories recursively, globs), sorted.
 
     Compressed and temporary rotations found in directories and globs are left out, and so are the
     files of a Docker container directory that are not its logs (``config.v2.json``, ``hostname``,
-    ...); a file named explicitly is always kept. Symlinked subdirectories are followed, each
+    ...), files that are no log by their first bytes, and those ``wanted`` refuses (the inputs'
+    include and exclude globs); a file named explicitly is always kept. Symlinked subdirectories are followed, each
     directory walked once (a symlink loop ends there; real paths are walked before symlinked ones).
     """
     found: set[str] = set()
     seen: set[Ident] = set()
+    named = set(paths)
     for arg in paths:
         if is_glob(arg) and not _listable(watch_root(arg)[0], onerror):
             continue
@@ -288,6 +291,8 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None]) -> list[s
                 _walk(path, seen, found, onerror)
             elif path == arg or _a_log(path):
                 found.add(path)
+    if wanted is not None:  # the inputs' include and exclude globs; a file named is always read
+        found = {path for path in found if path in named or wanted(path)}
     return sorted(found)
 
 
