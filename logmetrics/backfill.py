@@ -28,7 +28,7 @@ from typing import TextIO
 from logmetrics.config import Input, parse_duration
 from logmetrics.engine import Engine, StaticLabel
 from logmetrics.errors import UserError
-from logmetrics.logtime import LogClock
+from logmetrics.logtime import LogClock, anchor_of
 from logmetrics.omwriter import OpenMetricsWriter, create_blocks
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources import Chunk, SourceStats
@@ -274,12 +274,26 @@ def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: Sour
             continue  # the same file by another path (a symlink): read once, as watch does
         seen.add((st.st_dev, st.st_ino))
         stats.lag_bytes[path] = st.st_size
-        clocks.append(clock := LogClock(st.st_mtime, tz))
+        clocks.append(clock := LogClock(st.st_mtime, tz, _elapsed_anchor(path, st.st_size, st.st_mtime)))
         streams.append(groups(path, len(files), step, clock, stats))
         files.append(path)
     if not files:
         raise UserError(f"no readable log file in {', '.join(paths)}")
     return files, heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2]))
+
+
+TAIL_BYTES = 65536  # the end of a file read for its last elapsed-time stamp
+
+
+def _elapsed_anchor(path: str, size: int, mtime: float) -> float | None:
+    """For a log that states only elapsed time (llama.cpp's current format): its anchor, its last
+    line taken as written at the file's modification time (``logtime.anchor_of``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - TAIL_BYTES))
+            return anchor_of(f.read(TAIL_BYTES), mtime)
+    except OSError:
+        return None
 
 
 def _gap(cur: int, k: int, step: float, path: str) -> None:

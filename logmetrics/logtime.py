@@ -21,7 +21,10 @@ A stamp without a zone is local time: of the machine that reads it, or of the zo
 file: the first such stamp gets the latest year that does not put it after the file's modification
 time (a day of slack), each later one the year that puts it nearest to the time stated before it,
 so a log whose months go from 12 to 01 moves on to the next year. Times of day alone
-(``10:00:00.100 [info]``) and llama.cpp's time since start (``0.08.526.747 I``) state no time.
+(``10:00:00.100 [info]``) state no time. llama.cpp's time since start (``0.08.526.747 I``) does
+when the clock has an anchor: a file that states only that is anchored at its end, its last
+elapsed stamp taken as its modification time (``anchor_of``; after a restart within one file,
+the earlier runs are placed as if they had started with the last one).
 
 An indented line states no time (it continues a record: a stack frame, a field of a JSON object
 printed over lines), unless it is a JSON line of its own. A line that states no time takes the
@@ -57,6 +60,25 @@ _KV = re.compile(r'(?<![\w.])(?:timestamp|time|ts)=(?:"(?P<str>[^"]{1,64})"|(?P<
 _RFC3339 = re.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
                       r"(?:[.,](?P<f>\d{1,9}))?" + _ZONE.format("z") + r"$")
 MIN_TIME, MAX_TIME = 0.0, 4102444800.0  # 1970 .. 2100: anything else is not a time
+
+
+#: llama.cpp's time since start before a level letter (``0.08.526.747 I``: minutes, seconds,
+#: milliseconds, microseconds), the only time its current log format prints.
+_ELAPSED = re.compile(r"(\d+)\.(\d\d)\.(\d\d\d)\.(\d\d\d) [IWEDT] ")
+_LAST_ELAPSED = re.compile(rb"(?:^|\n)(\d+)\.(\d\d)\.(\d\d\d)\.(\d\d\d) [IWEDT] ")
+
+
+def elapsed(m: re.Match[str] | re.Match[bytes]) -> float:
+    """Seconds since start of an elapsed-time prefix match."""
+    return int(m[1]) * 60 + int(m[2]) + int(m[3]) / 1e3 + int(m[4]) / 1e6
+
+
+def anchor_of(tail: bytes, mtime: float) -> float | None:
+    """Where elapsed time 0 is, for a file that states only elapsed time: its last elapsed stamp
+    (in ``tail``, the end of the file) is taken to be its modification time, when the line was
+    written. None if the tail holds no such stamp."""
+    stamps = list(_LAST_ELAPSED.finditer(tail))
+    return mtime - elapsed(stamps[-1]) if stamps else None
 
 
 def _offset(zone: str | None) -> float | None:
@@ -121,12 +143,14 @@ class LogClock:
     that states none); ``tz``: the zone of stamps without one (None: the machine's local time).
     """
 
-    __slots__ = ("last", "mtime", "tz")
+    __slots__ = ("anchor", "last", "mtime", "tz")
 
-    def __init__(self, mtime: float, tz: tzinfo | None = None) -> None:
+    def __init__(self, mtime: float, tz: tzinfo | None = None, anchor: float | None = None) -> None:
         self.mtime = mtime
         self.tz = tz
         self.last: float | None = None  # the last time stated (committed)
+        #: Unix time of elapsed time 0 (llama.cpp's ``0.08.526.747 I`` prefixes), if known (``anchor_of``)
+        self.anchor = anchor
 
     def stated(self, line: str) -> float | None:
         """The time ``line`` states, or None; a stated time becomes the reference of the next ones."""
@@ -150,6 +174,10 @@ class LogClock:
             return None
 
     def _peek(self, line: str) -> float | None:
+        if self.anchor is not None and "0" <= line[0] <= "9":
+            e = _ELAPSED.match(line)
+            if e is not None:
+                return self.anchor + elapsed(e)
         first = line[0] if line[0] not in " \t" else line.lstrip()[:1]
         if first == "{":
             m = _JSON_KEY.search(line)

@@ -172,6 +172,7 @@ class Collected:
     last: float | None
     figures: list[Figures]
     untimed: list[str] = field(default_factory=list)  # files that state no time: their modification time
+    elapsed: list[str] = field(default_factory=list)  # files that state only time since start: anchored at their end
 
 
 def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None = None) -> Collected:
@@ -209,7 +210,8 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
     figures = sorted((f for f in store.figures.values() if f.first <= f.last), key=lambda f: (f.backend, f.source))
     untimed = [path for path, clock in zip(files, clocks, strict=True) if clock.last is None]
-    return Collected(files, int(lines), first, last, figures, untimed)
+    elapsed = [path for path, clock in zip(files, clocks, strict=True) if clock.anchor is not None]
+    return Collected(files, int(lines), first, last, figures, untimed, elapsed)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

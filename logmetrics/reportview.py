@@ -84,10 +84,20 @@ def rows(s: dict[str, Any], when: Clock) -> list[tuple[str, str]]:
     return out
 
 
+def _names(files: list[str]) -> str:
+    return ", ".join(os.path.basename(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
+
+
 def _untimed(c: Collected) -> str:
-    names = ", ".join(os.path.basename(f) for f in c.untimed[:3]) + (" ..." if len(c.untimed) > 3 else "")
-    return (f"{len(c.untimed)} file(s) state no time on any line ({names}): their lines are shown at the "
-            "file's modification time.")
+    """What the report says of the files whose lines state no absolute time, and which time it gave them."""
+    said = []
+    if c.untimed:
+        said.append(f"{len(c.untimed)} file(s) state no time on any line ({_names(c.untimed)}): their lines are "
+                    "shown at the file's modification time.")
+    if c.elapsed:
+        said.append(f"{len(c.elapsed)} file(s) state only the time since the server started ({_names(c.elapsed)}): "
+                    "it is anchored so that the file's last line falls at its modification time.")
+    return " ".join(said)
 
 
 def _title(s: dict[str, Any]) -> str:
@@ -105,7 +115,7 @@ def table(c: Collected, tz: tzinfo | None, console: Console | None = None) -> No
     when = clock(tz)
     console.print(f"{len(c.files)} file(s), {c.lines:,} lines, log time {when(c.first)} to {when(c.last)}, "
                   f"times in {zone(c, tz)}")
-    if c.untimed:
+    if c.untimed or c.elapsed:
         console.print(f"{_untimed(c)}")
     if not c.figures:
         console.print("No backend's lines were recognised in these files (logmetrics check FILE says why).")
@@ -135,7 +145,7 @@ def as_json(c: Collected, tz: tzinfo | None) -> str:
         backends.append(s)
     return json.dumps({"version": __version__, "files": c.files, "lines": c.lines, "first": c.first, "last": c.last,
                        "first_time": when(c.first), "last_time": when(c.last), "untimed_files": c.untimed,
-                       "backends": backends}, indent=2)
+                       "elapsed_time_files": c.elapsed, "backends": backends}, indent=2)
 
 
 def series(fig: Figures, width: int) -> dict[str, list[tuple[float, float | None]]]:
@@ -234,7 +244,7 @@ def as_html(c: Collected, tz: tzinfo | None) -> str:
             if keys and any(len(lines[k]) > 1 for k in keys):
                 title = f"{_title(s)}: {name}, per {_span(width)} of log time"
                 parts.append(f"<figure>{_chart(title, {k: lines[k] for k in keys}, tz, width)}</figure>")
-    if c.untimed:
+    if c.untimed or c.elapsed:
         parts.insert(0, f"<p><strong>{esc(_untimed(c))}</strong></p>")
     if not c.figures:
         parts.append("<p>No backend's lines were recognised in these files (<code>logmetrics check FILE</code> "

@@ -233,3 +233,21 @@ def test_the_tokens_chart_shows_the_throughput_the_log_states() -> None:
     lines = series(fig, 5)
     logged = [v for _, v in lines["prompt tokens/s"]]
     assert logged == pytest.approx([2893.4, 5120.8, 1033.0])  # each stats line's figure, joined up
+
+
+def test_a_log_of_elapsed_time_is_anchored_at_its_end(tmp_path: Path) -> None:
+    """llama-server's current format states only the time since start: the report anchors it so
+    that the last line falls at the file's modification time, and says so; its lines spread over
+    their elapsed time instead of all sitting at one moment."""
+    log = tmp_path / "llama-server.log"
+    log.write_text(
+        "0.00.000.912 I srv  llama_server: initializing ...\n"
+        "0.00.401.031 I srv  llama_server: listening on http://127.0.0.1:8091\n"
+        "3.05.000.000 I slot release: id  0 | task 0 | stop processing: n_tokens = 40, truncated = 0\n"
+        "4.00.000.000 I srv  update_slots: all slots are idle\n")
+    os.utime(log, (1_800_000_000, 1_800_000_000))
+    data = as_json(log)
+    assert data["elapsed_time_files"] == [str(log)] and data["untimed_files"] == []
+    assert data["last"] == 1_800_000_000  # 4 min after start: the last line, at the file's mtime
+    assert data["first"] == pytest.approx(1_800_000_000 - 240 + 0.912, abs=5)  # start, to the report's 5 s
+    assert "time since the server started" in report(str(log)).stdout
