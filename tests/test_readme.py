@@ -165,3 +165,49 @@ def test_check_strict_fails_on_a_parser_fault(tmp_path: Path) -> None:
     assert both.returncode == 1 and "(1 parse errors, 1 events refused)" in both.stdout, both.stdout
     clean = cli("check", "--strict", "--plugin", "careless.py", "careless-ok.log", cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
+def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
+    """The README's quick start, run word for word in a copy of the repository: it installs, serves
+    the samples' metrics at the URL it prints, and every backend's sample is counted there."""
+    import os
+    import select
+    import signal
+    import time
+    import urllib.request
+
+    block = README.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0].strip()
+    assert block.startswith("python3 -m venv .venv") and "logmetrics watch" in block, block
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    copy = tmp_path / "clone"
+    for name in filter(None, files.decode().split("\0")):
+        src, dst = ROOT / name, copy / name
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+    proc = subprocess.Popen(["bash", "-c", block], cwd=copy, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stderr is not None
+    url, said = "", []
+    try:
+        deadline = time.monotonic() + 600  # pip installs the dependencies first
+        while not url and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([proc.stderr], [], [], 1.0)[0]:
+                line = proc.stderr.readline().decode(errors="replace")
+                said.append(line)
+                if "serving metrics at " in line:
+                    url = line.split("serving metrics at ", 1)[1].strip()
+        assert url, "".join(said[-20:])
+        want = {"vllm", "llamacpp", "whisper", "embeddings", "supabase-kong", "api", "ui"}
+        seen: set[str] = set()
+        while time.monotonic() < deadline and not want <= seen:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                text = resp.read().decode()
+            seen = set(re.findall(r'^logmetrics_lines_matched_total\{parser="([^"]+)"\}', text, re.M))
+            seen |= set(re.findall(r'^\w+\{backend="([^"]+)"', text, re.M))
+            time.sleep(0.5)
+        assert want <= seen, sorted(seen)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
