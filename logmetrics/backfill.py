@@ -38,7 +38,8 @@ from logmetrics.tailfile import discover
 log = logging.getLogger(__name__)
 
 BLOCK = 1 << 18  # bytes read at a time from each file
-GAP_STEPS = 100_000  # a jump in log time of more steps than this is reported (every step is written)
+GAP_STEPS = 100_000  # a jump in log time of more steps than this is reported (with --staleness forever:
+# every step is written)
 TEXT_NAME = "backfill.om"  # the OpenMetrics text, in --out (kept with --openmetrics-only)
 
 
@@ -62,6 +63,8 @@ class Options:
     openmetrics_only: bool = False
     state_file: str | None = None
     target_labels: tuple[tuple[str, str], ...] = ()  # added to every series, as a scrape's target labels
+    #: seconds a series is still written, every step, after its value last changed (None: always)
+    staleness: float | None = 300.0
 
 
 @dataclass
@@ -193,7 +196,8 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
     bar = _Bar(progress, stats) if progress is not None else None
-    writer = OpenMetricsWriter(store, opts.out, opts.target_labels)
+    window = None if opts.staleness is None else max(1, math.ceil(opts.staleness / opts.step))
+    writer = OpenMetricsWriter(store, opts.out, opts.target_labels, window)
     text = os.path.join(opts.out, TEXT_NAME)
     step = opts.step
     lo = -math.inf if opts.start is None else opts.start
@@ -203,20 +207,27 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     first_t: float | None = None
     last_t: float | None = None
 
-    def emit(a: int, b: int) -> int:
-        """Write steps ``a`` to ``b - 1`` (the store stays as it is over them) within --start/--end."""
+    def emit(a: int, b: int, final: bool = False) -> int:
+        """Write steps ``a`` to ``b - 1`` (the store stays as it is over them) within --start/--end:
+        with a staleness window, only until every series has been written for the window after
+        step ``a`` (later steps would hold no sample). The ``final`` step writes every series: the
+        log's end state, which a live watch goes on from."""
         first = a if lo == -math.inf else max(a, math.ceil(lo / step) - 1)
         last = b - 1 if hi == math.inf else min(b - 1, math.floor(hi / step) - 1)
-        if first > a:
+        skipped = first > a
+        if skipped:
             writer.skip()
+        if window is not None:
+            last = min(last, max(first, a + window))
         for j in range(first, last + 1):
-            writer.write(j * step, (j + 1) * step)
+            writer.write(j * step, (j + 1) * step, -1 if (skipped and j == first) or final else j)
         return max(last + 1 - first, 0)
 
     try:
         for k, _n, _seq, data, t in merged:
             if cur is not None and k > cur:
-                if k - cur > GAP_STEPS:
+                engine.flush_held()  # a record held for lines that may continue it counts in its own step
+                if window is None and k - cur > GAP_STEPS:
                     _gap(cur, k, step, files[_n])
                 steps += emit(cur, k)
             cur = k if cur is None or k > cur else cur
@@ -235,7 +246,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
 
             backfillstate.save(opts.state_file, opts.paths, files, stats.bytes_read, store, engine)
         if cur is not None:
-            steps += emit(cur, cur + 1)
+            steps += emit(cur, cur + 1, final=True)
         if bar is not None:
             bar.done()
         writer.finish(text)

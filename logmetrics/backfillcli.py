@@ -86,6 +86,11 @@ def reading_options(command: Callable[..., None]) -> Callable[..., None]:
                    "so that the live series join up with the backfilled ones.")
 @click.option("--openmetrics-only", is_flag=True,
               help="Stop at the OpenMetrics text (DIR/backfill.om): do not run promtool.")
+@click.option("--staleness", "staleness_text", default="5m", show_default=True, metavar="DURATION",
+              help="How long a series that stopped changing is still written, a sample every --step, after "
+                   "its last change (Prometheus' lookback carries its last sample 5 minutes further): a quiet "
+                   "stretch of the log costs nothing, and the totals join up when the series moves again. "
+                   "'forever' writes every series at every step, as a scrape would have.")
 @click.option("--target-label", "target_labels", multiple=True, metavar="NAME=VALUE",
               help="Add this label to every series written, as Prometheus adds a scrape's target labels: "
                    "job=logmetrics and instance=HOST:PORT make the backfilled history line up with the "
@@ -93,7 +98,7 @@ def reading_options(command: Callable[..., None]) -> Callable[..., None]:
 def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None, end: str | None,
              timezone: str | None, config_file: str | None, parser: str | None, source: str | None, envelope: str,
              labels: tuple[str, ...], plugins: tuple[str, ...], max_line_bytes: int, state_file: str | None,
-             openmetrics_only: bool, target_labels: tuple[str, ...]) -> None:
+             openmetrics_only: bool, target_labels: tuple[str, ...], staleness_text: str) -> None:
     """Turn past logs into Prometheus TSDB blocks, by the time their lines state.
 
     Reads every FILE (and the files under each DIR) from start to end with the parsers, catalog
@@ -117,6 +122,10 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
         step = bf.parse_step(step_text)
     except ValueError as exc:
         raise UserError(f"--step: {exc}") from exc
+    try:
+        staleness = None if staleness_text == "forever" else bf.parse_step(staleness_text)
+    except ValueError as exc:
+        raise UserError(f"--staleness: {exc} (or 'forever')") from exc
     t0, t1 = _time("--start", start, tz), _time("--end", end, tz)
     if t0 is not None and t1 is not None and t1 < t0:
         raise UserError(f"--end {end} is before --start {start}")
@@ -142,7 +151,8 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
     opts = bf.Options(paths=every, out=out, step=step, start=t0, end=t1, parser=parser, source=source,
                       envelope=envelope, labels=tuple(_label(s) for s in labels), inputs=inputs,
                       label_limits=cfg.label_limits, tz=tz, max_line_bytes=max_line_bytes,
-                      openmetrics_only=openmetrics_only, state_file=state_file, target_labels=extra)
+                      openmetrics_only=openmetrics_only, state_file=state_file, target_labels=extra,
+                      staleness=staleness)
     result = bf.run(opts, entries, bf.wants_progress())
 
     def when(t: float | None) -> str:

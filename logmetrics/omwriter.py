@@ -43,8 +43,12 @@ def _stamp(t: float) -> str:
 class OpenMetricsWriter:
     """Samples of the store's catalog families (not the engine's own ``logmetrics_*``), per step."""
 
-    def __init__(self, store: Store, folder: str, target_labels: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, store: Store, folder: str, target_labels: tuple[tuple[str, str], ...] = (),
+                 window: int | None = None) -> None:
         self.store = store
+        #: steps a series is still written after its value last changed (None: every step, always)
+        self.window = window
+        self._changed: dict[Key, tuple[object, int]] = {}  # a series' last value written, and its step
         #: labels added to every series (``job``, ``instance``), after the family's own
         self._extra = "".join(f',{n}="{_escape(v)}"' for n, v in target_labels)
         self.spool = tempfile.mkdtemp(prefix=".spool-", dir=folder)
@@ -72,15 +76,31 @@ class OpenMetricsWriter:
         for values in (self.store.counters, self.store.gauges, self.store.histograms):
             self._before.update(values)
 
-    def write(self, start: float, end: float) -> None:
+    def _stale(self, key: Key, value: object, index: int) -> bool:
+        """Whether a series is left out of step ``index``: its value has not changed for longer than
+        the window (it was written for the window after its last change; Prometheus' lookback
+        carries the last sample on). ``index`` < 0: every series is written (after a skip)."""
+        if self.window is None:
+            return False
+        last = self._changed.get(key)
+        if last is None or last[0] != value or index < 0:
+            self._changed[key] = (value, max(index, 0) if last is None or last[0] != value else last[1])
+            return False
+        return index - last[1] > self.window
+
+    def write(self, start: float, end: float, index: int = -1) -> None:
         """The value of every series at ``end`` (a zero at ``start`` before a counter's or
-        histogram's first sample, unless it was there in a step skipped)."""
+        histogram's first sample, unless it was there in a step skipped), but those stale at step
+        ``index`` (``_stale``; -1: none)."""
         families = self.store.families
         ts, t0 = " " + _stamp(end) + "\n", " " + _stamp(start) + "\n"
         n = 0
+        stale = self._stale if self.window is not None and index >= 0 else None
         for values, kind in ((self.store.counters, "counter"), (self.store.gauges, "gauge")):
             prefixes = self._prefix
             for key, value in values.items():
+                if stale is not None and stale(key, value, index):
+                    continue
                 got = prefixes.get(key)
                 if got is None:
                     fam = families.get(key[0])
@@ -94,6 +114,8 @@ class OpenMetricsWriter:
                 got[0].write(got[1] + _number(value) + ts)
                 n += 1
         for key, hist in self.store.histograms.items():
+            if stale is not None and stale(key, hist.count, index):
+                continue
             h = self._hist.get(key)
             if h is None:
                 fam = families.get(key[0])

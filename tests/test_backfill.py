@@ -75,7 +75,8 @@ def copy(tmp: Path, name: str, mtime: float | None = None) -> Path:
 
 
 def test_steps_follow_log_time_and_end_as_oneshot(tmp_path: Path) -> None:
-    """One sample per series per step at the steps' ends; the last ones equal watch --oneshot's."""
+    """One sample per series per step at the steps' ends while it changes and for 5 minutes after
+    (none over a longer quiet stretch); the last ones, at the log's end, equal watch --oneshot's."""
     log = copy(tmp_path, "vllm/v1-0.10.log", VLLM_MTIME)
     out = tmp_path / "om"
     proc = logmetrics("backfill", str(log), "--out", str(out), "--openmetrics-only", "--timezone", "UTC")
@@ -94,8 +95,9 @@ def test_steps_follow_log_time_and_end_as_oneshot(tmp_path: Path) -> None:
         assert stamps[0] >= first - first % 15, key
         if key[0].endswith(("_total", "_bucket", "_count", "_sum")):
             assert samples[0][1] == 0, f"{key}: a counter series starts at zero"
-        rest = stamps[1:] if samples[0][1] == 0 else stamps
-        assert [b - a for a, b in itertools.pairwise(rest)] == [15.0] * (len(rest) - 1), key
+        rest = samples[1:] if samples[0][1] == 0 else samples
+        for (a, va), (b, vb) in itertools.pairwise(rest):  # every step, but across a quiet stretch
+            assert b - a == 15.0 or vb == va, (key, a, b)
     assert {k for k in got} == {k for k in want if not k[0].startswith("logmetrics_") and not k[0].endswith("_created")}
 
 
@@ -163,6 +165,37 @@ def test_target_labels_go_on_every_series(tmp_path: Path) -> None:
     for bad in ("model=x", "__name__=x", "9lives=x", "job"):
         proc = logmetrics("backfill", str(log), "--out", str(out), "--openmetrics-only", "--target-label", bad)
         assert proc.returncode == 2 and "--target-label" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_quiet_stretch_costs_nothing(tmp_path: Path) -> None:
+    """Two requests three hours apart: a series is written for 5 minutes after each change and at
+    the end, not at every step between; '--staleness forever' writes every step, as before."""
+    log = tmp_path / "api.log"
+    log.write_text('2025-03-02 10:00:00 +0000 INFO:     10.0.0.1:5 - "GET /v1/models HTTP/1.1" 200 OK\n'
+                   '2025-03-02 13:00:00 +0000 INFO:     10.0.0.1:5 - "GET /v1/models HTTP/1.1" 200 OK\n')
+
+    def written(*args: str) -> list[tuple[float, float]]:
+        out = tmp_path / f"om{len(args)}"
+        proc = logmetrics("backfill", str(log), "--parser", "api", "--out", str(out), "--openmetrics-only", *args)
+        assert proc.returncode == 0, proc.stderr
+        (samples,) = [v for k, v in openmetrics(out / "backfill.om").items() if k[0] == "http_requests_total"]
+        return samples
+
+    quiet = written()
+    assert [v for _, v in quiet][-1] == 2.0 and len(quiet) <= 2 * (300 // 15 + 2) + 1
+    assert all(t <= 1740909600 + 330 or t >= 1740920400 for t, _ in quiet)  # nothing in the quiet hours
+    full = written("--staleness", "forever")
+    assert len(full) >= 3 * 3600 // 15 and full[-1] == quiet[-1]
+
+
+def test_backfill_of_the_samples_grows_with_the_log(tmp_path: Path) -> None:
+    """The sample logs span years: their OpenMetrics text stays small (a few samples per line),
+    where writing every step between them would have been millions of samples."""
+    out = tmp_path / "om"
+    proc = logmetrics("backfill", str(ROOT / "samples"), "--out", str(out), "--openmetrics-only", "--timezone", "UTC")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "backfill.om").stat().st_size < 10 << 20
+    assert int(re.search(r"(\d+) samples", proc.stderr)[1]) < 200_000, proc.stderr  # type: ignore[index]  # a match
 
 
 # --- end to end: promtool, then a real Prometheus on the blocks ---------------------------------
