@@ -30,7 +30,9 @@ _PROM_SAMPLE = re.compile(rb"[a-zA-Z_:][\w:]*(?:\{.*\})? [-+]?(?:[\d.]+(?:e[-+]?
 #: Bytes that text hardly holds: NUL (past those a copytruncate leaves at a file's start) and the
 #: other control characters but tab, newlines, form feed and escape.
 _CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
-_decided: dict[tuple[str, int], str] = {}  # (path, inode) -> what it is, "" for a log
+#: (path, inode) -> what it is ("" for a log), and the size it was decided at if it may change (else -1)
+_decided: dict[tuple[str, int], tuple[str, int]] = {}
+PROMETHEUS = "Prometheus text"
 _MAX_DECIDED = 65536
 
 
@@ -46,27 +48,28 @@ def what_it_is(head: bytes) -> str | None:
     lines = [line.rstrip(b"\r") for line in body.split(b"\n")[:-1] if line.strip()]  # whole lines only
     if lines and any(_PROM_COMMENT.match(line) for line in lines) and all(
             line.startswith(b"#") or _PROM_SAMPLE.match(line) for line in lines):
-        return "Prometheus text"
+        return PROMETHEUS
     return None
 
 
 def not_a_log(path: str, inode: int | None = None) -> str | None:
     """What the file at ``path`` is if it is not a log (see ``what_it_is``), else ``None``. Decided
     once per path and inode (``inode``: known from a directory listing, which saves a ``stat``)
-    from its first bytes; an empty file is not decided yet (it may become a log). Said once in
-    the log at INFO."""
+    from its first bytes; an empty file is not decided yet (it may become a log), nor is one
+    whose head held less than ``HEAD_BYTES`` of Prometheus text (a log may follow a first write
+    that looked like it: looked at again once it grew). Said once in the log at INFO."""
     if inode is not None:
-        kind = _decided.get((path, inode))
-        if kind is not None:
-            return kind or None
+        got = _decided.get((path, inode))
+        if got is not None and got[1] < 0:
+            return got[0] or None
     try:
         st = os.stat(path)
     except OSError:
         return None  # gone, or not readable: the tailer reports it
     key = (path, st.st_ino)
-    kind = _decided.get(key)
-    if kind is not None:
-        return kind or None
+    got = _decided.get(key)
+    if got is not None and (got[1] < 0 or st.st_size <= got[1]):
+        return got[0] or None
     if st.st_size == 0:
         return None
     try:
@@ -77,7 +80,8 @@ def not_a_log(path: str, inode: int | None = None) -> str | None:
     kind = what_it_is(head) or ""
     if len(_decided) >= _MAX_DECIDED:
         _decided.clear()
-    _decided[key] = kind
-    if kind:
+    # final unless a short head of Prometheus text: then the size it had, to look again if it grows
+    _decided[key] = (kind, len(head) if kind == PROMETHEUS and len(head) < HEAD_BYTES else -1)
+    if kind and got is None:
         log.info("%s: %s, not a log: skipped (name it on the command line to read it anyway)", path, kind)
     return kind or None

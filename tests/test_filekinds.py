@@ -59,3 +59,15 @@ def test_a_watched_directory_skips_what_is_not_a_log(tmp_path: Path) -> None:
     assert total(out, "http_requests_total") == 3
     assert total(out, "logmetrics_lines_read_total") == 3
     assert total(oneshot(tmp_path / "vllm.expected.prom"), "logmetrics_lines_read_total") == PROM.count(b"\n")
+
+
+def test_a_log_that_began_like_prometheus_text_is_looked_at_again(tmp_path: Path) -> None:
+    """A short first write of '# HELP'/'# TYPE' lines is skipped; once log lines follow, the file is read."""
+    from logmetrics.filekinds import not_a_log
+
+    log = tmp_path / "vllm-starts.log"
+    log.write_text("# HELP x y\n# TYPE x counter\n")
+    assert not_a_log(str(log)) == "Prometheus text"
+    with log.open("a") as f:
+        f.write(access_line(1))
+    assert not_a_log(str(log)) is None
