@@ -24,9 +24,10 @@ def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Make, list[int]]]
     listings = [0]
     real = tailfile.discover
 
-    def counting(paths: list[str], onerror: Callable[[OSError], None]) -> list[str]:
+    def counting(paths: list[str], onerror: Callable[[OSError], None],
+                 wanted: Callable[[str], bool] | None = None) -> list[str]:
         listings[0] += 1
-        return real(paths, onerror)
+        return real(paths, onerror, wanted)
 
     monkeypatch.setattr(sources, "discover", counting)
     made: list[tuple[FileTailer, Waker]] = []
