@@ -197,7 +197,10 @@ def _object(obj: object) -> Line | None:
     life = START_READY if msg.startswith("GoTrue API started") else ""
     if msg == "request completed":
         seconds = _seconds(obj.get("duration"), 1e9)
-        return Line(P.AUTH, "json", "", request=_request(obj.get("method"), obj.get("path"), obj.get("status")),
+        status = obj.get("status")
+        if status is None:  # GoTrue always logs it: a record cut short, whose answer is not known
+            return Line(P.AUTH, "json", level, error=error)
+        return Line(P.AUTH, "json", "", request=_request(obj.get("method"), obj.get("path"), status),
                     seconds=seconds, error=error)
     return Line(P.AUTH, "json", level, life=life, error=error)
 

@@ -521,3 +521,10 @@ def test_an_unterminated_object_does_not_swallow_the_lines_after_it() -> None:
         ("supabase-auth", ("unknown", "error")), ("supabase-db", ("unknown", "auth_failed")),
         ("supabase-realtime", ("unknown", "connection_refused"))]
     assert len(counted(events, "supabase_log_records_total")) == 4
+
+
+def test_a_gotrue_request_line_cut_before_its_status_is_no_request() -> None:
+    """GoTrue always logs a request's status: a record cut short before it counts no made-up 499."""
+    events = run('{"level":"info","msg":"request completed","method":"GET","path":"/health","duration":1000}\n'
+                 '{"level":"info","msg":"request completed","method":"GET","path":"/health","status":200}\n')
+    assert [e.labels[-1] for e in events if e.metric == "http_requests_total"] == ["200"]
