@@ -49,21 +49,15 @@ class FileFilter:
 
     def __init__(self, rules: Sequence[Rule] = ()) -> None:
         self.rules = [r for r in rules if r.include or r.exclude]
-        self._seen: dict[str, bool] = {}
 
     def __bool__(self) -> bool:
         return bool(self.rules)
 
     def wanted(self, file: str) -> bool:
-        """Whether ``file`` is to be read (decided once per path)."""
-        got = self._seen.get(file)
-        if got is None:
-            rule = next((r for r in self.rules if covers(r.path, file)), None)
-            got = rule is None or rule.takes(file)
-            if len(self._seen) >= 65536:
-                self._seen.clear()
-            self._seen[file] = got
-        return got
+        """Whether ``file`` is to be read (a few glob matches: nothing is kept per file, so that
+        pods coming and going leave nothing behind)."""
+        rule = next((r for r in self.rules if covers(r.path, file)), None)
+        return rule is None or rule.takes(file)
 
 
 def file_filter(inputs: Sequence[tuple[str, Sequence[str], Sequence[str]]], paths: Sequence[str],

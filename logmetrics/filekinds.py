@@ -30,10 +30,12 @@ _PROM_SAMPLE = re.compile(rb"[a-zA-Z_:][\w:]*(?:\{.*\})? [-+]?(?:[\d.]+(?:e[-+]?
 #: Bytes that text hardly holds: NUL (past those a copytruncate leaves at a file's start) and the
 #: other control characters but tab, newlines, form feed and escape.
 _CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
-#: (path, inode) -> what it is ("" for a log), and the size it was decided at if it may change (else -1)
-_decided: dict[tuple[str, int], tuple[str, int]] = {}
+#: (path, inode) -> what it is ("" for a log), the size it was decided at if it may change (else
+#: -1), and the listing it was last looked up in (``sweep`` forgets the files a listing no longer has)
+_decided: dict[tuple[str, int], tuple[str, int, int]] = {}
+_listing = [0]
 PROMETHEUS = "Prometheus text"
-_MAX_DECIDED = 65536
+_MAX_DECIDED = 1 << 20  # a bound of last resort: ``sweep`` keeps it to the files listed
 
 
 def what_it_is(head: bytes) -> str | None:
@@ -58,9 +60,12 @@ def not_a_log(path: str, inode: int | None = None) -> str | None:
     from its first bytes; an empty file is not decided yet (it may become a log), nor is one
     whose head held less than ``HEAD_BYTES`` of Prometheus text (a log may follow a first write
     that looked like it: looked at again once it grew). Said once in the log at INFO."""
+    now = _listing[0]
     if inode is not None:
         got = _decided.get((path, inode))
         if got is not None and got[1] < 0:
+            if got[2] != now:
+                _decided[(path, inode)] = (got[0], got[1], now)
             return got[0] or None
     try:
         st = os.stat(path)
@@ -69,6 +74,7 @@ def not_a_log(path: str, inode: int | None = None) -> str | None:
     key = (path, st.st_ino)
     got = _decided.get(key)
     if got is not None and (got[1] < 0 or st.st_size <= got[1]):
+        _decided[key] = (got[0], got[1], now)
         return got[0] or None
     if st.st_size == 0:
         return None
@@ -81,7 +87,20 @@ def not_a_log(path: str, inode: int | None = None) -> str | None:
     if len(_decided) >= _MAX_DECIDED:
         _decided.clear()
     # final unless a short head of Prometheus text: then the size it had, to look again if it grows
-    _decided[key] = (kind, len(head) if kind == PROMETHEUS and len(head) < HEAD_BYTES else -1)
+    _decided[key] = (kind, len(head) if kind == PROMETHEUS and len(head) < HEAD_BYTES else -1, now)
     if kind and got is None:
         log.info("%s: %s, not a log: skipped (name it on the command line to read it anyway)", path, kind)
     return kind or None
+
+
+def listing() -> int:
+    """Begin a whole listing of the inputs: what it looks up is kept; pass the number to ``sweep``."""
+    _listing[0] += 1
+    return _listing[0]
+
+
+def sweep(mark: int) -> None:
+    """After the whole listing ``mark``: forget the files it did not look up (gone, rotated away),
+    so that the decisions kept stay as many as the files there are (pods come and go)."""
+    for key in [k for k, v in _decided.items() if v[2] < mark]:
+        del _decided[key]

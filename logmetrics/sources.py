@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from logmetrics import filekinds
 from logmetrics.copies import (
     COPY_WAIT,
     Cut,
@@ -512,7 +513,10 @@ class FileTailer(Placement):
         self._rotated.clear()
         self._index = {}
         self._name_index = None  # made again at its first use in this listing
+        mark = filekinds.listing()
         listed = discover(self._paths, self._walk_error, self.wanted)
+        if not self._walk_incomplete:
+            filekinds.sweep(mark)
         if self._first and self._resumed_at is not None:
             self._whole = self._saved_still_whole(listed)
         for path in listed:
