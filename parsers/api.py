@@ -29,7 +29,7 @@ from logmetrics.plugins import Parser
 from logmetrics.records import Record
 from logmetrics.shapes import EXCEPTION_LINE
 
-from .common import HTTP_METHODS, PY_DEFAULT_LINE, RouteLabels, access_line, route_template
+from .common import PY_DEFAULT_LINE, RouteLabels, access_labels, access_line
 from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception
 from .leapfrog import leapfrog_line
 
@@ -131,7 +131,7 @@ class ApiParser(Parser):
         if self._announce:
             self._announce = False
             events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
-        labels = _access(text)
+        labels = access_labels(text)
         if labels is not None:
             events.append(Event("http_requests_total", self._routes.fold(labels), 1, rule="access"))
             return events
@@ -175,15 +175,6 @@ class ApiParser(Parser):
             if self._ready:
                 events.append(Event("backend_ready", (self.model,), 0, rule="down"))
             self._ready = False
-
-
-def _access(text: str) -> tuple[str, str, str] | None:
-    """``(method, route template, code)`` of an access line (any form ``access_line`` reads), else ``None``."""
-    got = access_line(text)
-    if got is None:
-        return None
-    method, path, code = got
-    return (method if method in HTTP_METHODS else "OTHER"), route_template(path), code
 
 
 def _header(text: str) -> tuple[str, str, bool]:

@@ -142,6 +142,13 @@ def access_line(line: str) -> tuple[str, str, str] | None:
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 
+
+def access_labels(line: str) -> tuple[str, str, str] | None:
+    """``(method, route template, code)`` of an access line (``access_line``), else ``None``: the
+    labels before ``RouteLabels.fold``."""
+    got = access_line(line)
+    return None if got is None else (got[0], route_template(got[1]), got[2])
+
 _ID_SEGMENT = re.compile(
     r"\d+"                                                     # 42
     r"|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"  # UUID

@@ -31,7 +31,7 @@ from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.records import Record
 from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 
-from .common import PY_DEFAULT_LINE, RouteLabels, access_answer, access_line, model_label, route_template
+from .common import PY_DEFAULT_LINE, RouteLabels, access_answer, access_labels, model_label
 from .embeddings_batch import BatchScan
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
@@ -273,9 +273,9 @@ class EmbeddingsParser(BatchScan):
         elif "Shutdown signal received" in msg or "Server has been shut down" in msg:
             self._down(events)
         if line is None and (level == "" or " HTTP/" in msg):  # (Python's default format: INFO:uvicorn.access:)
-            access = access_line(text)
+            access = access_labels(text)
             if access is not None:
-                labels = self._routes.fold(_template(access))
+                labels = self._routes.fold(access)
                 events.append(Event("http_requests_total", labels, 1, rule="access"))
                 self._answer(access[2], labels[1], events)
                 return
@@ -368,8 +368,3 @@ def _served(engines: re.Match[str]) -> str | None:
     """The model label of infinity's ``Creating N engines: ['a', 'b']`` line: the first name."""
     names = re.findall(r"'([^'\n]+)'", engines.group(1))
     return _model_name(names[0]) if names else None
-
-
-def _template(access: tuple[str, str, str]) -> tuple[str, str, str]:
-    method, path, code = access
-    return method, route_template(path), code

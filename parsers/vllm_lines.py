@@ -13,7 +13,7 @@ from collections import Counter
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
-from .common import HTTP_METHODS, UVICORN_LINE, RouteLabels, access_line, route_template
+from .common import UVICORN_LINE, RouteLabels, access_labels
 from .vllm_errors import FATAL_TYPES, classify_error
 from .vllm_startup import life_kind
 
@@ -127,10 +127,9 @@ def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: Route
         end = len(t) if end < 0 else end
         line = t[start:end]
         if UVICORN_LINE.match(line) is None and not line.startswith(("ERROR", "CRITICAL")):
-            got = access_line(line)
+            got = access_labels(line)
             if got is not None:
-                method, path, code = got
-                access[routes.fold((method if method in HTTP_METHODS else "OTHER", route_template(path), code))] += 1
+                access[routes.fold(got)] += 1
                 n += 1
         pos = t.find(" HTTP/", end)
     return n

@@ -47,7 +47,7 @@ from logmetrics.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from . import whisper_scan as S
-from .common import HTTP_METHODS, RouteLabels, access_answer, access_line, model_label, route_template
+from .common import RouteLabels, access_answer, access_labels, model_label
 from .errors import is_traceback
 from .pairs import Pairs
 
@@ -173,7 +173,7 @@ class WhisperParser(Parser):
         head = text.partition("\n")[0]
         msg = P.message(head)
         out: list[Event] = []
-        access = access_line(head) if " HTTP/" in head else None
+        access = access_labels(head) if " HTTP/" in head else None
         if access is not None:
             self._access(access, out)
         elif msg.leapfrog_time is not None:
@@ -448,11 +448,12 @@ class WhisperParser(Parser):
         return n
 
     def _access(self, access: tuple[str, str, str], out: list[Event]) -> None:
-        """A uvicorn access line: ``http_requests_total``; on a speech route a request, ``ok`` or (5xx)
-        ``error``; any 4xx is the client's error (``llm_client_errors_total``), never the backend's."""
+        """An access line, by its ``access_labels``: ``http_requests_total``; on a speech route a
+        request, ``ok`` or (5xx) ``error``; any 4xx is the client's error (``llm_client_errors_total``),
+        never the backend's."""
         self._http = True
-        method, path, code = access
-        labels = self._routes.fold((method if method in HTTP_METHODS else "OTHER", route_template(path), code))
+        code = access[2]
+        labels = self._routes.fold(access)
         out.append(Event(HTTP, labels, 1.0, rule="access"))
         model = self.model
         if model not in self._client_zeroed:
