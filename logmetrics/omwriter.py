@@ -77,15 +77,14 @@ class OpenMetricsWriter:
             self._before.update(values)
 
     def _stale(self, key: Key, value: object, index: int) -> bool:
-        """Whether a series is left out of step ``index``: its value has not changed for longer than
-        the window (it was written for the window after its last change; Prometheus' lookback
-        carries the last sample on). ``index`` < 0: every series is written (after a skip)."""
-        if self.window is None:
-            return False
+        """Whether a series is left out of step ``index`` (a window is set): its value has not
+        changed for longer than the window (it was written for the window after its last change;
+        Prometheus' lookback carries the last sample on)."""
         last = self._changed.get(key)
-        if last is None or last[0] != value or index < 0:
-            self._changed[key] = (value, max(index, 0) if last is None or last[0] != value else last[1])
+        if last is None or last[0] != value:
+            self._changed[key] = (value, index)
             return False
+        assert self.window is not None  # (``write`` asks only with a window)
         return index - last[1] > self.window
 
     def write(self, start: float, end: float, index: int = -1) -> None:
