@@ -115,8 +115,8 @@ def render_times(samples: int) -> tuple[float, float]:
     """Seconds to render about ``samples`` counter samples in-process: prometheus_client, direct (warm)."""
     from prometheus_client.exposition import generate_latest
 
-    from logmetrics.exposition import StoreRegistry
-    from logmetrics.store import Store
+    from logmetrics.store.exposition import StoreRegistry
+    from logmetrics.store.store import Store
 
     store = Store()
     for i in range(samples):

@@ -41,7 +41,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from prometheus_client.utils import floatToGoString
 
-from logmetrics.catalog import BY_NAME, COMMON_LABELS, SELF_BY_NAME
+from logmetrics.store.catalog import BY_NAME, COMMON_LABELS, SELF_BY_NAME
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "[$__rate_interval]"

@@ -28,7 +28,7 @@ from grafana.kit import (
     summary_table,
     tile,
 )
-from logmetrics.catalog import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
+from logmetrics.store.catalog import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 
 UID = "logmetrics-overview"
 S = Scope("job", "backend", "source", "model")

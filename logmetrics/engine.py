@@ -3,7 +3,7 @@
 Each logical stream (a followed file, stdin, one compose service) has its own envelope state,
 record assembler and parser instance. The parser of a stream is chosen once: ``--parser``, else
 the parser that claims the path or source name, else the best ``sniff`` of its first lines. A file
-in a Kubernetes or Docker layout (``logmetrics.layouts``) takes its source label from its place
+in a Kubernetes or Docker layout (``logmetrics.sources.layouts``) takes its source label from its place
 (``namespace/pod/container``, the container's name) and is claimed by its container's name (and
 image) only, not by its path: a sidecar in a pod named ``vllm-0`` is not read as vLLM.
 
@@ -26,19 +26,20 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from logmetrics.config import Input
-from logmetrics.envelopes import Piece, Unwrapper
+from logmetrics.envelopes.unwrap import Piece, Unwrapper
 from logmetrics.events import Event
-from logmetrics.layouts import Layouts
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
+from logmetrics.plugins.routing import SNIFF_LINES, WEAK_SNIFF_LINES, Route, route_text
+from logmetrics.plugins.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
+from logmetrics.plugins.routing import choose as choose  # re-exported: where it was defined before
 from logmetrics.records import MAX_RECORD_CHARS, Batch, Record, RecordAssembler, split_records
-from logmetrics.routing import SNIFF_LINES, WEAK_SNIFF_LINES, Route, route_text
-from logmetrics.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
-from logmetrics.routing import choose as choose  # re-exported: where it was defined before
-from logmetrics.sources import Chunk
-from logmetrics.store import Store, safe_label
-from logmetrics.tailfile import covers
+from logmetrics.sources.chunks import Chunk
+from logmetrics.sources.layouts import Layouts
+from logmetrics.sources.tailfile import covers
+from logmetrics.store.guard import safe_label
+from logmetrics.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,22 @@ WEAK_HOLD_SECONDS = 15.0
 #: and counted in ``logmetrics_streams_unrecognised``, while it waits for a telling line.
 UNKNOWN_SAY_SECONDS = 2.0
 WEAK_HOLD_LINES = WEAK_SNIFF_LINES
+
+
+class Input(Protocol):
+    """What the engine reads of a configured input (``[[input]]``, ``logmetrics.app.config.Input``):
+    the files it names and what it sets for their streams (None: the engine's default)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def parser(self) -> str | None: ...
+    @property
+    def envelope(self) -> str | None: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
 
 
 def stream_key(path: str, service: str | None) -> str:

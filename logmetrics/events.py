@@ -1,6 +1,6 @@
 """Events: the small vocabulary every parser speaks.
 
-An event names a catalog family (``logmetrics.catalog``) and carries the values of that family's
+An event names a catalog family (``logmetrics.store.catalog``) and carries the values of that family's
 own labels, in catalog order, and a number. What the number means follows from the family's type:
 a counter adds it, a gauge is set to it, a histogram observes it. A histogram event may carry a
 tuple of numbers instead, each of them observed: a batch parser's many observations of one series

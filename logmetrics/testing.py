@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from logmetrics.events import Event
 from logmetrics.plugins import Parser
-from logmetrics.store import Store
+from logmetrics.store.store import Store
 
 
 class EventError(AssertionError):
@@ -27,7 +27,7 @@ def refused(parser_cls: type[Parser], events: Iterable[Event]) -> list[tuple[obj
     """The events of ``events`` the engine would refuse for this parser, each with the reason."""
     store = Store()
     store.register(parser_cls.metrics)
-    quiet = logging.getLogger("logmetrics.store")
+    quiet = logging.getLogger("logmetrics.store.store")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the reasons come back here; no warnings on the test's output
     try:

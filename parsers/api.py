@@ -27,7 +27,7 @@ from typing import ClassVar
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Record
-from logmetrics.shapes import EXCEPTION_LINE
+from logmetrics.records.shapes import EXCEPTION_LINE
 
 from .common import PY_DEFAULT_LINE, RouteLabels, access_labels, access_line
 from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception

@@ -5,7 +5,7 @@
 - Python's default log line ``LEVEL:logger:message`` (``PY_DEFAULT_LINE``);
 - the uvicorn access line, the route template that turns a raw path into a bounded label, and
   ``RouteLabels``, which keeps the routes a backend serves and folds scanner noise;
-- Python tracebacks: which lines continue one (built from ``logmetrics.shapes``). The
+- Python tracebacks: which lines continue one (built from ``logmetrics.records.shapes``). The
   classification of an error record into an ``error_type`` is per backend (``errors.Phrases``).
 
 Patterns here are strings or compiled ``re`` patterns meant to be embedded in ``\\n``-anchored
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 
-from logmetrics.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES
-from logmetrics.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported for the parsers
-from logmetrics.store import NOT_FOUND as NOT_FOUND  # the engine's fold values, one definition,
-from logmetrics.store import OTHER as OTHER  # re-exported for the parsers
+from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES
+from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported for the parsers
+from logmetrics.store.guard import NOT_FOUND as NOT_FOUND  # the engine's fold values, one definition,
+from logmetrics.store.guard import OTHER as OTHER  # re-exported for the parsers
 
 # --- process prefixes ------------------------------------------------------------------------
 
@@ -332,5 +332,5 @@ class RouteLabels:
 #: The body of a line that continues the record above it: indented lines, the opening and
 #: chaining lines of a traceback, a ``SomeError: message`` line (whatever is above it: a whole-chunk
 #: scan cannot look at the line above), and empty lines (Python puts them around "During handling
-#: ..."). Built from the shapes of ``logmetrics.shapes`` (``INDENTED``, ``PYTHON_TRACEBACK``).
+#: ..."). Built from the shapes of ``logmetrics.records.shapes`` (``INDENTED``, ``PYTHON_TRACEBACK``).
 TRACEBACK_BODY = rf"(?:{INDENTED.lines}|{TRACEBACK_LINES}|{EXCEPTION_LINE}|{EOL})"

@@ -26,10 +26,10 @@ import re
 from collections.abc import Iterable
 from typing import ClassVar
 
-from logmetrics.catalog import DURATION_BUCKETS, Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.records import Record
-from logmetrics.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
+from logmetrics.records.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
+from logmetrics.store.catalog import DURATION_BUCKETS, Family
 
 from .common import PY_DEFAULT_LINE, RouteLabels, access_answer, access_labels, model_label
 from .embeddings_batch import BatchScan

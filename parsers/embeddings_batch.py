@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from logmetrics.events import Event
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Batch, Record, split_records
-from logmetrics.shapes import EXCEPTION_LINE, unconditional
+from logmetrics.records.shapes import EXCEPTION_LINE, unconditional
 
 from .embeddings_tei import UNITS
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from logmetrics.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
+from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
 
 from .common import PROC_PREFIX
 

@@ -37,7 +37,7 @@ from logmetrics.records import Batch, Record
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, RouteLabels, access_line, route_template
 from .errors import is_traceback
-from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, client_type, scan
+from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, Timing, client_type, scan
 from .pairs import Pairs
 
 
@@ -67,16 +67,6 @@ def model_of_path(path: str) -> str:
 LIFE_ONLY = frozenset(("backend_restarts_total", "backend_ready", "llm_requests_running"))
 
 
-class _Timing:
-    """The lines of one request's timing block seen so far."""
-
-    __slots__ = ("prompt_ms", "tpot_ms")
-
-    def __init__(self) -> None:
-        self.prompt_ms: float | None = None
-        self.tpot_ms: float | None = None
-
-
 class LlamaCppParser(Parser):
     """llama-server (eras A-E) and llama-cpp-python (library timing blocks, uvicorn)."""
 
@@ -89,7 +79,7 @@ class LlamaCppParser(Parser):
         self.model = UNKNOWN_MODEL
         self._from_path = False  # the model name came from a file path: general.name does not override it
         self._pairs = Pairs()
-        self._timings: OrderedDict[str, _Timing] = OrderedDict()
+        self._timings: OrderedDict[str, Timing] = OrderedDict()
         self._block_key = LIB_KEY  # the key of the last ``slot print_timing`` line without timings
         self._load_failed = False
         self._after_decode = False
@@ -280,7 +270,7 @@ class LlamaCppParser(Parser):
         key = self._key(kv) if "id_task" in kv or "id_slot" in kv else self._block_key if "lib" not in kv else LIB_KEY
         timing = self._timings.get(key)
         if timing is None:
-            timing = self._timings[key] = _Timing()
+            timing = self._timings[key] = Timing()
             if len(self._timings) > MAX_OPEN_TIMINGS:
                 self._timings.popitem(last=False)
         if m is not None:

@@ -12,16 +12,15 @@ tuple), and the running-requests gauge is given once per run of frequent records
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from typing import Protocol
 
 from logmetrics.events import Event
 from logmetrics.records import Record
 
 from . import llamacpp_patterns as P
-from .common import HTTP_METHODS, route_template
-
-if TYPE_CHECKING:
-    from .llamacpp import LlamaCppParser
+from .common import HTTP_METHODS, RouteLabels, route_template
+from .pairs import Pairs
 
 #: Open timing blocks kept (by task) while their lines come one by one; the oldest is dropped.
 MAX_OPEN_TIMINGS = 1024
@@ -29,6 +28,33 @@ LIB_KEY = "lib"  # timing blocks without an id: one at a time
 #: Match groups (``llamacpp_patterns.SCAN``) that close each kind of record.
 BLOCK, BLOCK_E, LAUNCH, RELEASE, KV, REQUEST, IDLE, CLIENT, OTHER = 8, 16, 17, 18, 19, 22, 23, 26, 27
 ROUTE_CACHE_MAX = 1024
+
+
+class Timing:
+    """The lines of one request's timing block seen so far."""
+
+    __slots__ = ("prompt_ms", "tpot_ms")
+
+    def __init__(self) -> None:
+        self.prompt_ms: float | None = None
+        self.tpot_ms: float | None = None
+
+
+class LlamaStream(Protocol):
+    """What the scan reads and updates of the llama.cpp parser of one stream (``LlamaCppParser``)."""
+
+    model: str
+    _pairs: Pairs
+    _timings: OrderedDict[str, Timing]
+    _routes: RouteLabels
+    _route_labels: dict[tuple[str, ...], tuple[str, str, str]]
+    _server: bool
+    _after_decode: bool
+    _block_key: str
+
+    def parse(self, record: Record) -> list[Event]: ...
+    def _zeros(self, out: list[Event]) -> None: ...
+    def _zero(self, out: list[Event]) -> None: ...
 
 
 #: The counters of a batch, summed: (metric, labels) -> value.
@@ -56,7 +82,7 @@ def client_type(kind: str, message: str) -> str:
     return P.CLIENT_KINDS.get(kind, "client_error")
 
 
-def scan(parser: LlamaCppParser, text: str, t: float) -> tuple[list[Event], int, int]:
+def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, int]:
     """Events of a batch of whole records, how many records gave one, and their lines."""
     if not text.endswith("\n"):
         text += "\n"
@@ -183,7 +209,7 @@ def _clean(record: str) -> str:
     return record[:-1] if record.endswith("\n") else record
 
 
-def _forget(parser: LlamaCppParser, task: str) -> None:
+def _forget(parser: LlamaStream, task: str) -> None:
     """A whole timing block ends its task's open block, as its lines would one by one (a new
     block beyond the bound pushes the oldest open one out first)."""
     key = f"task {int(task)}"
@@ -200,7 +226,7 @@ RULES = {"llm_prompt_tokens_total": "timing", "llm_generation_tokens_total": "ti
          "llm_client_errors_total": "client_error"}
 
 
-def _flush(parser: LlamaCppParser, run: _Run, events: list[Event], sums: Sums) -> None:
+def _flush(parser: LlamaStream, run: _Run, events: list[Event], sums: Sums) -> None:
     """A run's counters added to the batch's sums, its gauge and its zeros (the model is the run's)."""
     model = (parser.model,)
     if run.ok:

@@ -37,11 +37,11 @@ import re
 from collections.abc import Iterable
 from typing import ClassVar
 
-from logmetrics.catalog import Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Record, split_records
-from logmetrics.shapes import POSTGRES, PRETTY_JSON, Shape
+from logmetrics.records.shapes import POSTGRES, PRETTY_JSON, Shape
+from logmetrics.store.catalog import Family
 
 from . import supabase_elixir as E
 from . import supabase_lines as L

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from logmetrics.shapes import Shape
+from logmetrics.records.shapes import Shape
 
 from . import supabase_patterns as P
 

@@ -32,11 +32,11 @@ import re
 from collections.abc import Iterable
 from typing import ClassVar
 
-from logmetrics.catalog import Family
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Record
-from logmetrics.shapes import INDENTED, NODE_STACK, Shape
+from logmetrics.records.shapes import INDENTED, NODE_STACK, Shape
+from logmetrics.store.catalog import Family
 
 from .common import strip_prefix
 from .errors import COMMON_CAUSES, Phrases, node_error

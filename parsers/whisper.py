@@ -43,7 +43,7 @@ from typing import ClassVar
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Batch, Record, split_records
-from logmetrics.shapes import DEFAULT_SHAPES, Shape
+from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from . import whisper_scan as S

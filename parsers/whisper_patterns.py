@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from logmetrics.shapes import EXCEPTION_LINE as EXCEPTION_NAME_LINE
-from logmetrics.shapes import PYTHON_TRACEBACK, Shape
+from logmetrics.records.shapes import EXCEPTION_LINE as EXCEPTION_NAME_LINE
+from logmetrics.records.shapes import PYTHON_TRACEBACK, Shape
 
 from .common import PY_DEFAULT_LINE
 from .errors import COMMON_CAUSES, Phrases

@@ -20,7 +20,7 @@ import calendar
 import re
 from collections.abc import Callable
 
-from logmetrics.shapes import Shape, unconditional
+from logmetrics.records.shapes import Shape, unconditional
 
 #: The messages of frequent lines that give an "alive" event (the server works): faster-whisper's.
 _ALIVE = (r"Detected language '[\w-]++' with probability [\d.]++|Processing segment at [\d:.]++"

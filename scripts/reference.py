@@ -4,8 +4,8 @@
     python scripts/reference.py           # rewrite the text between the guide's reference markers
     python scripts/reference.py --check   # exit 1 if the committed text differs
 
-The reference comes from logmetrics/catalog.py (names, types, labels, help), the hints of
-logmetrics/reference.py (how to read each family) and rules/*.yml (what records or alerts on it).
+The reference comes from logmetrics/store/catalog.py (names, types, labels, help), the hints of
+logmetrics/store/reference.py (how to read each family) and rules/*.yml (what records or alerts on it).
 Needs PyYAML (in the test extras).
 """
 
@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from logmetrics import reference  # noqa: E402  # after the path is set, as a script run from anywhere
+from logmetrics.store import reference  # noqa: E402  # after the path is set, as a script run from anywhere
 
 GUIDE = ROOT / "docs" / "operating.md"
 

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from logmetrics.catalog import SELF_BY_NAME
 from logmetrics.engine import Engine, Stream
-from logmetrics.exposition import make_registry
 from logmetrics.plugins import discover
-from logmetrics.sources import Chunk
-from logmetrics.store import Store
-from logmetrics.tailfile import LineCutter
+from logmetrics.sources.chunks import Chunk
+from logmetrics.sources.tailfile import LineCutter
+from logmetrics.store.catalog import SELF_BY_NAME
+from logmetrics.store.exposition import make_registry
+from logmetrics.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 PARSERS = discover()

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event, values_of
 from logmetrics.records import RecordAssembler, Rule
+from logmetrics.store.catalog import BY_NAME
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

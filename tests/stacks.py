@@ -6,7 +6,7 @@ from __future__ import annotations
 import faulthandler
 import signal
 
-from logmetrics.cli import main
+from logmetrics.cli.main import main
 
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -190,7 +190,7 @@ def engine_with_store() -> tuple[Any, Any]:
     """An engine over the installed parsers, routing by itself, and its store."""
     from logmetrics.engine import Engine
     from logmetrics.plugins import discover
-    from logmetrics.store import Store
+    from logmetrics.store.store import Store
 
     store = Store()
     return Engine(discover(), store), store
@@ -207,7 +207,7 @@ def test_access_lines_before_the_first_stats_line_do_not_decide(tmp_path: Path) 
 
 def test_a_weak_stream_waits_for_the_telling_line_then_counts_everything() -> None:
     """Live: access lines alone are held, not routed; the stats line that follows routes them all to vLLM."""
-    from logmetrics.sources import Chunk
+    from logmetrics.sources.chunks import Chunk
 
     engine, store = engine_with_store()
     engine.feed(Chunk("engine.log", ACCESS.encode(), time.time()))
@@ -223,7 +223,7 @@ def test_a_weak_stream_waits_for_the_telling_line_then_counts_everything() -> No
 def test_a_weak_stream_is_routed_on_what_it_showed_after_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """Live: with no telling line, a quiet poll after the wait routes the stream on its weak sniff."""
     from logmetrics import engine as engine_mod
-    from logmetrics.sources import Chunk
+    from logmetrics.sources.chunks import Chunk
 
     engine, store = engine_with_store()
     engine.feed(Chunk("gw.log", ACCESS.encode(), time.time()))

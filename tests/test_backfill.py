@@ -273,8 +273,8 @@ def test_prometheus_serves_the_backfilled_samples(tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", [64, 1000, 1 << 18])
 def test_groups_cut_where_a_step_ends(tmp_path: Path, block: int) -> None:
     """Bisection within read blocks cuts the lines exactly where a per-line reading would."""
-    from logmetrics.backfill import groups
-    from logmetrics.logtime import LogClock
+    from logmetrics.offline.backfill import groups
+    from logmetrics.records.logtime import LogClock
 
     lines = ["no time yet, before the first stamp"]
     for i in range(400):

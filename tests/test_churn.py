@@ -11,9 +11,10 @@ from pathlib import Path
 
 from freezegun import freeze_time
 
-from logmetrics.exposition import text
+from logmetrics.app.options import Options
+from logmetrics.app.runner import Runner
 from logmetrics.plugins import discover
-from logmetrics.runner import Options, Runner
+from logmetrics.store.exposition import text
 from tests.helpers import access_line, parse
 
 PODS = 10_000

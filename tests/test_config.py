@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logmetrics import config
-from logmetrics.cli import main
-from logmetrics.config import ConfigError, Input, parse_expiry
+from logmetrics.app import config
+from logmetrics.app.config import ConfigError, Input, parse_expiry
+from logmetrics.cli.main import main
 from tests.helpers import Server, access_line, append, total
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -347,7 +347,7 @@ def test_check_config_on_hostile_files_exits_0_or_2_without_a_traceback(
 ])
 def test_which_files_an_input_names(arg: str, path: str, named: bool) -> None:
     """covers(): the file itself, the files under a directory, the files a glob (or a directory it matches) names."""
-    from logmetrics.tailfile import covers
+    from logmetrics.sources.tailfile import covers
 
     assert covers(arg, path) is named
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from logmetrics import config
+from logmetrics.app import config
 from tests.helpers import Server, total
 from tests.test_prometheus import binary
 

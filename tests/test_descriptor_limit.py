@@ -14,7 +14,8 @@ import pytest
 # was read so far. Its budget is set above the limit, as when the limit is lowered while it runs.
 CHILD = """
 import json, resource, sys
-from logmetrics.sources import FileTailer, SourceStats
+from logmetrics.sources.chunks import SourceStats
+from logmetrics.sources.tailer import FileTailer
 limit, max_open, arg = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 stats = SourceStats()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from logmetrics import reference
-from logmetrics.catalog import FAMILIES, SELF_FAMILIES
-from logmetrics.config import INPUT_KEYS, PROCESS_KEYS, STATIC_LABELS, TOP_KEYS
-from logmetrics.reload import FIXED
-from logmetrics.store import LABEL_LIMITS
+from logmetrics.app.config import INPUT_KEYS, PROCESS_KEYS, STATIC_LABELS, TOP_KEYS
+from logmetrics.app.reload import FIXED
+from logmetrics.store import reference
+from logmetrics.store.catalog import FAMILIES, SELF_FAMILIES
+from logmetrics.store.guard import LABEL_LIMITS
 from tests.test_prometheus import binary
 from tests.test_rules import rule_groups, unknown_metrics
 
@@ -160,7 +160,7 @@ def _code(text: str) -> list[str]:
 def test_every_command_and_flag_the_docs_show_exists() -> None:
     """Each 'logmetrics COMMAND --flag' the README and docs/ show is a command of the CLI with that
     flag (or a global one, which goes before the command: 'logmetrics -v watch')."""
-    from logmetrics.cli import cli
+    from logmetrics.cli.main import cli
 
     commands = cli.commands  # a click Group: its commands by name
     top = {opt for p in cli.params for opt in (*p.opts, *p.secondary_opts)}
@@ -188,8 +188,8 @@ def test_every_command_and_flag_the_docs_show_exists() -> None:
 
 def test_the_poll_interval_help_says_how_often_inotify_reads() -> None:
     """--poll-interval's help gives the coalescing interval the runner really uses."""
-    from logmetrics.cli import cli
-    from logmetrics.runner import COALESCE_SECONDS
+    from logmetrics.app.runner import COALESCE_SECONDS
+    from logmetrics.cli.main import cli
 
     watch = cli.commands["watch"]
     (opt,) = [p for p in watch.params if "--poll-interval" in p.opts]

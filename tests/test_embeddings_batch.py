@@ -11,7 +11,7 @@ import pytest
 from logmetrics.events import Event
 from logmetrics.plugins import record_rule
 from logmetrics.records import Batch, Record, split_records
-from logmetrics.store import Histogram, Key, Store
+from logmetrics.store.store import Histogram, Key, Store
 from tests.helpers import batch_pieces
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.procs import ProcessWatcher, is_logmetrics
+from logmetrics.app.procs import ProcessWatcher, is_logmetrics
 from tests.helpers import Samples, access_line, parse, total
 
 STATS = ("INFO 04-10 03:35:27 [loggers.py:80] Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation "
@@ -205,8 +205,8 @@ def test_progress_line_for_long_oneshot_runs() -> None:
     """A long --oneshot run on a terminal shows bytes read, share done and speed, then a newline."""
     import io
 
-    from logmetrics.runner import Progress
-    from logmetrics.sources import SourceStats
+    from logmetrics.app.progress import Progress
+    from logmetrics.sources.chunks import SourceStats
 
     out = io.StringIO()
     progress = Progress(out, after=0, every=0)
@@ -399,7 +399,7 @@ def test_check_shows_the_events_the_engine_would_refuse(tmp_path: Path) -> None:
 NODE_PLUGIN = '''
 from logmetrics.events import Event
 from logmetrics.plugins import Parser
-from logmetrics.shapes import NODE_STACK
+from logmetrics.records.shapes import NODE_STACK
 from logmetrics_parsers.errors import node_error
 
 
@@ -495,8 +495,8 @@ def _vllm_errors(hold: float, force: bool) -> tuple[float, float]:
     """(errors counted, oom errors) after a traceback arrives in two reads with a quiet poll between."""
     from logmetrics.engine import Engine
     from logmetrics.plugins import discover
-    from logmetrics.sources import Chunk
-    from logmetrics.store import Store
+    from logmetrics.sources.chunks import Chunk
+    from logmetrics.store.store import Store
 
     store = Store()
     engine = Engine(discover(), store, parser="vllm", hold=hold)
@@ -525,8 +525,8 @@ def _held_errors(written_ago: float | None) -> float:
     seconds before the read (None: not known), and the engine went idle once, with 5 s of hold."""
     from logmetrics.engine import Engine
     from logmetrics.plugins import discover
-    from logmetrics.sources import Chunk
-    from logmetrics.store import Store
+    from logmetrics.sources.chunks import Chunk
+    from logmetrics.store.store import Store
 
     store = Store()
     engine = Engine(discover(), store, parser="vllm", hold=5.0)

@@ -1,4 +1,4 @@
-"""Tests for logmetrics.envelopes: detection, unwrapping and cleaning of container envelopes."""
+"""Tests for logmetrics.envelopes.unwrap: detection, unwrapping and cleaning of container envelopes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from logmetrics.envelopes import MODES, Piece, Unwrapper, parse_rfc3339
+from logmetrics.envelopes.unwrap import MODES, Piece, Unwrapper, parse_rfc3339
 
 # Plain application lines, written for these tests in the shapes the backends print.
 VLLM = "INFO 01-02 03:04:05 [loggers.py:118] Engine 000: Avg prompt throughput: 41.2 tokens/s, Running: 2 reqs\n"

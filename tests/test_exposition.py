@@ -19,11 +19,11 @@ import pytest
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from logmetrics.cli import _listen
+from logmetrics.cli.common import listen_address as _listen
 from logmetrics.engine import Engine
 from logmetrics.errors import UserError
-from logmetrics.server import MetricsServer
-from logmetrics.store import Store
+from logmetrics.serve.server import MetricsServer
+from logmetrics.store.store import Store
 from tests.helpers import Server, access_line, parse, total
 from tests.test_prometheus import binary
 
@@ -196,7 +196,7 @@ def test_failed_render_is_a_500_and_the_next_scrape_is_fresh(
     port = srv.address[1]
     om = {"Accept": "application/openmetrics-text; version=1.0.0"}
     coll.broken = True
-    with caplog.at_level(logging.ERROR, logger="logmetrics.server"):
+    with caplog.at_level(logging.ERROR, logger="logmetrics.serve.server"):
         for headers in ({}, om, {}):
             status, hdrs, body = request("127.0.0.1", port, "/metrics", headers=headers)
             assert status == 500 and hdrs["content-type"].startswith("text/plain"), (status, hdrs)

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from logmetrics import config
-from logmetrics.filefilter import Rule, file_filter
+from logmetrics.app import config
+from logmetrics.sources.filefilter import Rule, file_filter
 from tests.helpers import access_line, parse, total
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.filekinds import what_it_is
+from logmetrics.sources.filekinds import what_it_is
 from tests.helpers import access_line, parse, total
 
 PROM = (b"# a golden file: what the sample must give. Checked by hand:\n# - three requests\n"
@@ -63,7 +63,7 @@ def test_a_watched_directory_skips_what_is_not_a_log(tmp_path: Path) -> None:
 
 def test_a_log_that_began_like_prometheus_text_is_looked_at_again(tmp_path: Path) -> None:
     """A short first write of '# HELP'/'# TYPE' lines is skipped; once log lines follow, the file is read."""
-    from logmetrics.filekinds import not_a_log
+    from logmetrics.sources.filekinds import not_a_log
 
     log = tmp_path / "vllm-starts.log"
     log.write_text("# HELP x y\n# TYPE x counter\n")

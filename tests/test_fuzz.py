@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from logmetrics.engine import Engine
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Batch, split_records
-from logmetrics.store import Store
+from logmetrics.store.store import Store
 from tests.fuzzing import CAP, FUZZ, HOSTILE_LINE, PARSERS, SAMPLES, Run, check_store, chunked, lines_for, run
 
 NAMES = sorted(PARSERS)

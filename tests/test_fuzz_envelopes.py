@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logmetrics.envelopes import Unwrapper
+from logmetrics.envelopes.unwrap import Unwrapper
 from tests.fuzzing import CAP, FUZZ, SAMPLES, WEIRD_BYTES, WEIRD_CHARS, check_store, chunked, lines_for, run
 
 STAMPS = ["2024-05-01T10:00:00.123456789Z", "2024-05-01T10:00:00Z", "2024-05-01T12:00:00.5+02:00",

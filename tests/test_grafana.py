@@ -16,7 +16,7 @@ import yaml
 from grafana import generate
 from grafana.generate import dashboards, fill, panel_queries, used_variables, variable_defaults
 from grafana.kit import labels_of, walk_panels
-from logmetrics.catalog import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
+from logmetrics.store.catalog import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from tests.test_prometheus import binary
 from tests.test_rules import PROMETHEUS_SERIES, metric_names, rule_groups, unknown_metrics
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics import state as st
-from logmetrics.identity import FP_BYTES, birth, fingerprint, is_fingerprint
-from logmetrics.journal import Delta, Journal
-from logmetrics.sources import Chunk, FileTailer, Position
-from logmetrics.statecheck import check
-from logmetrics.store import Store
+from logmetrics.sources.chunks import Chunk, Position
+from logmetrics.sources.identity import FP_BYTES, birth, fingerprint, is_fingerprint
+from logmetrics.sources.tailer import FileTailer
+from logmetrics.state import savefile as st
+from logmetrics.state.check import check
+from logmetrics.state.journal import Delta, Journal
+from logmetrics.store.store import Store
 from tests.test_sources import Tail, append, data, drain, line, lines, streams
 from tests.test_sources import tail as tail  # tailers over real paths, closed after the test
 

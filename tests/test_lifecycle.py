@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logmetrics.events import Event, number
-from logmetrics.store import Store
+from logmetrics.store.store import Store
 from tests.helpers import access_line, total
 from tests.test_engine import oneshot_metrics
 from tests.test_vllm_parser import scan, totals

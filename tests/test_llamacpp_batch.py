@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event, number
 from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
+from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import check_events
 from tests.helpers import Totals, batch_pieces, store_view
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logmetrics.logtime import LogClock, epoch_number, parse_time
+from logmetrics.records.logtime import LogClock, epoch_number, parse_time
 
 MTIME = calendar.timegm((2024, 4, 12, 0, 0, 0))  # the files' modification time in these tests
 T = calendar.timegm((2024, 4, 10, 3, 30, 0))  # 2024-04-10T03:30:00Z, the time most examples state

@@ -31,14 +31,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from logmetrics import store as store_module
 from logmetrics.engine import Engine
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.exposition import make_registry
 from logmetrics.plugins import Parser, ParserEntry, discover, validate
 from logmetrics.records import Record
-from logmetrics.sources import Chunk
-from logmetrics.store import Store
+from logmetrics.sources.chunks import Chunk
+from logmetrics.store import guard as store_module
+from logmetrics.store.exposition import make_registry
+from logmetrics.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 PARSERS = discover()

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics import notify, sources, tailfile
-from logmetrics.sources import FileTailer, SourceStats, Waker
+from logmetrics.sources import notify, tailfile
+from logmetrics.sources import tailer as sources
+from logmetrics.sources.chunks import SourceStats
+from logmetrics.sources.tailer import FileTailer
+from logmetrics.sources.waker import Waker
 from tests.test_sources import append, data, drain, line, lines
 
 pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="inotify is Linux's")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from logmetrics.events import Event
-from logmetrics.store import Store
+from logmetrics.store.store import Store
 from parsers.common import access_line, route_template, strip_prefix
 from parsers.errors import COMMON_CAUSES, Phrases, is_traceback, node_error, python_exception
 from parsers.leapfrog import leapfrog_line

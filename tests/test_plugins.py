@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.catalog import Family
 from logmetrics.events import Event
 from logmetrics.plugins import Parser, PluginError, discover, load_spec, record_rule, validate
 from logmetrics.records import Record
-from logmetrics.shapes import DEFAULT_SHAPES, NODE_STACK, Shape, Shapes
+from logmetrics.records.shapes import DEFAULT_SHAPES, NODE_STACK, Shape, Shapes
+from logmetrics.store.catalog import Family
 from logmetrics.testing import EventError, check_events
 
 GOOD = '''
@@ -64,9 +64,9 @@ def test_module_class_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
                   " if \"start\" in record.text else []\n", "    pass\n"), "implements neither"),
     (GOOD.replace('name = "echo"', 'name = "echo"\n    claims = "*.log"'), "claims must be a tuple"),
     ("x = 1\n", "defines no subclass"),
-    (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.catalog import Family\n'
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.store.catalog import Family\n'
                   '    metrics = (Family("other_total", "counter", (), "h"),)'), "must be named echo_"),
-    (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.catalog import Family\n'
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.store.catalog import Family\n'
                   '    metrics = (Family("echo_things", "counter", (), "h"),)'), "must end in _total"),
 ])
 def test_bad_plugins_are_refused_with_a_message_naming_them(tmp_path: Path, body: str, message: str) -> None:

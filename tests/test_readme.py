@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from logmetrics import catalog
+from logmetrics.store import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

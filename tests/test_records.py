@@ -7,7 +7,7 @@ import random
 import pytest
 
 from logmetrics.records import RecordAssembler, last_record_start, split_records
-from logmetrics.shapes import INDENTED, NODE_STACK, POSTGRES, PRETTY_JSON, PYTHON_TRACEBACK, compiled
+from logmetrics.records.shapes import INDENTED, NODE_STACK, POSTGRES, PRETTY_JSON, PYTHON_TRACEBACK, compiled
 
 TRACE = (
     "ERROR: Exception in ASGI application\n"

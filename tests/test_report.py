@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from logmetrics.offline.report import Options, collect, summary
 from logmetrics.plugins import discover
-from logmetrics.report import Options, collect, summary
 from tests.helpers import Samples, parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,7 +226,7 @@ def test_a_file_by_two_paths_counts_once_and_an_unreadable_one_is_left_out(tmp_p
 def test_the_tokens_chart_shows_the_throughput_the_log_states() -> None:
     """Where the backend logs its throughput (vLLM's stats lines), the tokens/s chart draws those
     figures, not an interval's tokens put into one bucket."""
-    from logmetrics.reportview import series
+    from logmetrics.offline.reportview import series
 
     collected = collect(Options(paths=(str(SAMPLES / "vllm" / "oom-crash.log"),), tz=UTC), discover())
     fig = next(f for f in collected.figures if f.model)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from logmetrics.catalog import BY_NAME, SELF_BY_NAME
+from logmetrics.store.catalog import BY_NAME, SELF_BY_NAME
 from tests.test_prometheus import binary
 
 ROOT = Path(__file__).resolve().parent.parent

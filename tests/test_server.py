@@ -20,11 +20,11 @@ import bcrypt
 import pytest
 import trustme
 
-from logmetrics import server as server_module
-from logmetrics.exposition import make_registry, text
-from logmetrics.server import MetricsServer
-from logmetrics.store import Store
-from logmetrics.webconfig import LiveWebConfig
+from logmetrics.serve import server as server_module
+from logmetrics.serve.server import MetricsServer
+from logmetrics.serve.webconfig import LiveWebConfig
+from logmetrics.store.exposition import make_registry, text
+from logmetrics.store.store import Store
 from tests.helpers import access_line
 from tests.test_exposition import request
 
@@ -303,7 +303,7 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
-    from logmetrics.store import Histogram
+    from logmetrics.store.store import Histogram
 
     store = Store()
     for i, src in enumerate(["a.log", 'we"ird\\path\nx', "caf\u00e9"]):
@@ -317,12 +317,12 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
         store.gauges[("logmetrics_lag_bytes", (f"{i}.log",))] = value  # an int among them
     registry = make_registry(store)
     assert text(registry) == generate_latest(registry)
-    from logmetrics.exposition import StoreRegistry
+    from logmetrics.store.exposition import StoreRegistry
     assert isinstance(registry, StoreRegistry)
     assert registry.renderer.render(openmetrics=True) == openmetrics(registry)  # type: ignore[no-untyped-call]  # untyped upstream
     from prometheus_client.exposition import choose_encoder
 
-    from logmetrics.exposition import render
+    from logmetrics.store.exposition import render
     store.counters[("llm_prompt_tokens_total", ("vllm", "a.log", "m00"))] = 2.0  # a new series sorts in
     assert text(registry) == generate_latest(registry)
     del store.counters[("llm_prompt_tokens_total", ("vllm", "a.log", "m0"))]  # and one gone drops out

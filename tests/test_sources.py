@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from logmetrics.sources import Chunk, FileTailer, SourceError, SourceStats, Waker
-from logmetrics.stdin import StdinSource
+from logmetrics.sources.chunks import Chunk, SourceError, SourceStats
+from logmetrics.sources.stdin import StdinSource
+from logmetrics.sources.tailer import FileTailer
+from logmetrics.sources.waker import Waker
 
 MiB = 1 << 20
 Tail = Callable[..., FileTailer]
@@ -482,7 +484,8 @@ def test_waker() -> None:
 
 _UNREADABLE_SCRIPT = """
 import json, os, sys
-from logmetrics.sources import FileTailer, SourceStats
+from logmetrics.sources.chunks import SourceStats
+from logmetrics.sources.tailer import FileTailer
 if os.geteuid() == 0:  # root reads any file: become nobody
     os.setgroups([])
     os.setgid(65534)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics import state as st
-from logmetrics.sources import Position
+from logmetrics.sources.chunks import Position
+from logmetrics.state import savefile as st
 from tests.helpers import Server, access_line, append, total
 
 START = ("INFO 04-10 03:30:00 [api_server.py:912] vLLM API server version 0.8.5\n"

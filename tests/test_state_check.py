@@ -13,14 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from logmetrics import journal
-from logmetrics import state as st
+from logmetrics.app.options import Options
+from logmetrics.app.runner import Runner
 from logmetrics.plugins import discover
-from logmetrics.runner import Options, Runner
-from logmetrics.sources import Position
-from logmetrics.statecheck import normalised_inputs, within
-from logmetrics.store import Store
-from logmetrics.tailfile import HEAD_BYTES
+from logmetrics.sources.chunks import Position
+from logmetrics.sources.tailfile import HEAD_BYTES
+from logmetrics.state import journal
+from logmetrics.state import savefile as st
+from logmetrics.state.check import normalised_inputs, within
+from logmetrics.store.store import Store
 
 INPUTS = normalised_inputs(["/var/log/llm"])
 GOOD = {"version": 1, "saved_at": 1000.0, "inputs": INPUTS,

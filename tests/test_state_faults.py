@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics import state as st
+from logmetrics.state import savefile as st
 from tests.helpers import Server, access_line, append, total
 
 ARGS = ("--poll-interval", "0.05")

@@ -11,14 +11,14 @@ import threading
 import time
 from pathlib import Path
 
-from logmetrics import state as st
+from logmetrics.app.runner import CATCH_UP_SECONDS
 from logmetrics.engine import WEAK_HOLD_SECONDS, Engine
 from logmetrics.events import Event
-from logmetrics.journal import WAL_BYTES, WAL_PAGES, Delta, Journal
 from logmetrics.plugins import discover
-from logmetrics.runner import CATCH_UP_SECONDS
-from logmetrics.sources import Chunk, Position
-from logmetrics.store import Changes, Key, Store
+from logmetrics.sources.chunks import Chunk, Position
+from logmetrics.state import savefile as st
+from logmetrics.state.journal import WAL_BYTES, WAL_PAGES, Delta, Journal
+from logmetrics.store.store import Changes, Key, Store
 from tests.helpers import Samples, Server, access_line, append, total
 
 START = "INFO 04-10 03:30:00 [api_server.py:912] vLLM API server version 0.8.5\n"

@@ -8,8 +8,9 @@ import os
 import pytest
 
 from logmetrics.events import Event
-from logmetrics.exposition import make_registry, render, text
-from logmetrics.store import MAX_LABEL_CHARS, OTHER, Store, safe_label
+from logmetrics.store.exposition import make_registry, render, text
+from logmetrics.store.guard import MAX_LABEL_CHARS, OTHER, safe_label
+from logmetrics.store.store import Store
 from tests.helpers import Samples, parse
 
 
@@ -148,7 +149,7 @@ def test_values_a_family_cannot_take_are_refused_and_counted(caplog: pytest.LogC
            Event("llm_request_duration_seconds", ("m",), inf), Event("llm_prompt_tokens_total", ("m",), inf),
            Event("llm_prompt_tokens_total", ("m",), -3), Event("llm_requests_running", ("m",), nan),
            Event("llm_requests_running", ("m",), -inf), Event("llm_requests_running", ("m",), "7")]  # type: ignore[arg-type]  # a plugin's mistake on purpose
-    with caplog.at_level(logging.WARNING, logger="logmetrics.store"):
+    with caplog.at_level(logging.WARNING, logger="logmetrics.store.store"):
         store.apply([*good, *bad], "myplug", "s")
         store.apply(bad, "myplug", "s")
     hist = store.histograms[("llm_request_duration_seconds", ("myplug", "s", "m"))]

@@ -12,8 +12,8 @@ import pytest
 
 from logmetrics.events import Event
 from logmetrics.plugins import discover, record_rule, validate
+from logmetrics.plugins.routing import route
 from logmetrics.records import Record, split_records
-from logmetrics.routing import route
 from logmetrics.testing import check_events
 from tests.helpers import parse, total
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics import identity
-from logmetrics.copies import Cut, copy_name, same_tail
-from logmetrics.sources import Chunk, FileTailer, Position
-from logmetrics.tailfile import LineCutter, TailFile
+from logmetrics.sources import identity
+from logmetrics.sources.chunks import Chunk, Position
+from logmetrics.sources.copies import Cut, copy_name, same_tail
+from logmetrics.sources.tailer import FileTailer
+from logmetrics.sources.tailfile import LineCutter, TailFile
 from tests.helpers import Server, access_line, parse, total
 from tests.test_sources import Tail, data, drain, line, lines, streams
 from tests.test_sources import shared_dir as shared_dir  # the same fixtures as there: a directory anyone
@@ -432,8 +433,8 @@ def test_a_glob_that_matches_nothing_yet(tmp_path: Path) -> None:
 
 _AS_NOBODY = """
 import os, sys
-from logmetrics.cli import main
-import logmetrics.runner, logmetrics.exposition, logmetrics.plugins, logmetrics_parsers.vllm
+from logmetrics.cli.main import main
+import logmetrics.app.runner, logmetrics.store.exposition, logmetrics.plugins, logmetrics_parsers.vllm
 if os.geteuid() == 0:  # root reads any file: become nobody
     os.setgroups([])
     os.setgid(65534)
@@ -458,8 +459,9 @@ def test_oneshot_unreadable_named_file_exits_2(shared_dir: Path) -> None:
 
 _LATER_READABLE = """
 import json, os, sys
-from logmetrics.sources import FileTailer, SourceStats
-from logmetrics.tailfile import LineCutter, TailFile
+from logmetrics.sources.chunks import SourceStats
+from logmetrics.sources.tailer import FileTailer
+from logmetrics.sources.tailfile import LineCutter, TailFile
 if os.geteuid() == 0:
     os.setgroups([])
     os.setgid(65534)

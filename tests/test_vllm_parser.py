@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from logmetrics.catalog import BY_NAME
 from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
+from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import check_events
 from tests.helpers import Totals, batch_pieces, store_view
 

@@ -9,13 +9,13 @@ import threading
 import time
 from pathlib import Path
 
-from logmetrics.sources import Waker
+from logmetrics.sources.waker import Waker
 
 ROOT = Path(__file__).resolve().parent.parent
 
 STRESS = textwrap.dedent("""
     import os, signal, threading, time
-    from logmetrics.sources import Waker
+    from logmetrics.sources.waker import Waker
     waker = Waker()
     signal.signal(signal.SIGUSR1, lambda signum, frame: waker.wake())  # as SIGTERM's handler does
     done = threading.Event()

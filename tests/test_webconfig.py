@@ -11,8 +11,8 @@ import bcrypt
 import pytest
 import trustme
 
-from logmetrics import webconfig
-from logmetrics.webconfig import Authenticator, LiveWebConfig, WebConfigError
+from logmetrics.serve import webconfig
+from logmetrics.serve.webconfig import Authenticator, LiveWebConfig, WebConfigError
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.catalog import BY_NAME
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule
 from logmetrics.records import Batch, Record, split_records
+from logmetrics.store.catalog import BY_NAME
 from parsers.whisper import WhisperParser
 from tests.helpers import batch_pieces
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.catalog import BY_NAME
 from logmetrics.engine import Engine
 from logmetrics.events import Event, values_of
-from logmetrics.exposition import make_registry, text
 from logmetrics.plugins import discover, record_rule, validate
 from logmetrics.records import Record, split_records
-from logmetrics.sources import Chunk
-from logmetrics.store import Store
+from logmetrics.sources.chunks import Chunk
+from logmetrics.store.catalog import BY_NAME
+from logmetrics.store.exposition import make_registry, text
+from logmetrics.store.store import Store
 from logmetrics.testing import check_events
 from parsers.whisper import WhisperParser, model_name
 from parsers.whisper_patterns import clock_seconds

@@ -1,0 +1,80 @@
+"""``logmetrics watch`` run: ``--oneshot`` reads its inputs whole and prints the exposition; else
+the runner's poll loop goes on while the HTTP endpoint serves, until SIGINT or SIGTERM, and SIGHUP
+reads the ``--config`` file again."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+from logmetrics.app.options import Options
+from logmetrics.app.progress import Progress
+from logmetrics.app.runner import Runner, tune_allocator
+from logmetrics.errors import StateNotSaved, UserError
+from logmetrics.plugins import ParserEntry
+from logmetrics.sources.descriptors import raise_open_file_limit
+from logmetrics.store.exposition import host_port, text
+
+
+def _say(line: str) -> None:
+    """One line on stderr (a web config refused on reload)."""
+    print(f"logmetrics: error: {line}", file=sys.stderr, flush=True)
+
+
+def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], Options] | None = None) -> None:
+    """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM; SIGHUP
+    reads the --config file again (``reloader``)."""
+    tune_allocator()
+    raise_open_file_limit()
+    runner = Runner(opts, entries, reloader)
+    try:
+        if opts.listen is None:
+            runner.drain(Progress(sys.stderr) if sys.stderr.isatty() else None)
+            sys.stdout.buffer.write(text(runner.registry))
+            sys.stdout.flush()
+            failed = runner.tailer.failed_args() if runner.tailer is not None else []
+            if failed:  # what could be read is printed; a named input that could not be read fails the run
+                raise UserError("; ".join(failed))
+            return
+        host, port = opts.listen
+        from logmetrics.serve.server import MetricsServer  # not needed by --oneshot
+        from logmetrics.serve.webconfig import LiveWebConfig
+
+        web = LiveWebConfig(opts.web_config, on_failure=_say) if opts.web_config else None
+        runner.web = web
+        try:
+            server = MetricsServer(host, port, runner.registry, web)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host_port(host, port)}: {exc.strerror or exc}") from exc
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            runner.stop.set()
+            runner.waker.wake()
+
+        def hangup(signum: int, frame: FrameType | None) -> None:
+            runner.reload_wanted = True  # the poll loop reloads: nothing more is safe in a handler
+            runner.waker.wake()
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGHUP, hangup)
+        for src in (runner.tailer, runner.stdin):
+            if src is not None:
+                src.watch(runner.waker)
+        runner.poll()  # the first scan fixes which files existed at start before anyone is told we run
+        runner.catch_up()
+        runner.save_state()  # the first commit: a crash from now on restarts from these positions
+        server.start()
+        print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
+        try:
+            runner.follow()
+        finally:
+            server.stop()
+        failure = runner.save_failure()
+        if failure is not None and opts.state_file is not None:
+            raise StateNotSaved(f"the last save of --state-file {opts.state_file} failed ({failure}): what was "
+                                f"counted since its last good save is not kept")
+    finally:
+        runner.close()

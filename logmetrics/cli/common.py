@@ -1,0 +1,113 @@
+"""What the commands share: click's settings, the --plugin and reading options, and the checks
+of a --label or --listen value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import tzinfo
+
+import click
+
+from logmetrics.app import config
+from logmetrics.app.config import STATIC_LABELS
+from logmetrics.envelopes.unwrap import MODES
+from logmetrics.errors import UserError
+from logmetrics.plugins import ParserEntry, PluginError, discover
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+ENVELOPE_HELP = (
+    "Container log wrapper to peel off; 'auto' detects it per stream from its first lines. One of: "
+    "none, docker-json, cri, docker-timestamps ('docker logs -t'), compose, journald, kubectl "
+    "('kubectl logs --prefix'), or layers joined with '+', outer first: compose+docker-timestamps "
+    "('docker compose logs -t'), kubectl+docker-timestamps ('kubectl logs --prefix --timestamps'), "
+    "journald+docker-timestamps, docker-timestamps+compose, journald+compose, "
+    "journald+compose+docker-timestamps.")
+
+
+plugin_option = click.option(
+    "--plugin", "plugins", multiple=True, metavar="SPEC",
+    help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable.")
+
+
+
+def parser_entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
+    broken: dict[str, str] = {}
+    try:
+        entries = discover(plugins, broken)
+    except PluginError as exc:
+        raise UserError(str(exc)) from exc
+    if parser is not None and parser not in entries and parser in broken:
+        raise UserError(broken[parser])  # asked for by name: its failure is the run's
+    if parser is not None and parser not in entries:
+        known = ", ".join(sorted(entries)) or "none"
+        raise UserError(f"unknown parser {parser!r} (installed: {known}; see 'logmetrics parsers')")
+    return entries
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """``--listen`` as (host, port); host "" means every interface, IPv6 and IPv4."""
+    return config.parse_listen(value)
+
+
+def label_flag(spec: str) -> tuple[str | None, str, str]:
+    """``--label [GLOB:]NAME=VALUE``: the name ends at the first '=', the glob at the last ':' before it."""
+    left, eq, value = spec.partition("=")
+    glob, colon, name = left.rpartition(":")
+    if not eq or not name or not value or (colon and not glob):
+        raise UserError(f"--label expects [GLOB:]NAME=VALUE, e.g. model=llama-3-8b or 'vllm-*:model=llama-3-8b'; "
+                        f"got {spec!r}")
+    if name not in STATIC_LABELS:
+        raise UserError(f"--label {spec!r}: only {', '.join(STATIC_LABELS)} can be set per input; "
+                        f"{name!r} comes from the log")
+    return (glob if colon else None), name, value
+
+
+TIME_HELP = "RFC 3339 (2024-04-10T03:30:00Z; without a zone: as --timezone says) or Unix seconds"
+
+
+def zone(name: str | None) -> tzinfo | None:
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise UserError(f"--timezone {name!r}: not a time zone known here (IANA names such as UTC or "
+                        "Europe/Berlin, from the system's zone database or the tzdata package)") from exc
+
+
+def time_arg(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
+    if text is None:
+        return None
+    from logmetrics.records.logtime import parse_time
+
+    t = parse_time(text, tz)
+    if t is None:
+        raise UserError(f"{flag} {text!r}: not a time ({TIME_HELP})")
+    return t
+
+
+def reading_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options that say how past log files are parsed, as in watch (backfill's and report's)."""
+    for option in reversed((
+        click.option("--parser", default=None, metavar="NAME",
+                     help="Parse every input with this parser instead of routing by path or content."),
+        click.option("--source", default=None, metavar="NAME",
+                     help="The 'source' label for every input (default: the file path, or the compose service)."),
+        click.option("--envelope", type=click.Choice(MODES), default="auto", show_default=True, metavar="KIND",
+                     help="Container log wrapper to peel off, as for 'watch --envelope' (see 'logmetrics watch "
+                          "--help'); 'auto' detects it per file from its first lines."),
+        click.option("--label", "labels", multiple=True, metavar="[GLOB:]model=NAME",
+                     help="Set the model label of every input, or with GLOB: of the matching ones, as 'watch "
+                          "--label'. Repeatable."),
+        click.option("--plugin", "plugins", multiple=True, metavar="SPEC",
+                     help="Load a parser of your own: path/to/file.py, file.py:Class or module:Class. Repeatable."),
+        click.option("--max-line-bytes", type=click.IntRange(1024), default=1 << 23, show_default=True,
+                     metavar="BYTES", help="Longer lines are cut to this length, as in watch."),
+    )):
+        command = option(command)
+    return command
+
+

@@ -1,0 +1,70 @@
+"""The command line: ``logmetrics watch | check | check-config | parsers | metrics | backfill | report``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+import click
+
+from logmetrics import __version__
+from logmetrics.cli.backfill import backfill
+from logmetrics.cli.check import check, check_config
+from logmetrics.cli.common import CONTEXT
+from logmetrics.cli.listing import metrics, parsers
+from logmetrics.cli.report import report
+from logmetrics.cli.watch import watch
+from logmetrics.errors import EXIT_STATE_NOT_SAVED, StateNotSaved, UserError
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, prog_name="logmetrics")
+@click.option("-v", "--verbose", count=True, help="Log more on stderr (-v: info, -vv: debug).")
+def cli(verbose: int) -> None:
+    """Turn the logs of an LLM serving stack into Prometheus metrics.
+
+    Point it at log files, a directory or stdin; it recognises each backend's lines (vLLM,
+    llama.cpp, whisper and text-embeddings servers, Supabase, FastAPI gateways, SvelteKit UIs, and
+    any parser plugin installed: 'logmetrics parsers' lists them) and serves tokens, latency,
+    request, error and cache metrics on /metrics for Prometheus. Start with 'logmetrics watch --help'.
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="logmetrics: %(levelname)s: %(message)s", stream=sys.stderr)
+    if verbose < 2:  # the libraries' own notes (a TLS client that hung up oddly, watchdog stopping a
+        # thread at exit) say nothing an operator can act on; -vv shows them
+        for name in ("asyncio", "watchdog"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+for command in (watch, parsers, check, check_config, metrics, backfill, report):
+    cli.add_command(command)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: runs the CLI; user errors are one line on stderr and exit code 2."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="logmetrics", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(0)
+    except click.ClickException as exc:
+        click.echo(f"logmetrics: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except UserError as exc:
+        click.echo(f"logmetrics: error: {exc}", err=True)
+        sys.exit(2)
+    except StateNotSaved as exc:
+        click.echo(f"logmetrics: error: {exc}", err=True)
+        sys.exit(EXIT_STATE_NOT_SAVED)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)

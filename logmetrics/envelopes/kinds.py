@@ -1,0 +1,141 @@
+"""Envelope kinds: what each container wrapper looks like, and which one a stream carries.
+
+:mod:`logmetrics.envelopes.unwrap` peels the wrappers; this module knows their shapes. A *kind* is one
+envelope or several layered ones, written outer first and joined with ``+``:
+
+* whole-line formats, written by the runtime to disk, never layered: ``docker-json``, ``cri``;
+* line prefixes: ``docker-timestamps`` (``docker logs -t``, ``kubectl logs --timestamps``),
+  ``compose``, ``journald`` and ``kubectl`` (``kubectl logs --prefix``);
+* the layered forms that tools really print (:data:`LAYERED`): a compose, kubectl or journald
+  prefix followed by a ``docker logs -t`` timestamp (``docker compose logs -t``, ``kubectl logs
+  --prefix --timestamps``), a timestamp followed by a compose prefix (``docker logs -t`` of a
+  container running ``docker compose up``), and journald around compose (a systemd unit running
+  ``docker compose up``), with or without compose's timestamps.
+
+:func:`classify` decides the kind of a stream from its first non-empty lines: the outer envelope
+first, then, on what is left of the lines it matched, each inner layer that may follow it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import datetime
+
+__all__ = ["LAYERED", "MODES", "PREFIXES", "STAMPS", "classify", "parse_rfc3339"]
+
+STAMPS = "docker-timestamps"
+PREFIXES = (STAMPS, "compose", "journald", "kubectl")  # the kinds that are a prefix of each line
+LAYERED = (
+    "compose+docker-timestamps",
+    "kubectl+docker-timestamps",
+    "journald+docker-timestamps",
+    "docker-timestamps+compose",
+    "journald+compose",
+    "journald+compose+docker-timestamps",
+)
+MODES = ("auto", "none", "docker-json", "cri", *PREFIXES, *LAYERED)
+_INNER = (STAMPS, "compose")  # the layers looked for inside another, in this order
+
+_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
+TS_PREFIX = re.compile(_TS + " ")
+CRI_LINE = re.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
+COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
+# `journalctl` (short and short-iso formats): the time, the host, the unit or program and its pid.
+# Group 1: the unit name. journalctl's own "-- Boot ... --" / "-- No entries --" lines are kept.
+JOURNAL_PREFIX = re.compile(
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
+    r" \S+ ([\w.@/-]+?)(?:\[\d+\])?: "
+)
+# `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
+KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
+PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX}
+# What `docker compose up` prints before the first service line; skipped while detecting.
+COMPOSE_PREAMBLE = re.compile(
+    r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
+)
+
+_EPOCH_CACHE: dict[str, int] = {}
+
+
+def parse_rfc3339(ts: str) -> float | None:
+    """Unix seconds of an RFC 3339 timestamp (any number of fractional digits, ``Z`` or an offset).
+
+    Returns None for anything else (including a timestamp without a zone). The whole-second part
+    is cached, so the lines of one second cost a dictionary lookup and a small int conversion.
+    """
+    n = len(ts)
+    if n < 20 or ts[4] != "-" or ts[10] not in "Tt ":
+        return None
+    end = 19
+    frac = 0.0
+    if ts[19] in ".,":
+        end = 20
+        while end < n and "0" <= ts[end] <= "9":
+            end += 1
+        if end > 20:  # nanoseconds at most: a longer fraction changes nothing, and costs (or raises) in int()
+            digits = min(end, 29) - 20
+            frac = int(ts[20 : 20 + digits]) / 10**digits
+    key = ts[:19] + ts[end:]
+    base = _EPOCH_CACHE.get(key)
+    if base is None:
+        zone = ts[end:]
+        if zone in ("Z", "z"):
+            zone = "+00:00"
+        elif not zone or zone[0] not in "+-":
+            return None
+        try:
+            moment = datetime.fromisoformat(ts[:19] + zone)
+            if moment.tzinfo is None:
+                return None
+            base = calendar.timegm(moment.utctimetuple())
+        except (ValueError, OverflowError):  # not a date, or one whose UTC time is out of range (year 0, 10000)
+            return None
+        if len(_EPOCH_CACHE) >= 4096:
+            _EPOCH_CACHE.clear()
+        _EPOCH_CACHE[key] = base
+    return base + frac
+
+
+def _agrees(layer: str, lines: list[str]) -> bool:
+    """Whether most of ``lines`` carry the prefix of ``layer``.
+
+    A timestamp must also have more than microsecond precision on some line: Docker always prints
+    nine digits (kubelet trims trailing zeros), application loggers rarely print more than six.
+    """
+    if not lines:
+        return False
+    if layer == STAMPS:
+        stamps = [m for m in map(TS_PREFIX.match, lines) if m]
+        return 2 * len(stamps) > len(lines) and any(len(m.group(1) or "") > 6 for m in stamps)
+    match = PATTERNS[layer].match
+    return 2 * sum(1 for line in lines if match(line)) > len(lines)
+
+
+def _peel(layer: str, lines: list[str]) -> list[str]:
+    """What is left of the lines that carry the prefix of ``layer`` once it is removed."""
+    match = PATTERNS[layer].match
+    return [m.string[m.end() :] for m in map(match, lines) if m]
+
+
+def classify(sample: list[str]) -> str:
+    """The envelope kind of a stream from its first non-empty lines (cleaned, without newlines).
+
+    JSON-file and CRI lines are written by the runtime itself, so the first line decides. The
+    prefixes could be mimicked by an application's own lines, so most of the sample must agree;
+    the same holds for each inner layer, among the lines that carried the layer around it.
+    """
+    first = sample[0]
+    if first.startswith('{"log":'):
+        return "docker-json"
+    if CRI_LINE.match(first):
+        return "cri"
+    outer = next((layer for layer in PREFIXES if _agrees(layer, sample)), None)
+    if outer is None:
+        return "none"
+    kind, lines = outer, _peel(outer, sample)
+    while True:
+        inner = next((layer for layer in _INNER if f"{kind}+{layer}" in LAYERED and _agrees(layer, lines)), None)
+        if inner is None:
+            return kind
+        kind, lines = f"{kind}+{inner}", _peel(inner, lines)

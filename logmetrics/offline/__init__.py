@@ -1,0 +1,2 @@
+"""Whole logs read by their own time: ``backfill`` (TSDB blocks, with ``omwriter`` and
+``backfillstate``) and ``report`` (with ``reportview``)."""

@@ -1,0 +1,345 @@
+"""``logmetrics backfill``: past logs as Prometheus TSDB blocks, by the log's own time.
+
+The files are read whole, each in file order, through the same engine as ``watch --oneshot``
+(envelopes, records, parsers, catalog, labels), in groups of lines that fall into one step of log
+time (:mod:`logmetrics.records.logtime`). The groups of all files are merged by step, so the store moves
+through log time as a running ``watch`` would have; at the end of each step every series is
+written as it would have been served then (:mod:`logmetrics.offline.omwriter`): a sample per series per
+step, from the step of its first event on. ``promtool`` then turns that text into blocks.
+
+Cost: the time of a line is looked up only where a step may end: at the last line of each read
+block, then by bisection (on byte offsets, the block never split into lines) within a block that
+spans a step's end. Lines are assumed
+in time order within a file; a line stamped earlier than the step being read counts in that step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from typing import TextIO
+
+from logmetrics.app.config import Input, parse_duration
+from logmetrics.engine import Engine, StaticLabel
+from logmetrics.errors import UserError
+from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
+from logmetrics.plugins import ParserEntry
+from logmetrics.records.logtime import LogClock, anchor_of
+from logmetrics.sources.chunks import Chunk, SourceStats
+from logmetrics.sources.tailfile import discover
+from logmetrics.store.store import Store
+
+log = logging.getLogger(__name__)
+
+BLOCK = 1 << 18  # bytes read at a time from each file
+GAP_STEPS = 100_000  # a jump in log time of more steps than this is reported (with --staleness forever:
+# every step is written)
+TEXT_NAME = "backfill.om"  # the OpenMetrics text, in --out (kept with --openmetrics-only)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``logmetrics backfill`` was asked to do."""
+
+    paths: tuple[str, ...]
+    out: str
+    step: float = 15.0
+    start: float | None = None
+    end: float | None = None
+    parser: str | None = None
+    source: str | None = None
+    envelope: str = "auto"
+    labels: tuple[StaticLabel, ...] = ()
+    inputs: tuple[Input, ...] = ()
+    label_limits: tuple[tuple[str, int], ...] = ()
+    tz: tzinfo | None = None
+    max_line_bytes: int = 1 << 23
+    openmetrics_only: bool = False
+    state_file: str | None = None
+    target_labels: tuple[tuple[str, str], ...] = ()  # added to every series, as a scrape's target labels
+    #: seconds a series is still written, every step, after its value last changed (None: always)
+    staleness: float | None = 300.0
+
+
+@dataclass
+class Result:
+    """What a backfill wrote: files, lines, steps, samples, the log time covered, the text's path."""
+
+    files: int
+    lines: int
+    steps: int
+    samples: int
+    first: float | None
+    last: float | None
+    text: str
+
+
+Group = tuple[int, int, int, bytes, float]  # (step, file number, seq, whole lines or b"" at the end, time)
+
+
+def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceStats | None = None,
+           block: int = BLOCK) -> Iterator[Group]:
+    """The lines of ``path`` in groups of one step of log time, in file order; the last group is
+    ``b""`` (the end of the file) at the step of its last line."""
+    cur: int | None = None  # the step being read
+    now = clock.mtime  # the time of the group being read: the last one stated
+    pending: list[bytes] = []
+    seq = 0
+    rest = b""
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(block)
+            if stats is not None:
+                stats.bytes_read[path] = stats.bytes_read.get(path, 0) + len(data)
+                stats.lag_bytes[path] = max(stats.lag_bytes.get(path, 0) - len(data), 0)
+            if data:
+                data = rest + data
+                cut = data.rfind(b"\n") + 1
+                rest, data = data[cut:], data[:cut]
+                if not data:
+                    continue
+            elif rest:
+                data, rest = rest + b"\n", b""
+            else:
+                break
+            lo = 0  # where the group being read starts in data
+            last = _time_before(data, clock, len(data) - 1, 0)
+            if last is None:
+                pending.append(data)
+                continue
+            if cur is None:  # the first time stated: what came before it joins its step
+                first_t = _first_stated(data, clock)
+                cur, now = int(first_t // step), first_t
+            while int(last[1] // step) > cur:
+                j = _boundary(data, clock, lo, last[0], cur, step)
+                t = _time_before(data, clock, j, lo)
+                assert t is not None
+                pending.append(data[lo:j])
+                body = b"".join(pending)
+                if body:
+                    yield cur, number, seq, body, now
+                    seq += 1
+                pending.clear()
+                lo, cur, now = j, int(t[1] // step), t[1]
+                clock.last = t[1]
+            pending.append(data[lo:] if lo else data)
+            now = last[1] if last[1] > now else now
+            clock.last = last[1]
+    if cur is None:  # no time stated anywhere: the file's modification time
+        cur, now = int(clock.mtime // step), clock.mtime
+    body = b"".join(pending)
+    if body:
+        yield cur, number, seq, body, now
+        seq += 1
+    yield cur, number, seq, b"", now
+
+
+def _decode(line: bytes) -> str:
+    return line.decode("utf-8", "replace")
+
+
+def _time_before(data: bytes, clock: LogClock, pos: int, lo: int) -> tuple[int, float] | None:
+    """The start of the line holding ``pos`` (or of the nearest line before it, from ``lo`` on)
+    that states a time, and that time."""
+    end = data.find(b"\n", pos)
+    while end > lo:
+        start = data.rfind(b"\n", lo, end) + 1 or lo
+        t = clock.peek(_decode(data[start:end]))
+        if t is not None:
+            return start, t
+        end = start - 1
+    return None
+
+
+def _first_stated(data: bytes, clock: LogClock) -> float:
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        t = clock.peek(_decode(data[start:end]))
+        if t is not None:
+            return t
+        start = end + 1
+    raise AssertionError("called on lines that state a time")
+
+
+def _boundary(data: bytes, clock: LogClock, lo: int, hi: int, cur: int, step: float) -> int:
+    """The start of the first line in ``[lo, hi]`` (byte offsets of line starts in ``data``) whose
+    time (its own, else that of a line before it from ``lo`` on) falls after step ``cur`` (that of
+    the line at ``hi`` does), by bisection: lines are taken to be in time order."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) // 2
+        start = data.rfind(b"\n", lo, mid) + 1 or lo
+        got = _time_before(data, clock, start, lo)
+        if got is not None and int(got[1] // step) > cur:
+            b = start
+        else:
+            a = data.find(b"\n", mid) + 1
+    return a
+
+
+def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None = None) -> Result:
+    """Backfill: read, write the OpenMetrics text into ``opts.out``, and (unless asked not to)
+    create the TSDB blocks there."""
+    store = Store()
+    store.limits.update(opts.label_limits)
+    stats = SourceStats()
+    files, merged = log_groups(opts.paths, opts.step, opts.tz, stats)
+    os.makedirs(opts.out, exist_ok=True)
+    engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
+                    max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
+    engine.set_inputs(opts.inputs)
+    bar = _Bar(progress, stats) if progress is not None else None
+    window = None if opts.staleness is None else max(1, math.ceil(opts.staleness / opts.step))
+    writer = OpenMetricsWriter(store, opts.out, opts.target_labels, window)
+    text = os.path.join(opts.out, TEXT_NAME)
+    step = opts.step
+    lo = -math.inf if opts.start is None else opts.start
+    hi = math.inf if opts.end is None else opts.end
+    cur: int | None = None
+    steps = 0
+    first_t: float | None = None
+    last_t: float | None = None
+
+    def emit(a: int, b: int, final: bool = False) -> int:
+        """Write steps ``a`` to ``b - 1`` (the store stays as it is over them) within --start/--end:
+        with a staleness window, only until every series has been written for the window after
+        step ``a`` (later steps would hold no sample). The ``final`` step writes every series: the
+        log's end state, which a live watch goes on from."""
+        first = a if lo == -math.inf else max(a, math.ceil(lo / step) - 1)
+        last = b - 1 if hi == math.inf else min(b - 1, math.floor(hi / step) - 1)
+        skipped = first > a
+        if skipped:
+            writer.skip()
+        if window is not None:
+            last = min(last, max(first, a + window))
+        for j in range(first, last + 1):
+            writer.write(j * step, (j + 1) * step, -1 if (skipped and j == first) or final else j)
+        return max(last + 1 - first, 0)
+
+    try:
+        for k, _n, _seq, data, t in merged:
+            if cur is not None and k > cur:
+                engine.flush_held()  # a record held for lines that may continue it counts in its own step
+                if window is None and k - cur > GAP_STEPS:
+                    _gap(cur, k, step, files[_n])
+                steps += emit(cur, k)
+            cur = k if cur is None or k > cur else cur
+            path = files[_n]
+            if not data:
+                engine.finish(path)
+                continue
+            first_t = t if first_t is None or t < first_t else first_t
+            last_t = t if last_t is None or t > last_t else last_t
+            engine.feed(Chunk(path, data, t))
+            if bar is not None:
+                bar.update()
+        engine.finish()
+        if opts.state_file is not None:
+            from logmetrics.offline import backfillstate
+
+            backfillstate.save(opts.state_file, opts.paths, files, stats.bytes_read, store, engine)
+        if cur is not None:
+            steps += emit(cur, cur + 1, final=True)
+        if bar is not None:
+            bar.done()
+        writer.finish(text)
+    finally:
+        writer.close()
+    if not opts.openmetrics_only:
+        try:
+            create_blocks(text, opts.out)
+        finally:
+            os.unlink(text)
+    lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
+    return Result(len(files), int(lines), steps, writer.samples, first_t, last_t, text)
+
+
+def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: SourceStats,
+               clocks: list[LogClock] | None = None) -> tuple[list[str], Iterator[Group]]:
+    """The readable log files under ``paths`` (each once, whatever paths lead to it), and the
+    groups of all of them merged in log time (by step, then file, then file order); each file's
+    clock is appended to ``clocks``. Raises UserError if there is none."""
+    clocks = [] if clocks is None else clocks
+    found = discover(paths, lambda exc: log.warning("%s", exc))
+    if not found:
+        raise UserError(f"no log file found in {', '.join(paths)}")
+    files: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    streams: list[Iterator[Group]] = []
+    for path in found:
+        try:
+            st = os.stat(path)
+            with open(path, "rb"):  # readable (a file that is not is left out, with a warning)
+                pass
+        except OSError as exc:
+            log.warning("cannot read %s: %s; left out", path, exc.strerror or exc)
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue  # the same file by another path (a symlink): read once, as watch does
+        seen.add((st.st_dev, st.st_ino))
+        stats.lag_bytes[path] = st.st_size
+        clocks.append(clock := LogClock(st.st_mtime, tz, _elapsed_anchor(path, st.st_size, st.st_mtime)))
+        streams.append(groups(path, len(files), step, clock, stats))
+        files.append(path)
+    if not files:
+        raise UserError(f"no readable log file in {', '.join(paths)}")
+    return files, heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2]))
+
+
+TAIL_BYTES = 65536  # the end of a file read for its last elapsed-time stamp
+
+
+def _elapsed_anchor(path: str, size: int, mtime: float) -> float | None:
+    """For a log that states only elapsed time (llama.cpp's current format): its anchor, its last
+    line taken as written at the file's modification time (``logtime.anchor_of``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - TAIL_BYTES))
+            return anchor_of(f.read(TAIL_BYTES), mtime)
+    except OSError:
+        return None
+
+
+def _gap(cur: int, k: int, step: float, path: str) -> None:
+    when = [datetime.fromtimestamp(x * step, UTC).isoformat(timespec="seconds") for x in (cur, k)]
+    log.warning("log time jumps from %s to %s (at %s): the %d steps between are written too, as a running "
+                "watch would have served them; bound them with --start/--end, or backfill files of "
+                "different periods apart", when[0], when[1], path, k - cur)
+
+
+class _Bar:
+    """A progress bar on a terminal: bytes read of all the files' bytes."""
+
+    def __init__(self, stream: TextIO, stats: SourceStats) -> None:
+        from logmetrics.app.progress import Progress  # the same report as --oneshot's
+
+        self.progress = Progress(stream)
+        self.stats = stats
+
+    def update(self) -> None:
+        self.progress.update(self.stats)
+
+    def done(self) -> None:
+        self.progress.done(self.stats)
+
+
+def wants_progress() -> TextIO | None:
+    """stderr, when it is a terminal."""
+    return sys.stderr if sys.stderr.isatty() else None
+
+
+def parse_step(text: str) -> float:
+    """A step such as ``15s``, ``1m``, ``500ms``, ``2h`` or ``30`` (seconds), in seconds."""
+    return parse_duration(text, "a step", 0.001)
+
+
+def describe(files: Sequence[str]) -> str:
+    """For messages: the files, shortened."""
+    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")

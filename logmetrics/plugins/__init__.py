@@ -1,0 +1,20 @@
+"""Parser plugins: the contract (``contract``), the finder that loads and validates them
+(``finder``), which parser a stream gets (``routing``) and ``logmetrics check`` (``checker``).
+
+A plugin's names are importable from here: ``from logmetrics.plugins import Parser``.
+"""
+
+from logmetrics.plugins.contract import PLUGIN_ERRORS, BatchResult, Parser, record_rule
+from logmetrics.plugins.finder import ParserEntry, PluginError, discover, load_spec, validate
+
+__all__ = [
+    "PLUGIN_ERRORS",
+    "BatchResult",
+    "Parser",
+    "ParserEntry",
+    "PluginError",
+    "discover",
+    "load_spec",
+    "record_rule",
+    "validate",
+]

@@ -1,0 +1,160 @@
+"""The parser contract: what a parser class is, and how its records are cut.
+
+A parser is a small class: a ``name``, the paths or container names it ``claims``, an optional
+cheap substring ``prefilter``, an optional ``sniff(first_lines) -> score`` for auto-routing, and
+``parse(record) -> iterable of events``, and the ``shapes`` of its multi-line records. One instance
+serves one stream, so it may keep bounded
+per-stream state (the model name, a request's start line). It never touches the store, the clock or
+the registry: time comes with the record.
+
+``named(names)`` gives a new instance the names of the stream it reads (those its ``claims`` are
+matched against), before its first record; a parser of a multi-component backend (Supabase) may
+take from them which component a stream is. Default: no-op.
+
+Two optional parts concern the backend's life:
+
+- ``learn(text)``: a file present at start is read from its end, so its start-up lines are never
+  parsed. The engine hands the parser the file's head and its last start-up block (bounded, in file
+  order, envelopes removed) before the first line is read; ``learn`` only updates state (the model
+  name, whether the server was ready), it produces no events and counts nothing. Default: no-op.
+- Readiness and the reset of a dead backend: emit ``backend_ready`` (labels ``model``) 1 on the
+  server-ready line and 0 when the log shows a shutdown, a death, a failed start or a new start-up.
+  The store then resets every other gauge of that backend and source to 0 (running, waiting, KV
+  cache, throughputs, and a plugin's own gauges): a dead server runs nothing, and a zero keeps the
+  series where a gap would look like a failed scrape. Nothing else is needed for it.
+
+Multi-line records: ``shapes`` names the shapes the backend logs (``logmetrics.records.shapes``:
+``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``PRETTY_JSON``, ``INDENTED``, or a ``Shape`` of the parser's
+own); the records stage joins them into one pattern. The older ``continuation`` (a compiled regex:
+lines that continue the record above, matched at each line's start) still works: a parser that
+sets it and not ``shapes`` has its records cut by it, line by line.
+
+Counters at zero: ``zero_series(model)`` names the series (metric, label values) to start at 0;
+the engine applies it once per stream and model, when a batch of the stream produced events, for
+the model in ``self.model`` (after each record that gave events, for a ``parse`` parser: a model
+the log leaves within a batch gets its zeros too). ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
+``logmetrics.testing.check_events`` checks events against the catalog in a parser's tests.
+
+The finder (``logmetrics.plugins.finder``) loads and validates parsers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import ClassVar
+
+from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.records import CONTINUATION, Batch, Record, Rule, split_records
+from logmetrics.records.shapes import DEFAULT_SHAPES, Shape, compiled
+from logmetrics.store.catalog import Family
+
+#: What a plugin's code may raise that must not end logmetrics: any error, and ``sys.exit()``.
+PLUGIN_ERRORS = (Exception, SystemExit)
+#: What ``parse_batch`` returns: events and records matched, and optionally the physical lines of
+#: the records that matched (else the engine counts one line per matched record).
+BatchResult = tuple[list[Event], int] | tuple[list[Event], int, int]
+
+
+class Parser:
+    """Base class of every parser plugin; subclasses set ``name`` and implement ``parse``."""
+
+    name: ClassVar[str] = ""
+    #: Globs (fnmatch) matched against a stream's path, file name or container/source name.
+    claims: ClassVar[tuple[str, ...]] = ()
+    #: Substrings; a record that contains none of them is not given to ``parse`` (empty: no filter).
+    prefilter: ClassVar[tuple[str, ...]] = ()
+    #: The shapes of this backend's multi-line records (``logmetrics.records.shapes``), joined into one pattern.
+    shapes: ClassVar[tuple[Shape, ...]] = DEFAULT_SHAPES
+    #: The older way: lines that continue the record above them (matched at the start of each
+    #: line). Used instead of ``shapes`` by a parser that sets it and not ``shapes``.
+    continuation: ClassVar[re.Pattern[str]] = CONTINUATION
+    #: Extra metric families of this plugin's own, each named ``<name>_...``.
+    metrics: ClassVar[tuple[Family, ...]] = ()
+    #: Substrings of a process's program that identify this backend's processes (psutil): the
+    #: executable's name, the script or ``-m`` module an interpreter runs, the ``module:app`` a
+    #: runner serves (``logmetrics.app.procs.program_words``), never its other arguments.
+    process_names: ClassVar[tuple[str, ...]] = ()
+    #: The model this stream serves, as far as the parser knows (it may set it): ``zero_series``
+    #: is applied for it.
+    model: str = UNKNOWN_MODEL
+
+    @classmethod
+    def sniff(cls, lines: list[str]) -> float:
+        """How sure this parser is that ``lines`` (a stream's first lines) are its own, 0-1."""
+        return 0.0
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """Events for one record. Pure apart from this instance's bounded per-stream state."""
+        raise NotImplementedError
+
+    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+        """Counter series (family, label values) to start at 0 for ``model``, so that the first
+        increase shows in ``increase()``. The engine applies them once per stream and model, after
+        a batch that produced events. Default: none."""
+        return ()
+
+    def state(self) -> dict[str, object]:
+        """Per-stream state worth keeping across a restart (JSON values), e.g. the model name."""
+        return {}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` returned in an earlier run."""
+
+    def learn(self, text: str) -> None:
+        """Take what the lines logged before reading began say (the model name): state only, no events."""
+
+    def named(self, names: tuple[str, ...]) -> None:
+        """The names of the stream this instance reads (file name, source, path, or a container's
+        names; most specific first), given once before its first record: a parser of several
+        components may tell from them which one a stream is. Default: no-op."""
+
+    def tick(self, now: float) -> Iterable[Event]:
+        """Events due with the passing of time while the stream is quiet (``now``: Unix seconds),
+        e.g. requests whose finish line never came (``parsers.pairs``). Called by the engine when
+        its input goes idle. Default: none."""
+        return ()
+
+    def parse_batch(self, batch: Batch) -> BatchResult:
+        """Events for a batch of whole records, how many records matched, and (optional third
+        value) how many physical lines those records have, for ``logmetrics_lines_unmatched_total``.
+
+        The default splits the batch into records and calls ``parse`` on each; a parser may
+        override it with a faster scan of the whole text that gives the same events. The engine
+        runs a parser that does not override it record by record itself (an exception then costs
+        one record); an override that raises loses its batch, which is counted and never run again
+        through ``parse``, so that a parser's state never advances twice.
+        """
+        events: list[Event] = []
+        matched = lines = 0
+        pre = self.prefilter
+        for text in split_records(batch.text, record_rule(type(self))):
+            if pre and not any(p in text for p in pre):
+                continue
+            before = len(events)
+            events.extend(self.parse(Record(text, batch.time)))
+            if len(events) > before:
+                matched += 1
+                lines += text.count("\n") + 1
+        return events, matched, lines
+
+
+def record_rule(cls: type[Parser]) -> Rule:
+    """How a parser's records are cut: its ``continuation`` if it sets that and not ``shapes``,
+    else its shapes, compiled (once per distinct tuple)."""
+    rule = _rules.get(cls)
+    if rule is None:
+        own = own_attributes(cls)
+        rule = _rules[cls] = cls.continuation if "continuation" in own and "shapes" not in own else compiled(cls.shapes)
+    return rule
+
+
+_rules: dict[type[Parser], Rule] = {}
+
+
+def own_attributes(cls: type) -> set[str]:
+    """The attributes set by ``cls`` or its bases below ``Parser``."""
+    return {name for klass in cls.__mro__ if klass is not Parser and issubclass(klass, Parser)
+            for name in vars(klass)}
+
+

@@ -1,0 +1,183 @@
+"""The plugin finder: parsers loaded from entry points and ``--plugin``, each validated.
+
+Built-in parsers and third-party ones are found the same way, through the ``logmetrics.parsers``
+entry-point group; ``--plugin path.py`` and ``--plugin module:Class`` become the same kind of
+entry. Every parser is validated when it is loaded; a bad one is refused with a message that names
+it and the problem, never half-loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+
+from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, own_attributes
+from logmetrics.records.shapes import Shape, compiled
+from logmetrics.store.catalog import BY_NAME, COMMON_LABELS, Family
+
+log = logging.getLogger(__name__)
+
+GROUP = "logmetrics.parsers"
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class ParserEntry:
+    """A loaded, validated parser class and where it came from."""
+
+    name: str
+    cls: type[Parser]
+    origin: str
+
+
+class PluginError(Exception):
+    """A plugin that cannot be loaded; the message names the plugin and the problem."""
+
+
+def validate(cls: object, origin: str) -> ParserEntry:
+    """Check a parser class against the contract, or raise ``PluginError``."""
+    label = getattr(cls, "__name__", repr(cls))
+    if not (inspect.isclass(cls) and issubclass(cls, Parser)):
+        raise PluginError(f"plugin {label} ({origin}): not a subclass of logmetrics.plugins.Parser")
+    name = cls.name
+    who = f"plugin {name or label!r} ({origin})"
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise PluginError(f"{who}: name must match [a-z][a-z0-9_]* (at most 32 characters), got {name!r}")
+    if cls.parse is Parser.parse and cls.parse_batch is Parser.parse_batch:
+        raise PluginError(f"{who}: implements neither parse() nor parse_batch()")
+    for attr in ("claims", "prefilter", "process_names"):
+        value = getattr(cls, attr)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+            raise PluginError(f"{who}: {attr} must be a tuple of non-empty strings")
+    if not isinstance(cls.continuation, re.Pattern) or not isinstance(cls.continuation.pattern, str):
+        raise PluginError(f"{who}: continuation must be a compiled str regular expression")
+    if not isinstance(cls.shapes, tuple) or not all(isinstance(s, Shape) for s in cls.shapes):
+        raise PluginError(f"{who}: shapes must be a tuple of logmetrics.records.shapes.Shape values")
+    if {"continuation", "shapes"} <= own_attributes(cls):
+        raise PluginError(f"{who}: sets both continuation and shapes; give its own lines as a Shape")
+    try:
+        compiled(cls.shapes)
+    except re.error as exc:
+        raise PluginError(f"{who}: its shapes do not make a regular expression: {exc}") from exc
+    for fam in cls.metrics:
+        if not isinstance(fam, Family):
+            raise PluginError(f"{who}: metrics must hold logmetrics.store.catalog.Family values, got {fam!r}")
+        if not fam.name.startswith(name + "_"):
+            raise PluginError(f"{who}: metric {fam.name!r} must be named {name}_...")
+        if fam.name in BY_NAME:
+            raise PluginError(f"{who}: metric {fam.name!r} is already in the catalog")
+        if fam.kind not in ("counter", "gauge", "histogram"):
+            raise PluginError(f"{who}: metric {fam.name!r} has unknown type {fam.kind!r}")
+        if fam.kind == "counter" and not fam.name.endswith("_total"):
+            raise PluginError(f"{who}: counter {fam.name!r} must end in _total")
+        if fam.kind == "histogram" and (not fam.buckets or list(fam.buckets) != sorted(set(fam.buckets))):
+            raise PluginError(f"{who}: histogram {fam.name!r} needs increasing buckets")
+        for lab in fam.labels:
+            if not LABEL_RE.match(lab) or lab in COMMON_LABELS or lab.startswith("__"):
+                raise PluginError(f"{who}: metric {fam.name!r} has a bad label name {lab!r}")
+    return ParserEntry(name, cls, origin)
+
+
+def _load_file(path: Path, attr: str | None) -> list[ParserEntry]:
+    if not path.is_file():
+        raise PluginError(f"plugin {str(path)!r}: no such file")
+    modname = "logmetrics_plugin_" + re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"plugin {str(path)!r}: cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except PLUGIN_ERRORS as exc:  # a broken plugin must not take the engine down with a traceback
+        raise PluginError(f"plugin {str(path)!r}: import failed: {type(exc).__name__}: {exc}") from exc
+    origin = f"file {path}"
+    if attr:
+        return [validate(_attribute(module, attr, f"{path}:{attr}"), origin)]
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, Parser) and obj is not Parser
+             and obj.__module__ == modname]
+    if not found:
+        raise PluginError(f"plugin {str(path)!r}: defines no subclass of logmetrics.plugins.Parser")
+    return [validate(cls, origin) for cls in found]
+
+
+def _attribute(module: object, attr: str, spec: str) -> object:
+    """The class ``attr`` of a plugin module, or a ``PluginError`` that names it and what there is."""
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        there = sorted(name for name, obj in vars(module).items()
+                       if inspect.isclass(obj) and issubclass(obj, Parser) and obj is not Parser)
+        hint = f"; its parser classes: {', '.join(there)}" if there else "; it defines no parser class"
+        raise PluginError(f"plugin {spec!r}: has no class {attr!r}{hint}") from None
+
+
+def load_spec(spec: str) -> list[ParserEntry]:
+    """Load ``--plugin`` SPEC: ``path/to/file.py``, ``path.py:Class`` or ``module:Class``.
+
+    A module is looked up on ``sys.path`` and, as ``python -m`` does, in the current directory.
+    """
+    target, _, attr = spec.partition(":") if not spec.endswith(".py") else (spec, "", "")
+    if target.endswith(".py") or "/" in target:
+        return _load_file(Path(target), attr or None)
+    if not attr:
+        raise PluginError(f"plugin {spec!r}: expected path/to/file.py or module:Class")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)  # after the installed packages: a local file never shadows one of them
+    try:
+        module = importlib.import_module(target)
+    except PLUGIN_ERRORS as exc:  # same reason as above: report, do not crash
+        raise PluginError(f"plugin {spec!r}: import failed: {type(exc).__name__}: {exc}") from exc
+    return [validate(_attribute(module, attr, spec), f"module {spec}")]
+
+
+def _load_entry_point(ep: EntryPoint) -> ParserEntry:
+    """One installed parser, loaded and validated, or ``PluginError``."""
+    dist = ep.dist.name if ep.dist is not None else "?"
+    origin = f"entry point {ep.value} ({dist})"
+    try:
+        cls = ep.load()
+    except PLUGIN_ERRORS as exc:  # reported by the caller with the plugin's name
+        raise PluginError(f"plugin {ep.name!r} ({origin}): import failed: {type(exc).__name__}: {exc}") from exc
+    entry = validate(cls, origin)
+    if entry.name != ep.name:
+        raise PluginError(f"plugin {ep.name!r} ({origin}): entry point name differs from its name {entry.name!r}")
+    return entry
+
+
+def discover(extra: Iterable[str] = (), broken: dict[str, str] | None = None) -> dict[str, ParserEntry]:
+    """All parsers: the entry-point group first, then ``--plugin`` specs (which may override).
+
+    An installed parser that fails to load is left out with a warning (and its message put in
+    ``broken`` under its name), so that one broken third-party package does not stop the others.
+    A ``--plugin`` the user named that fails is an error (``PluginError``).
+    """
+    found: dict[str, ParserEntry] = {}
+    for ep in entry_points(group=GROUP):
+        try:
+            entry = _load_entry_point(ep)
+        except PluginError as exc:
+            log.warning("%s; left out", exc)
+            if broken is not None:
+                broken[ep.name] = str(exc)
+            continue
+        found[entry.name] = entry
+    for spec in extra:
+        for entry in load_spec(spec):
+            replaced = found.get(entry.name)
+            if replaced is not None:
+                log.warning("parser %r from --plugin %s replaces the one from %s", entry.name, spec, replaced.origin)
+            found[entry.name] = entry
+    return found

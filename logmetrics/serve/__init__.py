@@ -1,0 +1,1 @@
+"""Serving: the HTTP(S) endpoint (``server``) and its web config (``webconfig``)."""

@@ -1,0 +1,166 @@
+"""Copies: the evidence that a new file is logrotate's copy of a followed one (copytruncate).
+
+Logs of one backend often start with the same banner lines, so a fingerprint of the first bytes
+alone cannot say that a file is a copy. A new file is *held back* as a copy only if it is named
+like a rotated copy of a followed file (``copy_name``), starts like it and ends like it at the
+same place (no size test: the original may have grown since its last look, or been cut). It
+stays held until its original is truncated (then it is read from where the original had been
+read), and is read as a new file, from its start, once it differs from its original or no
+truncation follows within ``COPY_WAIT`` seconds. A drained copy written over by the next round's
+``cp`` is forgotten and placed again as a new copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from logmetrics.sources import identity
+from logmetrics.sources.tailfile import Ident, TailFile, read_head
+
+COPY_WAIT = 10.0  # seconds a look-alike of a followed file waits for the truncation that makes it a copy
+TAIL_CHECK = 256  # bytes compared at the end of a presumed copy with the original at the same place
+_COPY_SUFFIX = re.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
+_DATE_BEFORE_EXT = re.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class Known:
+    """An identity seen before and not held open: a retired file, or a copy of a followed one."""
+
+    stream: str
+    head: bytes
+    offset: int | None  # read on from here if it grows; None: a copy, read only if its original is truncated
+    pending: bytes = b""  # the partial line its original held when truncated
+    since: float = 0.0  # a presumed copy: when it last changed; it is read as a new file if no truncation follows
+    size: int = -1  # a presumed copy: its size when its content was last compared with the original
+    fp: str | None = None  # a retired file: its fingerprint at ``offset`` (``logmetrics.sources.identity``)
+    mtime_ns: int = -1  # a retired file: its modification time when last found the same (-1: not yet)
+    seen: float = 0.0  # when it was last found in a listing (monotonic)
+    birth: int | None = None  # when it was created (``logmetrics.sources.identity.birth``), if known
+    unread: int = 0  # a file let go with bytes it was known to hold unread (its directory moved away)
+
+
+@dataclass(slots=True)
+class Cut:
+    """A file found truncated: what had been read of it, kept for ``COPY_WAIT`` seconds for its copy."""
+
+    stream: str
+    head: bytes
+    offset: int
+    pending: bytes
+    since: float = 0.0  # when it was found: its copy may show up a few polls later (out of descriptors)
+    unread: int = 0  # bytes the file was known to hold past ``offset`` before the cut: lost if no copy comes
+
+
+def is_copy(head: bytes, original: bytes) -> bool:
+    """Whether a file starting with ``head`` starts with all of ``original``'s fingerprint."""
+    return bool(original) and head.startswith(original)
+
+
+def copy_name(path: str, original: str) -> bool:
+    """Whether ``path`` is named like a rotated copy of ``original``.
+
+    A copy is the original's name plus a suffix after a separator (x.log.1, x.log-20240101,
+    x.log.2024-01-01), or a date or number inserted before its extension (x-20240101.log).
+    ``vllm-10.log`` is not a copy of ``vllm-1.log``.
+    """
+    name, orig = os.path.basename(path), os.path.basename(original)
+    if name.startswith(orig) and _COPY_SUFFIX.fullmatch(name, len(orig)):
+        return True
+    stem, ext = os.path.splitext(orig)
+    if not ext or not name.endswith(ext) or not name.startswith(stem):
+        return False
+    return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
+
+
+def originals(path: str) -> list[str]:
+    """The paths in ``path``'s directory that it is named like a rotated copy of (``copy_name``)."""
+    here, name = os.path.split(path)
+    stem, ext = os.path.splitext(name)
+    cuts = [i for i, ch in enumerate(name) if ch in ".-_" and i]
+    out = [name[:i] for i in cuts] + [stem[:i] + ext for i in cuts if i < len(stem)]
+    return [os.path.join(here, o) for o in dict.fromkeys(out) if copy_name(path, os.path.join(here, o))]
+
+
+def nearest_first(path: str, streams: list[_T], stream: Callable[[_T], str]) -> list[_T]:
+    """``streams`` with those in ``path``'s own directory first: logs of the same name sit in many
+    directories (``0.log`` of every container), and logrotate keeps a copy beside its original."""
+    here = os.path.dirname(path)
+    return sorted(streams, key=lambda s: os.path.dirname(stream(s)) != here)
+
+
+def starts_like(head: bytes, original: bytes) -> bool:
+    """Whether ``head`` holds ``original``'s fingerprint, or a part of it (a copy still being written)."""
+    return is_copy(head, original) or original.startswith(head)
+
+
+def same_tail(fd: int, original: TailFile, size: int) -> bool:
+    """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
+    if original.fd < 0 or size <= 0:
+        return True  # nothing to compare (now)
+    start = max(0, size - TAIL_CHECK)
+    theirs = os.pread(original.fd, size - start, start)
+    if len(theirs) == size - start and os.pread(fd, size - start, start) == theirs:
+        return True
+    # Different, or the original was cut (and maybe written again) since its size was taken: then
+    # it is a copy that the coming truncation will show, not a new file.
+    head = original.head
+    return bool(head) and os.pread(original.fd, len(head), 0) != head
+
+
+def still_copy(path: str, known: Known, original: TailFile | None, size: int, wait: float) -> bool:
+    """Whether the file at ``path``, held back as ``known``, still looks like a copy of ``original``."""
+    now = time.monotonic()
+    if original is None:
+        return now - known.since < wait
+    if size != known.size:  # changed (a copy still being written?): compare its content again
+        known.since, known.size = now, size
+        if original.fd >= 0 and not _same_content(path, known, original, size):
+            return False
+    return now - known.since < wait
+
+
+def _same_content(path: str, known: Known, original: TailFile, size: int) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True  # cannot tell now (maybe out of descriptors): look again at the next change
+    try:
+        head = read_head(fd)
+        if not starts_like(head, original.head):
+            return False
+        known.head = head
+        return same_tail(fd, original, size)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def forget_absent(known: dict[Ident, Known], listed: set[Ident], now: float) -> list[Known]:
+    """After a full listing: note when each remembered file was last ``listed``, forget old absent
+    ones; the retired files forgotten (their ``unread`` bytes are lost).
+
+    A presumed copy (``offset`` None) missing from a listing is forgotten at once: it is compared
+    with its original again if it shows up. A retired file is kept for ``identity.KEEP`` seconds.
+    """
+    absent: list[tuple[float, Ident]] = []
+    gone: list[Known] = []
+    for ident, k in list(known.items()):
+        if ident in listed:
+            k.seen = now
+        elif k.offset is None or now - k.seen > identity.KEEP:
+            gone.append(known.pop(ident))
+        else:
+            absent.append((k.seen, ident))
+    if len(absent) > identity.MAX_ABSENT:
+        absent.sort()
+        for _, ident in absent[: len(absent) - identity.MAX_ABSENT]:
+            gone.append(known.pop(ident))
+    return [k for k in gone if k.offset is not None]

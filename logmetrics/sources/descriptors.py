@@ -1,0 +1,126 @@
+"""Descriptors: how many log files the tailer may hold open, and which idle ones to close for room.
+
+The soft limit on open files is raised to the hard limit at start. The tailer keeps at most a
+budget of files open (most of the limit, leaving room for sockets, inotify, directory walks and
+the state file); beyond it files read to their end are *parked*: closed, and reopened by path
+once a stat shows they changed. Drained rotated files go first, then the least recently active.
+A file that cannot get a descriptor waits until the files read in the same pass leave room, or
+for the next poll; it is neither reported unreadable nor forgotten.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+from collections.abc import Callable, Iterable
+
+from logmetrics.sources.tailfile import TailFile
+
+log = logging.getLogger(__name__)
+
+RESERVED = 64  # descriptors left for everything but log files
+HEADROOM = 8  # descriptors left free when the process ran out of them below the budget
+OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def out_of_descriptors(err: OSError) -> bool:
+    """Whether ``err`` says the process or the system ran out of file descriptors."""
+    return err.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft limit on open files to the hard limit; return the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (OSError, ValueError) as err:
+            log.debug("cannot raise the open-file limit to %s: %s", want, err)
+    return soft
+
+
+def budget() -> int:
+    """How many log files may be open at once under the current soft limit."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(8, min(soft * 3 // 4, soft - RESERVED))
+
+
+def _parkable(f: TailFile) -> bool:
+    return f.fd >= 0 and f.offset >= f.size
+
+
+def _park_order(f: TailFile) -> tuple[bool, float]:
+    """Drained rotated files first (rarely written again, and closed soon anyway), then the least
+    recently active: the key of the candidates sorted so that the first to park comes last."""
+    return not f.draining, f.idle_since
+
+
+class Descriptors:
+    """The open-file budget of one tailer; ``files`` gives the tailer's followed files."""
+
+    def __init__(self, files: Callable[[], Iterable[TailFile]], max_open: int | None = None) -> None:
+        self._files = files
+        self.max_open = max(2, max_open if max_open is not None else budget())
+        self.open = 0  # descriptors held for followed files (and files being placed)
+        self._idle: list[TailFile] | None = None  # parking candidates, least recently active last
+        self._none_idle = False  # no file could be parked in this poll
+
+    def new_poll(self) -> None:
+        """Forget this poll's candidates: files read since may be idle now."""
+        self._idle = None
+        self._none_idle = False
+
+    def open_path(self, path: str) -> int:
+        """A descriptor for ``path``, parking an idle file if needed; raises OSError (EMFILE: wait)."""
+        if self.open >= self.max_open and not self._make_room():
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), path)
+        try:
+            fd = os.open(path, OPEN_FLAGS)
+        except OSError as err:
+            if not out_of_descriptors(err):
+                raise
+            # The budget was too high for this process (its limit lowered, or other descriptors in
+            # use): lower it and park files down to it, so that the process keeps some room for
+            # directory listings, sockets and the state file, which would fail silently otherwise.
+            self.max_open = max(2, self.open - HEADROOM)
+            while self.open >= self.max_open:
+                if not self._make_room():
+                    raise
+            fd = os.open(path, OPEN_FLAGS)
+        self.open += 1
+        return fd
+
+    def close(self, fd: int) -> None:
+        """Close a descriptor from ``open_path``."""
+        os.close(fd)
+        self.open -= 1
+
+    def release(self, f: TailFile) -> None:
+        """Close a followed file for good (if it is not parked)."""
+        if f.fd >= 0:
+            f.close()
+            self.open -= 1
+
+    def _make_room(self) -> bool:
+        """Park the least recently active idle file; False if none is idle."""
+        for _ in range(2):
+            if self._none_idle:
+                return False
+            if self._idle is None:
+                idle = [f for f in self._files() if _parkable(f)]
+                self._idle = sorted(idle, key=_park_order, reverse=True)
+                self._none_idle = not self._idle
+            while self._idle:
+                f = self._idle.pop()
+                if _parkable(f):
+                    f.park()
+                    self.open -= 1
+                    return True
+            self._idle = None  # files opened since the list was made may be idle: look once more
+        return False
