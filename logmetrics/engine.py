@@ -39,7 +39,7 @@ from logmetrics.sources.chunks import Chunk
 from logmetrics.sources.layouts import Layouts
 from logmetrics.sources.tailfile import covers
 from logmetrics.store.guard import safe_label
-from logmetrics.store.store import Store
+from logmetrics.store.store import READY, Store
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class Stream:
     weak: bool = False  # its best sniff so far is weak: the engine waits for a telling line
     unknown: bool = False  # no parser recognises what it holds so far (it waits for more lines)
     said: bool = False  # that it is unknown was said (once, at INFO)
+    announce: str | None = None  # readiness learned or restored: backend_ready 1 for this model with the next batch
 
 
 class Engine:
@@ -309,6 +310,7 @@ class Engine:
                     stream.parser.learn(whole)
                 except PLUGIN_ERRORS:  # a plugin's bug here must not stop the stream
                     log.exception("parser %s: learn failed", stream.parser.name)
+                self._readiness(stream)
 
     # -- restarts ----------------------------------------------------------------------------
     def stream_states(self, keys: set[str] | None = None) -> list[dict[str, object]]:
@@ -412,6 +414,7 @@ class Engine:
             except Exception as exc:  # any parser, any saved state: a bad one must not stop the stream
                 log.warning("stream %s: parser %s could not take back its saved state (%s: %s); it starts "
                             "afresh", stream.source, name, type(exc).__name__, exc)
+            self._readiness(stream)
         if not held:
             return
         if stream.routed:  # the record it held back: more of it may come, else it counts when quiet
@@ -420,6 +423,17 @@ class Engine:
         else:  # still sniffed: it goes on waiting for a telling line
             stream.held, stream.held_lines, stream.held_since = [held], held.count("\n"), time.monotonic()
             self._route(stream, final=False)
+
+    def _readiness(self, stream: Stream) -> None:
+        """After ``learn`` or ``restore``: the model the parser says the backend is ready with, to
+        say with the stream's next batch (the line that said so is not read again)."""
+        assert stream.parser is not None
+        try:
+            ready = stream.parser.readiness()
+        except PLUGIN_ERRORS as exc:
+            self._raised(stream.parser, exc)
+            ready = None
+        stream.announce = ready if isinstance(ready, str) and ready else None
 
     def _piece(self, path: str, piece: Piece, fed_at: float) -> None:
         """Take one piece of a raw stream; ``fed_at``: when its file was last written, if that is
@@ -520,6 +534,9 @@ class Engine:
                 events, matched, matched_lines = [], 0, 0
                 errors = len(split_records(batch.text, record_rule(type(parser))))
                 self._raised(parser, exc)
+        if stream.announce is not None:
+            events.insert(0, Event(READY, (stream.announce,), 1, rule="ready"))
+            stream.announce = None
         if events:
             models.append(parser.model)
             new = [m for m in dict.fromkeys(models) if m not in stream.zeroed]

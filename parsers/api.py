@@ -81,7 +81,6 @@ class ApiParser(Parser):
                                    prefixes=("/openai/v1/", "/leapfrogai/v1/"))
         self._classes: set[str] = set()
         self._ready = False
-        self._announce = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -90,9 +89,9 @@ class ApiParser(Parser):
         return {"ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back readiness; it goes out with the next events."""
+        """Take back readiness."""
         if state.get("ready") is True:
-            self._ready = self._announce = True
+            self._ready = True
 
     def learn(self, text: str) -> None:
         """Readiness from the lines logged before reading began (no events)."""
@@ -101,7 +100,10 @@ class ApiParser(Parser):
                 self._ready = True
             elif "Shutting down" in line or "Finished server process" in line:
                 self._ready = False
-        self._announce = self._ready
+
+    def readiness(self) -> str | None:
+        """The model, when the server was last seen ready."""
+        return self.model if self._ready else None
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -128,9 +130,6 @@ class ApiParser(Parser):
         """Events of one record: an access line, a log line of the server's life, or an error."""
         text = record.text
         events: list[Event] = []
-        if self._announce:
-            self._announce = False
-            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         labels = access_labels(text)
         if labels is not None:
             events.append(Event("http_requests_total", self._routes.fold(labels), 1, rule="access"))

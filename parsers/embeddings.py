@@ -108,7 +108,6 @@ class EmbeddingsParser(BatchScan):
         self._offset = 0.0  # record time minus the LeapfrogAI line's own time (for ``tick``)
         self._is_tei = False  # the stream is TEI's (it logs no embeddings count)
         self._ready = False
-        self._announce = False
         self._starting = False  # a start-up was counted and the server has not been ready since
         self._routes = RouteLabels()
         self._infinity = False  # the stream is infinity's (it logs no embeddings count)
@@ -120,12 +119,12 @@ class EmbeddingsParser(BatchScan):
         return {"model": self.model, "ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back the model name and readiness; readiness goes out with the next events."""
+        """Take back the model name and readiness."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
         if state.get("ready") is True:
-            self._ready = self._announce = True
+            self._ready = True
 
     def learn(self, text: str) -> None:
         """Model and readiness from the lines logged before reading began (no events)."""
@@ -152,7 +151,10 @@ class EmbeddingsParser(BatchScan):
                 self._ready = False
             elif "Starting server. Listening on" in line:
                 self._ready = True
-        self._announce = self._ready
+
+    def readiness(self) -> str | None:
+        """The model, when the server was last seen ready."""
+        return self.model if self._ready else None
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -168,9 +170,6 @@ class EmbeddingsParser(BatchScan):
         """Events of one record: a TEI line, a LeapfrogAI line, an access line or an error."""
         text = record.text
         events: list[Event] = []
-        if self._announce:
-            self._announce = False
-            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         if TEI_MARK in text:
             tei = tei_line(text)
             if tei is not None:
@@ -358,7 +357,7 @@ class EmbeddingsParser(BatchScan):
         """Not ready any more; said only of a server known to have been up or to serve a model."""
         if self._ready or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-        self._ready = self._announce = self._starting = False
+        self._ready = self._starting = False
         if self._pairs.open:
             self._pairs.clear()
             events.extend(self._pairs.events())

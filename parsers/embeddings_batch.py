@@ -80,7 +80,6 @@ class BatchScan(Parser):
     _seq: int
     _offset: float
     _is_tei: bool
-    _announce: bool
     _starting: bool
     _fast: re.Pattern[str] | None = None
 
@@ -112,13 +111,6 @@ class BatchScan(Parser):
                 lines += k
             pos = end + 1
             kind = m.lastgroup
-            if self._announce:
-                self._announce = False
-                events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
-                gave = True
-                if kind == "bar":
-                    matched += 1
-                    lines += 1
             if kind == "bar":
                 continue
             gave = True

@@ -85,7 +85,6 @@ class LlamaCppParser(Parser):
         self._after_decode = False
         self._starting: str | None = None  # the start-up marker seen since the server was last ready
         self._ready: str | None = None  # the model the server said it was ready with
-        self._announce = False  # readiness learned or restored: said with the next events
         self._zeroed: set[str] = set()
         self._server = False  # a llama-server line seen: its client errors can come
         self._client_zeroed: set[str] = set()
@@ -103,14 +102,14 @@ class LlamaCppParser(Parser):
         return {"model": self.model, "from_path": self._from_path, "ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back the model name and readiness; readiness goes out again with the next events."""
+        """Take back the model name and readiness."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
             self._from_path = bool(state.get("from_path"))
         ready = state.get("ready")
         if isinstance(ready, str) and ready:
-            self._ready, self._announce = ready, True
+            self._ready = ready
 
     def learn(self, text: str) -> None:
         """The model name and readiness from the lines logged before reading began."""
@@ -121,14 +120,11 @@ class LlamaCppParser(Parser):
                 ready = None
             elif P.READY.search(line):
                 ready = self.model
-        self._ready, self._announce = ready, ready is not None
+        self._ready = ready
 
-    def _announced(self) -> list[Event]:
-        """``backend_ready`` 1 once after ``learn`` or ``restore`` found the server ready."""
-        if not self._announce or self._ready is None:
-            return []
-        self._announce = False
-        return [Event("backend_ready", (self._ready,), 1, rule="ready")]
+    def readiness(self) -> str | None:
+        """The model the server said it was ready with, until a start-up or shutdown."""
+        return self._ready
 
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose release line never came are dropped after the time-out."""
@@ -139,10 +135,6 @@ class LlamaCppParser(Parser):
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
         """Events of a batch of whole records in one scan (``llamacpp_batch``): the same as ``parse``
         on each record, with the frequent records counted per run and the silent ones skipped."""
-        if self._announce:
-            head = self._announced()
-            events, matched, lines = scan(self, batch.text, batch.time)
-            return head + events, matched, lines
         return scan(self, batch.text, batch.time)
 
     def parse(self, record: Record) -> list[Event]:
@@ -152,8 +144,6 @@ class LlamaCppParser(Parser):
             out = self._pairs.events()
         else:
             out = []
-        if self._announce:
-            out[:0] = self._announced()
         text = record.text
         if is_traceback(text) or P.EXCEPTION_START.match(text):
             self._error(text, out, traceback=True)

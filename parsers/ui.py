@@ -101,23 +101,24 @@ class UiParser(Parser):
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
         self._ready = False
-        self._announce = False  # readiness that ``learn`` or ``restore`` found: said with the next events
 
     def state(self) -> dict[str, object]:
         """Whether the server was listening."""
         return {"ready": self._ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back readiness; it goes out with the next events."""
+        """Take back readiness."""
         if state.get("ready") is True:
-            self._ready = self._announce = True
+            self._ready = True
 
     def learn(self, text: str) -> None:
-        """Whether the server was listening before reading began (no events); if so, it goes out
-        with the next events."""
+        """Whether the server was listening before reading began (no events)."""
         self._ready = self._ready or any("Listening on" in line and _LISTENING.match(_message(line))
                                          for line in text.split("\n"))
-        self._announce = self._ready
+
+    def readiness(self) -> str | None:
+        """The model label, when the server was last seen listening."""
+        return self.model if self._ready else None
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -134,9 +135,6 @@ class UiParser(Parser):
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record: a start-up, a 404, a warning or an error."""
         events: list[Event] = []
-        if self._announce:
-            self._announce = False
-            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         text = record.text
         if text.startswith(_NOT_FOUND_LINES):
             events.append(Event("ui_not_found_total", (), 1, rule="not_found"))

@@ -129,7 +129,6 @@ class VllmParser(Parser):
         self._startup = Startup()
         self._records = Records()
         self._ready = False  # the server said it is ready and has not stopped since
-        self._announce = False  # ``learn`` found it ready: say so with the next events
         self._routes = RouteLabels(ROUTES)
         self._caps: set[str] = set()
         self._caps_new = False
@@ -148,13 +147,12 @@ class VllmParser(Parser):
         return {"model": self.model, "ready": self._ready, "max_log_len": self._requests.max_log_len}
 
     def restore(self, state: dict[str, object]) -> None:
-        """The model name and readiness an earlier run had learned; readiness goes out again with
-        the stream's next batch."""
+        """The model name and readiness an earlier run had learned."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
         if state.get("ready") is True:
-            self._ready = self._announce = True
+            self._ready = True
         max_log_len = state.get("max_log_len")
         if isinstance(max_log_len, int):
             self._requests.max_log_len = max_log_len
@@ -175,7 +173,11 @@ class VllmParser(Parser):
             if kind == MODEL_ONLY:
                 self._max_log_len(value)
             ready = kind == READY  # any later start-up or shutdown line says it is not
-        self._ready = self._announce = ready
+        self._ready = ready
+
+    def readiness(self) -> str | None:
+        """The model, when the server said it was ready and has not stopped since."""
+        return self.model if self._ready else None
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -209,9 +211,6 @@ class VllmParser(Parser):
             if cuts:  # a start-up may name a new model: what follows it is scanned with that model
                 return self._pieces(t, cuts, now)
         events: list[Event] = []
-        if self._announce:
-            self._announce = False
-            events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         records = self._records
         records.clear()
         if rare:
@@ -666,7 +665,7 @@ class VllmParser(Parser):
         """
         if self._ready or self._stats.engines or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-        self._ready = self._announce = False
+        self._ready = False
 
     def _life(self, t: str, life: list[tuple[int, int, str]], before: list[Event], after: list[Event]) -> int:
         """Lifecycle lines of a text without start-up lines (one model), without cutting it in segments.
@@ -687,7 +686,7 @@ class VllmParser(Parser):
                 down = self._ready or live or 0 <= stats_at < pos  # as ``_down`` decides
                 last_stop = pos if down else last_stop
                 counted = down and kind == STOPPED  # DEAD lines are errors, counted as such
-                self._ready = self._announce = False
+                self._ready = False
             if counted:
                 matched += 1
                 self._records.dynamic.add(t.rfind("\n", 0, pos))

@@ -89,7 +89,6 @@ class WhisperParser(Parser):
         self.model = UNKNOWN_MODEL
         self._zeroed: set[tuple[str, str]] = set()  # (model, outcome) request series already started at 0
         self._ready = False
-        self._announce = False  # readiness learned before reading: say so with the next events
         self._starting = False  # a LeapfrogAI start-up was counted; its "Starting server" is the same one
         self._lfai = False  # the stream is in the LeapfrogAI format: raw lines are its prints only
         self._server = False  # whisper.cpp server (its timings block is a shutdown summary)
@@ -122,7 +121,7 @@ class WhisperParser(Parser):
                 "explicit": self._explicit, "lfai": self._lfai}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` returned; readiness goes out again with the next events."""
+        """Take back what ``state`` returned."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
@@ -130,7 +129,7 @@ class WhisperParser(Parser):
         self._explicit = state.get("explicit") is True
         self._lfai = state.get("lfai") is True
         if state.get("ready") is True:
-            self._ready = self._announce = True
+            self._ready = True
 
     def learn(self, text: str) -> None:
         """Model, readiness and the kind of stream from lines logged before reading began."""
@@ -158,7 +157,10 @@ class WhisperParser(Parser):
                     self.model = model_label(f.group(1)) or self.model
             if P.FW_DURATION.search(body) or P.WCPP_PROCESSING.match(body):
                 self._explicit = True
-        self._announce = self._ready
+
+    def readiness(self) -> str | None:
+        """The model, when the server was last seen ready."""
+        return self.model if self._ready else None
 
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose finish line never came, dropped after the time-out."""
@@ -195,17 +197,14 @@ class WhisperParser(Parser):
         self._error_end = text.rpartition("\n")[2] if last is not None or any(e.metric == ERRORS for e in out) else None
         if not out and P.INFO.search(msg.text):  # the stream is a working server's: its zero series
             out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
-        if self._announce:
-            self._announce = False
-            out.append(Event(READY, (self.model,), 1.0))
         return out
 
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
         """The events ``parse`` gives record by record, with the frequent lines counted in C."""
         text = batch.text
         lfai = self._lfai or S.LFAI_MARK in text
-        # readiness to announce, or CR LF line ends: every record through ``parse``
-        rare = [(0, len(text))] if self._announce or "\r" in text else S.rare_regions(text, lfai, self.shapes)
+        # CR LF line ends: every record through ``parse``
+        rare = [(0, len(text))] if "\r" in text else S.rare_regions(text, lfai, self.shapes)
         out: list[Event] = []
         matched = lines = 0
         models: dict[str, None] = {}
@@ -479,7 +478,6 @@ class WhisperParser(Parser):
             self._ready = False
         if loaded or not self._ready:
             self._ready = loaded
-            self._announce = False
             out.append(Event(READY, (self.model,), 1.0 if loaded else 0.0))
 
     def _zero(self, model: str, out: list[Event]) -> None:
@@ -532,7 +530,6 @@ class WhisperParser(Parser):
 
     def _set_ready(self, ready: bool, out: list[Event]) -> None:
         self._ready = ready
-        self._announce = False
         out.append(Event(READY, (self.model,), 1.0 if ready else 0.0))
         if not ready and self._pairs.open:
             self._pairs.clear()

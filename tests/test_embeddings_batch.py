@@ -155,17 +155,6 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     assert by_batches(text, size) == by_records(text, size)
 
 
-def test_batch_scan_announces_readiness_learned_before_like_parse() -> None:
-    """A parser that learned the server was ready says so with its first record, a progress bar too."""
-    text = "Batches: 100%|██████████| 1/1 [00:00<00:00, 20.78it/s]\n" + TEI.format(10, "embed", "1s", "1ms") + "\n"
-    one, two = EmbeddingsParser(), EmbeddingsParser()
-    one.learn("Starting server. Listening on 0.0.0.0:50051.")
-    two.learn("Starting server. Listening on 0.0.0.0:50051.")
-    got = by_batches(text, len(text) + 1, one)
-    assert got == by_records(text, len(text) + 1, two)
-    assert got[3] == 2 and any(key[0] == "backend_ready" and v == 1 for key, v in got[1].items())
-
-
 def test_frequent_lines_give_few_events() -> None:
     """A run of request pairs gives one counter event per series and one duration event with every request's."""
     start = "processing CreateEmbedding request: char-length: 86 word-count: 12"

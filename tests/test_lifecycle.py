@@ -123,14 +123,14 @@ def test_the_reset_is_per_backend_and_source() -> None:
 
 
 def test_learn_takes_the_model_and_readiness_without_events() -> None:
-    """learn() on the lines before the read position: the model name, and ready announced once."""
+    """learn() on the lines before the read position: the model name and readiness (which the
+    engine says with the next batch), and no event."""
     parser = VllmParser()
     parser.learn(START + READY + STATS)
-    assert parser.model == "big"
+    assert parser.model == "big" and parser.readiness() == "big"
     events = scan(STATS, parser)[0]
-    assert ready_events(events) == [("big", 1.0)]
+    assert ready_events(events) == []
     assert totals(events)[("llm_requests_running", ("big",))] == 3
-    assert ready_events(scan(STATS, parser)[0]) == []
 
 
 def test_learn_of_a_stopped_server_does_not_announce_it_ready() -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from logmetrics.engine import choose
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.plugins import discover
-from logmetrics.records import Batch, Record, split_records
+from logmetrics.records import Record, split_records
 from tests.helpers import parse, total
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
@@ -221,15 +221,13 @@ def test_readiness_survives_reading_from_the_end_and_a_restart() -> None:
     """A server ready before reading began (learn) or before logmetrics restarted (state) is ready again."""
     learned = LlamaCppParser()
     learned.learn(READY_HEAD)
-    got = [e for e in learned.parse(Record(HEALTH, 0.0)) if e.metric == "backend_ready"]
-    assert got == [Event("backend_ready", ("qwen2.5-7b-instruct-q4_k_m",), 1, rule="ready")]
+    assert learned.readiness() == "qwen2.5-7b-instruct-q4_k_m"  # the engine says so with the next batch
     restored = LlamaCppParser()
     restored.restore(learned.state())
-    events, _, _ = restored.parse_batch(Batch("s", HEALTH + "\n", 0.0, 1))
-    assert [e.value for e in events if e.metric == "backend_ready"] == [1]
+    assert restored.readiness() == "qwen2.5-7b-instruct-q4_k_m"
     stopped = LlamaCppParser()
     stopped.learn(READY_HEAD + "srv    operator(): operator(): cleaning up before exit...\n")
-    assert not [e for e in stopped.parse(Record(HEALTH, 0.0)) if e.metric == "backend_ready" and e.value]
+    assert stopped.readiness() is None
 
 
 def test_client_errors_by_type_and_server_errors_apart() -> None:

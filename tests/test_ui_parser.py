@@ -219,16 +219,17 @@ def test_console_error_lines_count_once_with_their_frames() -> None:
     assert count(events, "ui_not_found_total") == 1
 
 
-def test_readiness_is_announced_after_learn_and_restore() -> None:
-    """A server found listening by ``learn`` (or ``restore``) is said ready once, with the next record's events."""
+def test_readiness_is_known_after_learn_and_restore() -> None:
+    """A server found listening by ``learn`` (or ``restore``) is ready (the engine says so once, with
+    the next batch); one that only booted is not."""
     parser = UiParser()
     parser.learn("2026-09-09T12:00:00Z info: booting\nListening on http://0.0.0.0:3000\n")
-    first = list(parser.parse(Record("connected to supabase")))
-    assert [(e.metric, e.labels, e.value) for e in first] == [("backend_ready", ("unknown",), 1)]
+    assert parser.readiness() == "unknown"
     assert list(parser.parse(Record("connected to supabase"))) == []
     restored = UiParser()
     restored.restore({"ready": True})
-    assert [e.metric for e in restored.parse(Record("Error: boom"))] == ["backend_ready", "backend_errors_total"]
+    assert restored.readiness() == "unknown"
+    assert [e.metric for e in restored.parse(Record("Error: boom"))] == ["backend_errors_total"]
     idle = UiParser()
     idle.learn("Using adapter-node\n")
-    assert list(idle.parse(Record("connected to supabase"))) == []
+    assert idle.readiness() is None

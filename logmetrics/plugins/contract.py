@@ -21,7 +21,10 @@ Two optional parts concern the backend's life:
   server-ready line and 0 when the log shows a shutdown, a death, a failed start or a new start-up.
   The store then resets every other gauge of that backend and source to 0 (running, waiting, KV
   cache, throughputs, and a plugin's own gauges): a dead server runs nothing, and a zero keeps the
-  series where a gap would look like a failed scrape. Nothing else is needed for it.
+  series where a gap would look like a failed scrape. ``readiness()`` says which model the server
+  is ready with, as far as the parser knows: after ``learn`` and after ``restore`` (a file read
+  from its end, a restart of logmetrics) the engine says ``backend_ready`` 1 for it with the
+  stream's next batch, since the line that said so will not be read again. Default: None.
 
 Multi-line records: ``shapes`` names the shapes the backend logs (``logmetrics.records.shapes``:
 ``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``PRETTY_JSON``, ``INDENTED``, or a ``Shape`` of the parser's
@@ -103,6 +106,12 @@ class Parser:
 
     def learn(self, text: str) -> None:
         """Take what the lines logged before reading began say (the model name): state only, no events."""
+
+    def readiness(self) -> str | None:
+        """The model the backend is ready with, as far as this parser knows (None: not ready, or it
+        cannot tell). Asked after ``learn`` and ``restore``: the engine then says ``backend_ready``
+        1 for that model with the stream's next batch."""
+        return None
 
     def named(self, names: tuple[str, ...]) -> None:
         """The names of the stream this instance reads (file name, source, path, or a container's
