@@ -56,29 +56,15 @@ from logmetrics.records import Batch, Record
 from . import vllm_patterns as P
 from .common import RouteLabels, access_answer
 from .vllm_errors import ERROR_TYPES, classify_error
-from .vllm_lines import Fatal, Records, access_and_errors, life_lines, record_head
-from .vllm_requests import PROMPT, Requests
-from .vllm_startup import (
-    DEAD,
-    ENGINE_INIT,
-    LOGO,
-    MODEL_ONLY,
-    READY,
-    STOPPED,
-    Startup,
-    life_kind,
-    model_from,
-    startup_kind,
-)
+from .vllm_kinds import Control, Fatal, Item, Kind, Mark
+from .vllm_lines import Records, access_and_errors, life_lines, record_head
+from .vllm_requests import Requests
+from .vllm_startup import Startup, life_kind, model_from, startup_kind
 from .vllm_stats import Stats
 
 MAX_PENDING = 10000
-# Kinds of the rare, model-labelled lines, kept with their position until their segment is done.
-FINISHED, ABORTED, FAILED, PREEMPTED, V0_PREFIX, ADDED, DONE, CAN = range(8)
-ORIGIN = 20  # the API server built its engine client: V1's first stats window opened (number: its time)
 #: What request lines show the log can produce (see the class docstring).
 V0_REQUESTS, V1_REQUESTS = ("ok", "aborted", "preempt"), ("aborted", "error")
-Item = tuple[int, int, str, int]  # position, kind, text value, number value
 #: Routes of vLLM's OpenAI-compatible server (0.2 - 0.33), known to be served before its
 #: ``Route: ..., Methods: ...`` start-up lines are seen.
 ROUTES = (
@@ -164,15 +150,15 @@ class VllmParser(Parser):
             self._routes.learn(path)
         at = [(m.start(1), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t)]
         at += [(m.start(1), life_kind(m.group(1)), "") for m in P.LIFE.finditer(t)]
-        at += [(m.start(), DEAD, "") for m in P.DEAD.finditer(t)]
+        at += [(m.start(), Control.DEAD, "") for m in P.DEAD.finditer(t)]
         ready = False
         for _pos, kind, value in sorted(at):
             model = model_from(value) if value else None
             if model:
                 self.model = model
-            if kind == MODEL_ONLY:
+            if kind == Control.MODEL_ONLY:
                 self._max_log_len(value)
-            ready = kind == READY  # any later start-up or shutdown line says it is not
+            ready = kind == Control.READY  # any later start-up or shutdown line says it is not
         self._ready = ready
 
     def readiness(self) -> str | None:
@@ -235,8 +221,8 @@ class VllmParser(Parser):
                         records.inside.append(pos)
             fatal = [x for x in fatal if x[0] <= stop_at]
         f = 0
-        controls: list[tuple[int, int, str]] = []
-        life: list[tuple[int, int, str]] = []
+        controls: list[Mark] = []
+        life: list[Mark] = []
         after: list[Event] = []
         items: list[Item] = []
         ok, finished = self._ok_from(t, ok, rare[P.FINISHED] + rare[P.FINISHED_V0])
@@ -246,13 +232,13 @@ class VllmParser(Parser):
             if life:
                 matched += self._life(t, life, events, after)
             if controls and finished:  # count them per segment
-                items.extend((m.start(), FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
+                items.extend(Item(m.start(), Kind.FINISHED, "", 0) for m in P.FINISHED_AT.finditer(t))
                 finished = 0
             items.sort()
-        ready_at = [pos for pos, kind, _ in life if kind == READY]  # (life is left only without start-ups)
+        ready_at = [pos for pos, kind, _ in life if kind == Control.READY]  # (life is left only without start-ups)
         start = k = 0
-        for pos, kind, value in [*controls, (len(t), -1, "")]:
-            end = t.rfind("\n", 0, pos) if kind >= 0 else pos
+        for pos, kind, value in [*controls, Mark(len(t), Control.END, "")]:
+            end = t.rfind("\n", 0, pos) if kind is not Control.END else pos
             k_end = k
             while k_end < len(items) and items[k_end][0] < end:
                 k_end += 1
@@ -270,10 +256,10 @@ class VllmParser(Parser):
                 f = f_end
             elif self._seg_stats or ready_at:  # serving again: a crash before is over
                 self._crash = False
-            if kind >= 0 and kind not in (MODEL_ONLY, STOPPED, DEAD):  # a start-up or ready: a crash is over
-                self._crash = False
-            if kind >= 0 and self._control(kind, value, self._stats.clock.line_time(t, pos), events):
-                if kind == LOGO:  # a line of a multi-line record
+            if kind not in (Control.END, Control.MODEL_ONLY, Control.STOPPED, Control.DEAD):
+                self._crash = False  # a start-up or ready line: a crash is over
+            if kind is not Control.END and self._control(kind, value, self._stats.clock.line_time(t, pos), events):
+                if kind == Control.LOGO:  # a line of a multi-line record
                     records.inside.append(end)
                 else:
                     records.dynamic.add(end)
@@ -408,8 +394,8 @@ class VllmParser(Parser):
         events.extend(Event("backend_errors_total", (model, kind), 0, rule="crash") for kind in folded)
         return matched
 
-    def _rare_items(self, t: str, rare: Counter[str], controls: list[tuple[int, int, str]],
-                    items: list[Item], life: list[tuple[int, int, str]]) -> tuple[int, int, int]:
+    def _rare_items(self, t: str, rare: Counter[str], controls: list[Mark],
+                    items: list[Item], life: list[Mark]) -> tuple[int, int, int]:
         """Positions and values of the rare lines that ``rare`` says are in ``t``.
 
         Aborted and failed requests need no position when the text has no start-up line (one
@@ -417,13 +403,13 @@ class VllmParser(Parser):
         aborted lines, failed lines).
         """
         if any(key in P.STARTUP_KEYS for key in rare):
-            controls.extend((m.start(), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t))
+            controls.extend(Mark(m.start(), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t))
         if any("\u2580" <= key[-1:] <= "\u259f" for key in rare):
-            controls.extend((m.start(), LOGO, m.group(1)) for m in P.LOGO_MODEL.finditer(t))
+            controls.extend(Mark(m.start(), Control.LOGO, m.group(1)) for m in P.LOGO_MODEL.finditer(t))
         if self._records.life:
             life.extend(life_lines(t, self._records.life))
         if any(key in P.DEAD_KEYS or key.endswith("EngineDeadError") for key in rare):
-            life.extend((m.start(), DEAD, "") for m in P.DEAD.finditer(t))
+            life.extend(Mark(m.start(), Control.DEAD, "") for m in P.DEAD.finditer(t))
         if controls and life:  # start-up lines too: each in its place, for the model it concerns
             controls.extend(life)
             life.clear()
@@ -432,9 +418,9 @@ class VllmParser(Parser):
         if controls:
             if "Aborted request" in rare or "Request" in rare:
                 for m in P.ABORTED.finditer(t):
-                    items.append((m.start(), ABORTED, "", aborted_ids(m.group(1))))
+                    items.append(Item(m.start(), Kind.ABORTED, "", aborted_ids(m.group(1))))
             if "Request" in rare:
-                items.extend((m.start(), FAILED, "", 1) for m in P.FAILED.finditer(t))
+                items.extend(Item(m.start(), Kind.FAILED, "", 1) for m in P.FAILED.finditer(t))
         elif "Aborted request" in rare or "Request" in rare:
             lists = P.ABORTED_LIST.findall(t) if "Aborted request" in rare else []
             ones = len(P.ABORTED_ONE.findall(t)) if "Request" in rare else 0
@@ -443,28 +429,28 @@ class VllmParser(Parser):
             ended = (ids + ones, len(lists) + ones, failed)
         # request lines that show a series can move, until it is known (positions: the model in effect)
         if (P.ADDED_V0 in rare or P.FINISHED_V0 in rare) and not self._caps.issuperset(V0_REQUESTS):
-            items.extend((m.start(), CAN, "v0" if m.group(1) == "Added" else "v0 finished", 0)
+            items.extend(Item(m.start(), Kind.CAN, "v0" if m.group(1) == "Added" else "v0 finished", 0)
                          for m in P.V0_REQUEST.finditer(t))
         if P.ADDED_V1 in rare and not self._caps.issuperset(V1_REQUESTS):
-            items.extend((m.start(), CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
+            items.extend(Item(m.start(), Kind.CAN, "v1", 0) for m in P.ADDED_V1_AT.finditer(t))
         if P.REQUEST_KEYS.intersection(rare) or self._requests.outputs:
             items.extend(self._requests.items(t, rare, self._stats.clock.line_time))
         if P.SUPPORTED_KEY in rare:
             for m in P.SUPPORTED.finditer(t):
                 at = self._stats.clock.line_time(t, m.start())
                 if at is not None:
-                    items.append((m.start(), ORIGIN, "", at))
+                    items.append(Item(m.start(), Kind.ORIGIN, "", at))
         if "Sequence group" in rare:
             for m in P.PREEMPTED.finditer(t):
                 total = m.group(1)
-                items.append((m.start(), PREEMPTED, "", int(total) if total else -1))
+                items.append(Item(m.start(), Kind.PREEMPTED, "", int(total) if total else -1))
         if "Prefix cache hit rate: GPU" in rare:
-            items.extend((m.start(), V0_PREFIX, m.group(1), 0) for m in P.V0_PREFIX.finditer(t))
+            items.extend(Item(m.start(), Kind.V0_PREFIX, m.group(1), 0) for m in P.V0_PREFIX.finditer(t))
         if P.ADDED_V0 in rare or P.FINISHED_V0 in rare:
             for m in P.V0_REQUEST.finditer(t):
                 at = self._stats.clock.line_time(t, m.start())
                 if at is not None:
-                    items.append((m.start(), ADDED if m.group(1) == "Added" else DONE, m.group(2), at))
+                    items.append(Item(m.start(), Kind.ADDED if m.group(1) == "Added" else Kind.DONE, m.group(2), at))
         return ended
 
     # -- model-labelled rules, one segment (between two start-up lines) at a time -------------
@@ -482,7 +468,7 @@ class VllmParser(Parser):
             else (b, b)
         g_from = b  # generation: always integrated too (``_generation``)
         for _pos, kind, _value, n in items:
-            if kind == ORIGIN:
+            if kind == Kind.ORIGIN:
                 self._stats.origin = n
         stats = self._stats.scan(t, a, b, p_from, g_from, served)
         lines = stats.lines
@@ -496,24 +482,25 @@ class VllmParser(Parser):
         aborted, aborted_lines, failed = ended
         matched += aborted_lines + failed
         exact: set[int] = set()  # the per-request lines that gave events
-        for pos, kind, value, n in items:
-            if kind == ORIGIN:
+        for item in items:
+            pos, kind, value, n = item
+            if kind == Kind.ORIGIN:
                 continue
-            if kind >= PROMPT:
-                got, caps = self._requests.item(self.model, (pos, kind, value, n), out)
+            if kind >= Kind.PROMPT:
+                got, caps = self._requests.item(self.model, item, out)
                 if got:  # counted once per line, and not again with an error glued to it
                     exact.add(pos)
                     self._records.dynamic.add(t.rfind("\n", 0, pos))
                     if caps:
                         self._can(*caps)
                 continue
-            if kind == FINISHED:
+            if kind == Kind.FINISHED:
                 ok += 1
-            elif kind == ABORTED:
+            elif kind == Kind.ABORTED:
                 aborted += n
-            elif kind == FAILED:
+            elif kind == Kind.FAILED:
                 failed += 1
-            elif kind == PREEMPTED:  # n: vLLM's cumulative count, printed every 50th (-1: not printed)
+            elif kind == Kind.PREEMPTED:  # n: vLLM's cumulative count, printed every 50th (-1: not printed)
                 increase = 1 if n < 0 else n - self._preempt_total if n >= self._preempt_total else n
                 if n >= 0:
                     self._preempt_total = n
@@ -521,10 +508,10 @@ class VllmParser(Parser):
                     continue
                 self._records.dynamic.add(t.rfind("\n", 0, pos))
                 out.append(Event("llm_preemptions_total", model, increase, rule="preemption"))
-            elif kind == V0_PREFIX:
+            elif kind == Kind.V0_PREFIX:
                 self._stats.v0_prefix(value)
                 gauge_rule = gauge_rule or "stats_v0"
-            elif kind == CAN:
+            elif kind == Kind.CAN:
                 caps = V1_REQUESTS if value == "v1" else V0_REQUESTS
                 if self._caps.issuperset(caps):
                     continue
@@ -534,12 +521,12 @@ class VllmParser(Parser):
                 if value == "v0 finished":  # counted as a finished request
                     continue
                 self._records.dynamic.add(t.rfind("\n", 0, pos))
-            elif kind == ADDED:
+            elif kind == Kind.ADDED:
                 self._started[value] = n
                 if len(self._started) > MAX_PENDING:
                     del self._started[next(iter(self._started))]
                 continue
-            else:  # DONE
+            else:  # Kind.DONE
                 started = self._started.pop(value, None)
                 if started is not None and n > started:  # same second: under a second, not known
                     out.append(Event("llm_request_duration_seconds", model, float(n - started), rule="lifecycle"))
@@ -616,32 +603,32 @@ class VllmParser(Parser):
             events.extend(Event(name, (model,) if outcome is None else (model, outcome), 0, rule="model")
                           for name, outcome in ZERO_SERIES[cap])
 
-    def _control(self, kind: int, value: str, at: int | None, events: list[Event]) -> int:
+    def _control(self, kind: Control, value: str, at: int | None, events: list[Event]) -> int:
         """A start-up line: count a start (once per start, not per line of it), learn the model.
         A lifecycle line: the server is ready, or it went down (shut down, died, failed to start)."""
         before = len(events)
-        if kind >= READY:
-            if kind == READY:
+        if kind >= Control.READY:
+            if kind == Control.READY:
                 self._ready = True
                 events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
             else:
                 self._down(events)
             # an engine's death is an error line, counted as such; the others count if they said something
-            return 1 if kind != DEAD and len(events) > before else 0
+            return 1 if kind != Control.DEAD and len(events) > before else 0
         starts = self._startup.line(kind, at)
         if starts:  # the old server, if any, is gone
             self._down(events)
-        model = value if kind == LOGO else model_from(value)
-        if kind == MODEL_ONLY:
+        model = value if kind == Control.LOGO else model_from(value)
+        if kind == Control.MODEL_ONLY:
             self._max_log_len(value)
-        if kind == ENGINE_INIT and ("an LLM engine" in value or "V0 LLM" in value):
+        if kind == Control.ENGINE_INIT and ("an LLM engine" in value or "V0 LLM" in value):
             self._can("preempt")  # V0's scheduler warns per preemption
-        if model and kind != LOGO and "disable_log_stats=True" not in value and \
+        if model and kind != Control.LOGO and "disable_log_stats=True" not in value and \
                 "'disable_log_stats': True" not in value:
             self._can("tokens")
         if model:
             self.model = model
-            if kind != LOGO:  # the logo may show the path; the served name follows in the args
+            if kind != Control.LOGO:  # the logo may show the path; the served name follows in the args
                 self._zeros(model, events)
         if starts:
             self._stats.engines.clear()
@@ -667,7 +654,7 @@ class VllmParser(Parser):
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
         self._ready = False
 
-    def _life(self, t: str, life: list[tuple[int, int, str]], before: list[Event], after: list[Event]) -> int:
+    def _life(self, t: str, life: list[Mark], before: list[Event], after: list[Event]) -> int:
         """Lifecycle lines of a text without start-up lines (one model), without cutting it in segments.
 
         Only the order against the stats lines matters: if stats lines follow the last stop, the
@@ -680,12 +667,12 @@ class VllmParser(Parser):
         live = bool(self._stats.engines) or self.model != UNKNOWN_MODEL
         stats_at = t.find(P.STATS_MARK)
         for pos, kind, _ in life:
-            if kind == READY:
+            if kind == Control.READY:
                 self._ready = counted = True
             else:
                 down = self._ready or live or 0 <= stats_at < pos  # as ``_down`` decides
                 last_stop = pos if down else last_stop
-                counted = down and kind == STOPPED  # DEAD lines are errors, counted as such
+                counted = down and kind == Control.STOPPED  # DEAD lines are errors, counted as such
                 self._ready = False
             if counted:
                 matched += 1
@@ -695,6 +682,6 @@ class VllmParser(Parser):
         if last_stop >= 0:  # the reset goes before the gauges if a stats line follows the last stop
             (before if t.rfind(P.STATS_MARK) > last_stop else after).append(
                 Event("backend_ready", model, 0, rule="down"))
-        if last == READY:
+        if last == Control.READY:
             after.append(Event("backend_ready", model, 1, rule="ready"))
         return matched

@@ -15,12 +15,11 @@ from logmetrics.events import Event
 from . import vllm_patterns as P
 from .common import UVICORN_LINE, RouteLabels, access_labels
 from .vllm_errors import FATAL_TYPES, classify_error
+from .vllm_kinds import Fatal, Mark
 from .vllm_startup import life_kind
 
 #: How uvicorn's access lines begin (its level name padded to 9 characters).
 ACCESS_START = "\nINFO:     "
-#: A fatal error record: position, error type, whether it starts its record (see ``error_records``).
-Fatal = tuple[int, str, bool]
 
 
 class Records:
@@ -140,10 +139,10 @@ def _access_events(access: Counter[tuple[str, str, str]]) -> list[Event]:
     return [Event("http_requests_total", lab, n, rule="access") for lab, n in access.items()]
 
 
-def life_lines(t: str, texts: set[str]) -> list[tuple[int, int, str]]:
+def life_lines(t: str, texts: set[str]) -> list[Mark]:
     """Where the uvicorn lifecycle lines with these ``texts`` are in ``t``, and their kinds: found
     with ``str.find`` (they are few), each checked to be a whole uvicorn line."""
-    out: list[tuple[int, int, str]] = []
+    out: list[Mark] = []
     at_line = P.LIFE_AT.match
     for text in texts:
         kind = life_kind(text)
@@ -151,7 +150,7 @@ def life_lines(t: str, texts: set[str]) -> list[tuple[int, int, str]]:
         while pos >= 0:
             m = at_line(t, t.rfind("\n", 0, pos) + 1)
             if m is not None and m.end() == pos:
-                out.append((pos, kind, ""))
+                out.append(Mark(pos, kind, ""))
             pos = t.find(text, pos + len(text))
     return out
 
@@ -174,7 +173,7 @@ def locate(t: str, lines: dict[str, tuple[str, int]], fatal: list[Fatal]) -> boo
             if head(t, start, at):
                 if not found:
                     first = at
-                fatal.append((start, kind, True))
+                fatal.append(Fatal(start, kind, True))
                 found += 1
             at += 1
         if not text:
@@ -203,7 +202,7 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
             continue
         kind = classify_error(text, source is not None and "serving" in source, traceback)
         if kind in FATAL_TYPES:
-            fatal.append((start, kind, inside is None and raw is None))
+            fatal.append(Fatal(start, kind, inside is None and raw is None))
             continue
         counts[kind] += 1
         if inside is None and raw is None:

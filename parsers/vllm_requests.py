@@ -41,13 +41,9 @@ from logmetrics.events import Event
 
 from . import vllm_patterns as P
 from .pairs import Pairs
+from .vllm_kinds import Item, Kind, Source
 
-# Item kinds (after those of ``parsers.vllm``): a prompt's ids, a received request (a start), a
-# response's ids, a response's end, a body's usage (prompt, completion).
-PROMPT, RECEIVED, GEN_IDS, GEN_END, USAGE_PROMPT, USAGE_GEN = range(8, 14)
-Item = tuple[int, int, str, int]
-ACCESS, LOG, USAGE = 3, 2, 1  # sources, the better one higher (access lines: ``ok`` only, every request)
-RULES = {ACCESS: "access", LOG: "request_log", USAGE: "usage"}
+RULES = {Source.ACCESS: "access", Source.LOG: "request_log", Source.USAGE: "usage"}
 MAX_MODELS = 64
 
 
@@ -70,7 +66,7 @@ class Requests:
     __slots__ = ("access_from", "max_log_len", "outputs", "pairs", "sources")
 
     def __init__(self) -> None:
-        self.sources: dict[str, dict[str, int]] = {}  # model -> series ("prompt", "gen", "ok") -> source
+        self.sources: dict[str, dict[str, Source]] = {}  # model -> series ("prompt", "gen", "ok") -> source
         self.pairs = Pairs()
         self.max_log_len: int | None = None
         self.outputs = False  # the stream has logged a Generated response line
@@ -88,15 +84,15 @@ class Requests:
                 rid, stream, details, rest = m.groups()
                 n = id_count(rest, P.IDS_OUTPUT)
                 if n >= 0:
-                    out.append((pos, GEN_IDS, rid, n))
+                    out.append(Item(pos, Kind.GEN_IDS, rid, n))
                 if details is None and (stream is None or "complete" in stream):
                     at = line_time(t, pos)
-                    out.append((pos, GEN_END, rid, -1 if at is None else at))
+                    out.append(Item(pos, Kind.GEN_END, rid, -1 if at is None else at))
         if P.RECEIVED_KEY in rare or P.DETAILS_KEY in rare:
             for m in P.PROMPT_IDS.finditer(t):
                 n = id_count(m.group(2), P.IDS_PROMPT)
                 if n >= 0:
-                    out.append((m.start() + 1, PROMPT, m.group(1), n))
+                    out.append(Item(m.start() + 1, Kind.PROMPT, m.group(1), n))
         # starts: lines with ids always; any Received line from the stream's first Generated one on
         begin = 0 if self.outputs else first_gen if first_gen >= 0 else len(t)
         self.outputs = self.outputs or first_gen >= 0
@@ -107,7 +103,7 @@ class Requests:
                     continue
                 at = line_time(t, pos)
                 if at is not None:
-                    out.append((pos, RECEIVED, m.group(1), at))
+                    out.append(Item(pos, Kind.RECEIVED, m.group(1), at))
         if P.BODY_KEY in rare:
             for m in P.BODY.finditer(t):
                 usage = P.USAGE.search(m.group(1))
@@ -115,11 +111,11 @@ class Requests:
                     continue
                 fields = dict(P.USAGE_FIELD.findall(usage.group(1)))
                 if "prompt" in fields and "completion" in fields:
-                    out.append((m.start(), USAGE_PROMPT, "", int(fields["prompt"])))
-                    out.append((m.start(), USAGE_GEN, "", int(fields["completion"])))
+                    out.append(Item(m.start(), Kind.USAGE_PROMPT, "", int(fields["prompt"])))
+                    out.append(Item(m.start(), Kind.USAGE_GEN, "", int(fields["completion"])))
         return out
 
-    def _series(self, model: str) -> dict[str, int]:
+    def _series(self, model: str) -> dict[str, Source]:
         """The sources in use for ``model``'s series."""
         got = self.sources.get(model)
         if got is None:
@@ -140,9 +136,9 @@ class Requests:
         prompt = 0 if "prompt" in series else end
         gen = 0 if "gen" in series else end
         for pos, kind, _, _ in items:
-            if prompt == end and (kind == USAGE_PROMPT or (kind == PROMPT and lists)):
+            if prompt == end and (kind == Kind.USAGE_PROMPT or (kind == Kind.PROMPT and lists)):
                 prompt = pos
-            if gen == end and (kind == USAGE_GEN or (kind == GEN_IDS and lists)):
+            if gen == end and (kind == Kind.USAGE_GEN or (kind == Kind.GEN_IDS and lists)):
                 gen = pos
         return prompt, gen
 
@@ -151,38 +147,38 @@ class Requests:
         series (``ZERO_SERIES`` keys) it shows the log can move."""
         _pos, kind, rid, n = item
         labels = (model,)
-        if kind == RECEIVED:  # (the running gauge comes from the stats lines: no time-outs to report)
+        if kind == Kind.RECEIVED:  # (the running gauge comes from the stats lines: no time-outs to report)
             self.pairs.start(rid, model, float(n))
             self.pairs.expire(float(n))
             self.pairs.timed_out = 0
             return False, ()
-        if kind == GEN_END:
+        if kind == Kind.GEN_END:
             started = self.pairs.finish(rid)
             access = self.access_from is not None and _pos > self.access_from
-            got = not access and self._count(model, "ok", LOG, 1, out, "llm_requests_total", (model, "ok"))
+            got = not access and self._count(model, "ok", Source.LOG, 1, out, "llm_requests_total", (model, "ok"))
             if started is not None and n >= 0 and n > started[1]:  # same second: under a second, not known
                 out.append(Event("llm_request_duration_seconds", labels, n - started[1], rule="request_log"))
                 got = True
             return got, ("ok",)
-        if kind in (PROMPT, GEN_IDS):
+        if kind in (Kind.PROMPT, Kind.GEN_IDS):
             if not self._lists():
                 return False, ()
-            series, metric = ("prompt", "llm_prompt_tokens_total") if kind == PROMPT else \
+            series, metric = ("prompt", "llm_prompt_tokens_total") if kind == Kind.PROMPT else \
                 ("gen", "llm_generation_tokens_total")
-            return self._count(model, series, LOG, n, out, metric, labels), ("tokens",)
-        if kind == USAGE_PROMPT:
-            got = self._count(model, "prompt", USAGE, n, out, "llm_prompt_tokens_total", labels)
+            return self._count(model, series, Source.LOG, n, out, metric, labels), ("tokens",)
+        if kind == Kind.USAGE_PROMPT:
+            got = self._count(model, "prompt", Source.USAGE, n, out, "llm_prompt_tokens_total", labels)
             if self.access_from is None or _pos < self.access_from:
-                got = self._count(model, "ok", USAGE, 1, out, "llm_requests_total", (model, "ok")) or got
+                got = self._count(model, "ok", Source.USAGE, 1, out, "llm_requests_total", (model, "ok")) or got
             return got, ("tokens", "ok")
-        # USAGE_GEN
-        return self._count(model, "gen", USAGE, n, out, "llm_generation_tokens_total", labels), ("tokens",)
+        # Kind.USAGE_GEN
+        return self._count(model, "gen", Source.USAGE, n, out, "llm_generation_tokens_total", labels), ("tokens",)
 
     def access_ok(self, model: str, n: int, out: list[Event]) -> bool:
         """``n`` requests finished, from the access lines (which cover them all)."""
-        return self._count(model, "ok", ACCESS, n, out, "llm_requests_total", (model, "ok"))
+        return self._count(model, "ok", Source.ACCESS, n, out, "llm_requests_total", (model, "ok"))
 
-    def _count(self, model: str, series: str, source: int, n: int, out: list[Event], metric: str,
+    def _count(self, model: str, series: str, source: Source, n: int, out: list[Event], metric: str,
                labels: tuple[str, ...]) -> bool:
         """Count ``n`` for ``series`` from ``source`` unless a better source is in use."""
         sources = self._series(model)

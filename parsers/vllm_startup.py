@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import re
 
+from .vllm_kinds import Control
+
 MAX_MODEL_LEN = 200
 
-# Start-up line kinds: the API server's version line, an engine's init line, the server's
-# "Starting vLLM ... server" line, lines that only name the model (args), and the logo (0.2x+:
-# a version line that names the model).
-VERSION, ENGINE_INIT, SERVER_START, MODEL_ONLY, LOGO = range(5)
-# Lifecycle lines: uvicorn's "Application startup complete." (the server is ready), its shutdown
-# lines, and the engine's death or failed start (error lines, counted as errors already).
-READY, STOPPED, DEAD = range(5, 8)
-_LIFE_KIND = {"Application startup complete": READY, "Shutting down": STOPPED, "Finished server process": STOPPED}
-_KIND_BY_START = {"vL": VERSION, "In": ENGINE_INIT, "St": SERVER_START, "ar": MODEL_ONLY, "no": MODEL_ONLY}
+_LIFE_KIND = {"Application startup complete": Control.READY, "Shutting down": Control.STOPPED,
+              "Finished server process": Control.STOPPED}
+_KIND_BY_START = {"vL": Control.VERSION, "In": Control.ENGINE_INIT, "St": Control.SERVER_START,
+                  "ar": Control.MODEL_ONLY, "no": Control.MODEL_ONLY}
 
 SERVED_NAME = re.compile(r"served_model_name(?:=|': )\[?(?:'([^']+)'|(?!None\b)([^\s,'\[\]{}()]+))")
 MODEL_NAME = re.compile(r"(?<![\w])(?:model=|'model': )'([^']+)'")
@@ -22,14 +19,14 @@ SERVING_MODEL = re.compile(r"serving model (\S+)")
 MODEL_TAG = re.compile(r"'model_tag': '([^']+)'")
 
 
-def startup_kind(marker: str) -> int:
+def startup_kind(marker: str) -> Control:
     """The kind of a start-up line from its marker (``vLLM API server version``, ``args: ...``)."""
-    return _KIND_BY_START.get(marker[:2], MODEL_ONLY)
+    return _KIND_BY_START.get(marker[:2], Control.MODEL_ONLY)
 
 
-def life_kind(line: str) -> int:
+def life_kind(line: str) -> Control:
     """The kind of a uvicorn lifecycle line from what ``LIFE`` captured."""
-    return _LIFE_KIND.get(line, STOPPED)
+    return _LIFE_KIND.get(line, Control.STOPPED)
 
 
 def model_from(line: str) -> str | None:
@@ -68,14 +65,14 @@ class Startup:
 
     def line(self, kind: int, secs: int | None) -> bool:
         """A start-up line of ``kind`` logged at ``secs`` (None: unknown); whether it is a new start."""
-        if kind in (VERSION, LOGO):
+        if kind in (Control.VERSION, Control.LOGO):
             new = not self._near(secs, self.last_version)
             self.last_version = secs
             self.starting = True
-        elif kind == ENGINE_INIT:
+        elif kind == Control.ENGINE_INIT:
             new = not self.starting
             self.starting = True
-        elif kind == SERVER_START:
+        elif kind == Control.SERVER_START:
             new = not self.starting and not self._near(secs, self.last_start_line)
             self.last_start_line = secs
             self.starting = False
