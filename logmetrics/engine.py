@@ -24,7 +24,7 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -82,6 +82,38 @@ class Input(Protocol):
 def stream_key(path: str, service: str | None) -> str:
     """The key of a raw stream, or of one compose service (journald unit) inside it."""
     return path if service is None else f"{path}\0{service}"
+
+
+def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseException], None] | None = None,
+                  ) -> tuple[list[Event], int, int, int, list[str]]:
+    """``parse`` on each record of ``batch`` that passes the prefilter, as the engine runs a parser
+    without a ``parse_batch`` of its own: its events, the records matched, their physical lines,
+    the records that raised (each given to ``raised``), and the parser's model after each record
+    that gave events, when it changed (a model the log leaves within the batch has its zero series
+    too)."""
+    events: list[Event] = []
+    models: list[str] = []
+    matched = lines = errors = 0
+    model = None
+    pre = parser.prefilter
+    for text in split_records(batch.text, record_rule(type(parser))):
+        if pre and not any(p in text for p in pre):
+            continue
+        try:
+            got = list(parser.parse(Record(text, batch.time)))
+        except PLUGIN_ERRORS as exc:
+            errors += 1
+            if raised is not None:
+                raised(parser, exc)
+            continue
+        if got:
+            events += got
+            matched += 1
+            lines += text.count("\n") + 1
+            if parser.model != model:
+                model = parser.model
+                models.append(model)
+    return events, matched, lines, errors, models
 
 
 @dataclass
@@ -521,7 +553,7 @@ class Engine:
         errors = 0
         models: list[str] = []  # the models of the records that gave events (record by record)
         if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
-            events, matched, matched_lines, errors = self._one_by_one(parser, batch, models)
+            events, matched, matched_lines, errors, models = parse_records(parser, batch, self._raised)
         else:
             try:
                 result = parser.parse_batch(batch)
@@ -588,33 +620,6 @@ class Engine:
                 pass
             out.append(ev)
         return out
-
-    def _one_by_one(self, parser: Parser, batch: Batch, models: list[str]) -> tuple[list[Event], int, int, int]:
-        """``parse`` on each record that passes the prefilter: (events, records matched, their
-        physical lines, records that raised). The parser's model after each record that gave
-        events goes to ``models`` when it changed, so that a model the log leaves within the batch
-        has its zero series too."""
-        events: list[Event] = []
-        matched = lines = errors = 0
-        model = None
-        pre = parser.prefilter
-        for text in split_records(batch.text, record_rule(type(parser))):
-            if pre and not any(p in text for p in pre):
-                continue
-            try:
-                got = list(parser.parse(Record(text, batch.time)))
-            except PLUGIN_ERRORS as exc:
-                errors += 1
-                self._raised(parser, exc)
-                continue
-            if got:
-                events += got
-                matched += 1
-                lines += text.count("\n") + 1
-                if parser.model != model:
-                    model = parser.model
-                    models.append(model)
-        return events, matched, lines, errors
 
     def _raised(self, parser: Parser, exc: BaseException) -> None:
         """Report a parser's exception once per parser (it is counted in logmetrics_parse_errors_total)."""

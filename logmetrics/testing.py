@@ -1,4 +1,5 @@
-"""Helpers for a parser's own tests: events checked where they are made.
+"""The test kit for a parser's own tests: events checked where they are made, golden samples run as
+a user runs them, and a fast path held to what ``parse`` gives.
 
 ``check_events(MyParser, events)`` runs the store's own checks on ``events`` (as the engine would
 apply them for this parser) and fails with every problem listed: a family that is neither in the
@@ -7,20 +8,47 @@ cannot take (a negative counter increment, NaN), a label value that is not a str
 that is no ``Event``. It returns the events, so that a test can wrap a call::
 
     events = check_events(MyParser, parser.parse(Record("...")))
+
+``check_golden(log, "myparser", plugins=["my_parser.py"])`` runs ``logmetrics watch --oneshot``
+on a sample log in a new process and compares the series it prints with ``<log>.expected.prom``
+beside it (``LOGMETRICS_UPDATE_GOLDEN=1`` writes that file instead; check each value by hand).
+
+``assert_fast_path_matches(MyParser, text)`` holds a parser's ``parse_batch`` to ``parse``: on
+``text`` cut into batches the way the engine cuts reads, it must give the same totals, the same
+records and lines matched, and the same state.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
-from logmetrics.events import Event
-from logmetrics.plugins import Parser
+from prometheus_client.parser import text_string_to_metric_families
+
+from logmetrics.engine import parse_records
+from logmetrics.events import Event, values_of
+from logmetrics.plugins import Parser, record_rule
+from logmetrics.records import Batch, RecordAssembler
 from logmetrics.store.store import Store
+
+#: Series a golden file leaves out: the engine's own figures and the processes found on the machine.
+IGNORED_PREFIXES = ("logmetrics_", "backend_process_")
+UPDATE_VARIABLE = "LOGMETRICS_UPDATE_GOLDEN"
+Key = tuple[str, tuple[tuple[str, str], ...]]
+Totals = dict[tuple[str, tuple[str, ...]], object]
 
 
 class EventError(AssertionError):
     """Events the engine would refuse; the message lists each with its reason."""
+
+
+class GoldenError(AssertionError):
+    """A sample's metrics differ from its golden file; the message lists each series that differs."""
 
 
 def refused(parser_cls: type[Parser], events: Iterable[Event]) -> list[tuple[object, str]]:
@@ -44,3 +72,198 @@ def check_events(parser_cls: type[Parser], events: Iterable[Event]) -> list[Even
         lines = [f"  {ev!r}: {reason}" for ev, reason in bad]
         raise EventError(f"{len(bad)} event(s) of parser {parser_cls.name!r} would be refused:\n" + "\n".join(lines))
     return out
+
+
+# -- golden samples ------------------------------------------------------------------------------
+
+def oneshot(log: str | Path, parser: str, *, plugins: Sequence[str] = (), cwd: str | Path | None = None) -> str:
+    """What ``logmetrics watch --oneshot --parser PARSER --source sample LOG`` prints, run in a new
+    process as a user runs it (``plugins``: ``--plugin`` specs); AssertionError if it fails."""
+    cmd = [sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", parser, "--source", "sample",
+           *(arg for spec in plugins for arg in ("--plugin", spec)), str(log)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}"
+    return proc.stdout
+
+
+def samples_of(text: str) -> dict[Key, float]:
+    """{(sample name, sorted labels): value} of the series a golden file covers in exposition ``text``."""
+    out: dict[Key, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith(IGNORED_PREFIXES):
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def render(text: str) -> str:
+    """The covered families of an exposition text, in the text format, families and series sorted."""
+    lines: list[str] = []
+    for family in sorted(text_string_to_metric_families(text), key=lambda f: f.name):
+        kept = [s for s in family.samples if not s.name.startswith(IGNORED_PREFIXES)]
+        if not kept:
+            continue
+        name = family.name + ("_total" if family.type == "counter" else "")
+        lines.append(f"# HELP {name} {family.documentation}")
+        lines.append(f"# TYPE {name} {family.type}")
+        for s in sorted(kept, key=lambda s: (s.name, sorted((k, v) for k, v in s.labels.items() if k != "le"),
+                                             float(s.labels.get("le", 0.0)))):
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            lines.append(f"{s.name}{{{labels}}} {s.value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def header(path: Path) -> str:
+    """The leading comment lines of a golden file (not HELP/TYPE lines), kept when it is rewritten."""
+    if not path.exists():
+        return ""
+    kept: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#") or line.startswith(("# HELP ", "# TYPE ")):
+            break
+        kept.append(line)
+    return "".join(line + "\n" for line in kept)
+
+
+def same(a: float, b: float) -> bool:
+    """Equal values: floats to a relative 1e-9, NaN equal to NaN."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def diff(want: dict[Key, float], got: dict[Key, float]) -> str:
+    """The series that differ, one line each: missing, unexpected, or with a wrong value."""
+    def show(key: Key) -> str:
+        return key[0] + "{" + ",".join(f'{k}="{v}"' for k, v in key[1]) + "}"
+
+    rows = []
+    for key in sorted(set(want) | set(got)):
+        if key not in got:
+            rows.append(f"  missing     {show(key)} (expected {want[key]!r})")
+        elif key not in want:
+            rows.append(f"  unexpected  {show(key)} = {got[key]!r}")
+        elif not same(want[key], got[key]):
+            rows.append(f"  wrong value {show(key)}: expected {want[key]!r}, got {got[key]!r}")
+    return "\n".join(rows)
+
+
+def golden_path(log: str | Path) -> Path:
+    """The golden file of a sample log: ``<case>.expected.prom`` beside ``<case>.log``."""
+    return Path(log).with_suffix(".expected.prom")
+
+
+def check_golden(log: str | Path, parser: str | None = None, *, plugins: Sequence[str] = (),
+                 update: bool | None = None, cwd: str | Path | None = None) -> bool:
+    """The series ``oneshot`` prints for ``log`` (with ``parser``, by default the name of the
+    log's folder) are exactly those of its golden file; ``GoldenError`` lists every difference.
+    With ``update`` (by default: ``LOGMETRICS_UPDATE_GOLDEN=1``) the golden file is written from the
+    run instead, its leading comment lines kept, and True is returned."""
+    log = Path(log)
+    golden = golden_path(log)
+    out = oneshot(log, parser or log.parent.name, plugins=plugins, cwd=cwd)
+    if update if update is not None else os.environ.get(UPDATE_VARIABLE) == "1":
+        golden.write_text(header(golden) + render(out), encoding="utf-8")
+        return True
+    if not golden.exists():
+        raise GoldenError(f"{golden} is missing; write it with {UPDATE_VARIABLE}=1 and check its values by hand")
+    problems = diff(samples_of(golden.read_text(encoding="utf-8")), samples_of(out))
+    if problems:
+        raise GoldenError(f"{log} differs from {golden.name}:\n{problems}")
+    return False
+
+
+# -- the fast path against parse ----------------------------------------------------------------
+
+def batches(text: str, size: int | None, parser_cls: type[Parser]) -> list[str]:
+    """``text`` cut into batches of whole records under the parser's record rule, the way the
+    engine cuts reads of about ``size`` characters (None: one batch)."""
+    assembler = RecordAssembler(record_rule(parser_cls))
+    out: list[str] = []
+    buf = ""
+    for line in text.splitlines(keepends=True):
+        buf += line
+        if size is not None and len(buf) >= size:
+            out.append(assembler.feed(buf)[0])
+            buf = ""
+    out += [assembler.feed(buf)[0], assembler.flush()[0]]
+    return [piece for piece in out if piece]
+
+
+def totals(events: Iterable[Event], parser_cls: type[Parser], digits: int = 9) -> Totals:
+    """What the store makes of ``events``: counters summed (those that stay at 0 left out: zero
+    series are the engine's), gauges' last values, histogram observations sorted; rounded to
+    ``digits`` (sums of floats in another order)."""
+    kinds = {fam.name: fam.kind for fam in Store().families.values()} | {fam.name: fam.kind
+                                                                         for fam in parser_cls.metrics}
+    out: dict[tuple[str, tuple[str, ...]], float | list[float]] = {}
+    for e in events:
+        key = (e.metric, e.labels)
+        kind = kinds.get(e.metric)
+        if kind == "histogram":
+            seen = out.setdefault(key, [])
+            assert isinstance(seen, list)
+            seen.extend(values_of(e))
+        elif kind == "gauge":
+            out[key] = sum(values_of(e))
+        else:
+            old = out.get(key, 0.0)
+            assert isinstance(old, float)
+            out[key] = old + sum(values_of(e))
+    return {k: sorted(round(x, digits) for x in v) if isinstance(v, list) else round(v, digits)
+            for k, v in out.items() if isinstance(v, list) or v or kinds.get(k[0]) == "gauge"}
+
+
+Run = tuple[Totals, int, int, object]
+
+
+def run_batches(parser_cls: type[Parser], text: str, size: int | None, *, fast: bool = True, now: float = 0.0,
+                prepare: Callable[[Parser], None] | None = None,
+                state: Callable[[Parser], object] | None = None, digits: int = 9) -> Run:
+    """Totals, records and lines matched, and the final state of a new parser on ``text`` in
+    batches: through its ``parse_batch`` (``fast``), or record by record through ``parse`` as the
+    engine runs a parser that has none."""
+    parser = parser_cls()
+    if prepare is not None:
+        prepare(parser)
+    events: list[Event] = []
+    matched = lines = 0
+    for piece in batches(text, size, parser_cls):
+        batch = Batch("test", piece, now, piece.count("\n"))
+        if fast:
+            result = parser.parse_batch(batch)
+            got, n, k = result[0], result[1], result[2] if len(result) > 2 else result[1]
+        else:
+            got, n, k, errors, _ = parse_records(parser, batch)
+            assert not errors, f"parse raised on {errors} record(s)"
+        events += check_events(parser_cls, got)
+        matched += n
+        lines += k
+    return totals(events, parser_cls, digits), matched, lines, (state or parser_cls.state)(parser)
+
+
+def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequence[int | None] = (None, 4096, 500),
+                             *, now: float = 0.0, prepare: Callable[[Parser], None] | None = None,
+                             state: Callable[[Parser], object] | None = None, digits: int = 9,
+                             lines: bool = True) -> Run:
+    """The parser's ``parse_batch`` on ``text`` cut into batches of each size gives what ``parse``
+    gives record by record: the same totals, records and (unless ``lines`` is False) lines
+    matched, and final state (``state(parser)``, by default ``parser.state()``), totals rounded to
+    ``digits``; ``prepare(parser)`` runs on each new parser first (``learn``, say). Returns the
+    record-by-record run of the last size. A parser without a ``parse_batch`` of its own has no
+    fast path: it is run through ``parse`` alone, its events checked as ``check_events`` does."""
+    want: Run = ({}, 0, 0, None)
+    for size in sizes:
+        want = run_batches(parser_cls, text, size, fast=False, now=now, prepare=prepare, state=state, digits=digits)
+        if parser_cls.parse_batch is Parser.parse_batch:
+            continue
+        got = run_batches(parser_cls, text, size, fast=True, now=now, prepare=prepare, state=state, digits=digits)
+        if not lines:
+            got = (got[0], got[1], want[2], got[3])
+        if got != want:
+            wrong = [f"  {what}: parse gives {w!r}, the fast path {g!r}"
+                     for what, w, g in zip(("totals", "records matched", "lines matched", "state"), want, got,
+                                           strict=True) if w != g]
+            raise AssertionError(f"{parser_cls.__name__}: the fast path differs from parse in batches of "
+                                 f"{size or 'the whole text'}:\n" + "\n".join(wrong))
+    return want

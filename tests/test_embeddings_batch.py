@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from logmetrics.events import Event
-from logmetrics.plugins import record_rule
-from logmetrics.records import Batch, Record, split_records
-from logmetrics.store.store import Histogram, Key, Store
-from tests.helpers import batch_pieces
+from logmetrics.records import Batch
+from logmetrics.testing import assert_fast_path_matches
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.embeddings import EmbeddingsParser
@@ -27,9 +24,6 @@ NOW = 1_731_500_000.0
 HEAD = "__main__: 2024-11-13 10:{:02d}:{:02d},{:03d} | {} | main.py:25 >>> "
 TEI = ('2025-03-04T08:01:{:02d}.000100Z  INFO {}{{total_time="{}" tokenization_time="1.204ms" queue_time="{}" '
        'inference_time="23.801ms"}}: text_embeddings_router::http::server: router/src/http/server.rs:1290: Success')
-
-State = tuple[dict[Key, float], dict[Key, float], dict[Key, Histogram], int, int]
-
 
 def lfai(minute: int, second: int, ms: int, msg: str, level: str = "INFO") -> str:
     """A LeapfrogAI-format line of the text-embeddings backend."""
@@ -82,63 +76,12 @@ def blocks() -> list[str]:
     ]
 
 
-def state(store: Store, matched: int, lines: int) -> State:
-    """What a scrape would show, and the matched records and lines."""
-    snap = store.snapshot()
-    return snap.counters, snap.gauges, snap.histograms, matched, lines
-
-
-def pieces(text: str, size: int) -> list[str]:
-    """``text`` cut into batches of whole records about ``size`` characters long, as the engine cuts them."""
-    return batch_pieces(text, size, record_rule(EmbeddingsParser))
-
-
-def by_records(text: str, size: int, parser: EmbeddingsParser | None = None) -> State:
-    """The engine's record-by-record path on each batch: ``parse`` per record, then the zero series of
-    every model the batch's records that gave events left the parser with, and of its last model."""
-    parser = parser or EmbeddingsParser()
-    store = Store()
-    store.register(EmbeddingsParser.metrics)
-    matched = lines = 0
-    for piece in pieces(text, size):
-        events: list[Event] = []
-        models: list[str] = []
-        for rec in split_records(piece, record_rule(EmbeddingsParser)):
-            got = list(parser.parse(Record(rec, NOW)))
-            if got:
-                events += got
-                matched += 1
-                lines += rec.count("\n") + 1
-                models.append(parser.model)
-        if events:  # and the model the batch ends with
-            models.append(parser.model)
-        zeros = [Event(m, labels, 0) for model in dict.fromkeys(models) for m, labels in parser.zero_series(model)]
-        store.apply(zeros + events, "embeddings", "s")
-    return state(store, matched, lines)
-
-
-def by_batches(text: str, size: int, parser: EmbeddingsParser | None = None) -> State:
-    """``parse_batch`` on each batch, then the zero series of the model it left the parser with (the engine's way)."""
-    parser = parser or EmbeddingsParser()
-    store = Store()
-    store.register(EmbeddingsParser.metrics)
-    matched = lines = 0
-    for piece in pieces(text, size):
-        events, n, k = parser.parse_batch(Batch("s", piece, NOW, piece.count("\n")))
-        zeros = [Event(m, labels, 0) for m, labels in parser.zero_series(parser.model)] if events else []
-        store.apply(zeros + events, "embeddings", "s")
-        matched += n
-        lines += k
-    return state(store, matched, lines)
-
-
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
 def test_batch_scan_equals_per_record_path(path: Path) -> None:
     """On every sample (as read, and with ANSI codes removed) any batch size gives what parse gives."""
     for text in {path.read_text(encoding="utf-8"), ANSI.sub("", path.read_text(encoding="utf-8"))}:
-        assert by_records(text, len(text) + 1)[3] > 0
-        for size in (len(text) + 1, 4096, 500):
-            assert by_batches(text, size) == by_records(text, size), size
+        want = assert_fast_path_matches(EmbeddingsParser, text, (None, 4096, 500), now=NOW)
+        assert want[1] > 0
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -150,9 +93,7 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     items = rnd.sample(lines, rnd.randint(5, 60)) + [rnd.choice(pieces) for _ in range(rnd.randint(5, 120))]
     rnd.shuffle(items)
     text = "".join(items)
-    size = rnd.randint(100, 3000)
-    assert by_batches(text, len(text) + 1) == by_records(text, len(text) + 1)
-    assert by_batches(text, size) == by_records(text, size)
+    assert_fast_path_matches(EmbeddingsParser, text, (None, rnd.randint(100, 3000)), now=NOW)
 
 
 def test_frequent_lines_give_few_events() -> None:

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from logmetrics.engine import parse_records
 from logmetrics.events import Event, number
 from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
 from logmetrics.store.catalog import BY_NAME
-from logmetrics.testing import check_events
-from tests.helpers import Totals, batch_pieces, store_view
+from logmetrics.testing import Run, assert_fast_path_matches, run_batches
+from logmetrics.testing import totals as totals_of
+from tests.helpers import Totals, store_view
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.llamacpp import LlamaCppParser
@@ -124,35 +126,27 @@ def state(parser: LlamaCppParser) -> tuple[object, ...]:
             sorted(parser._client_zeroed))
 
 
-def pieces(text: str, size: int) -> list[str]:
-    """``text`` cut into batches of whole records the way the engine cuts them (reads of ``size``)."""
-    return batch_pieces(text, size, LlamaCppParser.continuation)
-
-
 def base(parser: LlamaCppParser, batch: Batch) -> tuple[list[Event], int, int]:
-    """``Parser.parse_batch``: one ``parse`` call per record, as for a parser without a scan."""
-    result = Parser.parse_batch(parser, batch)
-    assert len(result) == 3
-    return result
+    """The engine's record-by-record path: one ``parse`` call per record, as for a parser without a scan."""
+    events, matched, lines, errors, _ = parse_records(parser, batch)
+    assert not errors
+    return events, matched, lines
 
 
-def by_batches(text: str, size: int, scan: bool = True) -> tuple[Totals, int, int, tuple[object, ...]]:
+def internals(parser: Parser) -> tuple[object, ...]:
+    """``state`` of a llama.cpp parser (the kit's ``state`` hook)."""
+    assert isinstance(parser, LlamaCppParser)
+    return state(parser)
+
+
+def by_batches(text: str, size: int, scan: bool = True) -> Run:
     """Totals, matched records and their lines, and the final state, of the parser on batches cut
     the way the engine cuts them: through its scan, or (``scan=False``) record by record through
-    ``parse``, as ``Parser.parse_batch`` does for a parser without a scan of its own."""
-    parser = LlamaCppParser()
-    events: list[Event] = []
-    matched = lines = 0
-    for piece in pieces(text, size):
-        batch = Batch("test", piece, NOW, piece.count("\n"))
-        got, n, n_lines = parser.parse_batch(batch) if scan else base(parser, batch)
-        events += check_events(LlamaCppParser, got)
-        matched += n
-        lines += n_lines
-    return totals(events), matched, lines, state(parser)
+    ``parse``, as the engine runs a parser without a scan of its own."""
+    return run_batches(LlamaCppParser, text, size, fast=scan, now=NOW, state=internals)
 
 
-def by_records(text: str, size: int) -> tuple[Totals, int, int, tuple[object, ...]]:
+def by_records(text: str, size: int) -> Run:
     """``by_batches`` record by record."""
     return by_batches(text, size, scan=False)
 
@@ -161,19 +155,15 @@ def by_records(text: str, size: int) -> tuple[Totals, int, int, tuple[object, ..
 def test_batch_scan_equals_per_record_path(path: Path) -> None:
     """On every sample, whole-chunk scans in any batch size give what record-by-record parsing gives."""
     text = unwrap(path)
-    for size in (len(text) + 1, 4096, 500):
-        want = by_records(text, size)
-        assert want[1] > 0
-        assert by_batches(text, size) == want
+    want = assert_fast_path_matches(LlamaCppParser, text, (None, 4096, 500), now=NOW, state=internals)
+    assert want[1] > 0
 
 
 def test_batch_scan_equals_per_record_path_on_blocks() -> None:
     """The records the scan reads itself and the odd ones it must leave to parse give the same."""
     text = "".join(BLOCKS)
-    for size in (len(text) + 1, 4096, 500, 1):
-        want = by_records(text, size)
-        assert want[1] > 40
-        assert by_batches(text, size) == want
+    want = assert_fast_path_matches(LlamaCppParser, text, (None, 4096, 500, 1), now=NOW, state=internals)
+    assert want[1] > 40
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -185,8 +175,7 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     items = rnd.sample(lines, rnd.randint(5, 150)) + rnd.sample(BLOCKS, rnd.randint(0, 6))
     rnd.shuffle(items)
     text = "".join(items)
-    for size in (len(text) + 1, rnd.randint(100, 3000)):
-        assert by_batches(text, size) == by_records(text, size)
+    assert_fast_path_matches(LlamaCppParser, text, (None, rnd.randint(100, 3000)), now=NOW, state=internals)
 
 
 def test_current_format_is_read_by_the_scan() -> None:
@@ -202,10 +191,9 @@ def test_current_format_is_read_by_the_scan() -> None:
     text = "".join(current(i % 2, i) for i in range(50))
     events, matched, lines = parser.parse_batch(Batch("test", text, NOW, text.count("\n")))
     assert calls == []
-    view = totals(events)
     assert sum(number(e) for e in events if e.metric == "llm_requests_total") == 50
     assert (matched, lines) == (250, 250)  # start, three timing lines and release of each request
-    assert view == by_records(text, len(text) + 1)[0]
+    assert totals_of(events, LlamaCppParser) == by_records(text, len(text) + 1)[0]
 
 
 def test_slot_and_srv_lines_start_records() -> None:

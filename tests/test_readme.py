@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from logmetrics.store import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,3 +213,32 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_the_plugin_pages_test_kit_example_runs(tmp_path: Path) -> None:
+    """The plugin page's tests, on its plugin and a sample of its own: the golden file is written
+    once, then holds; a sample changed since fails with the series that moved; the fast path holds."""
+    from logmetrics.testing import GoldenError, assert_fast_path_matches, check_golden
+
+    plugin = tmp_path / "my_gateway.py"
+    plugin.write_text(example_plugin())
+    log = tmp_path / "samples" / "mygateway" / "busy.log"
+    log.parent.mkdir(parents=True)
+    line = "ts={} request done model=llama3 prompt_tokens=12 completion_tokens=40 duration_ms=850 status=200\n"
+    log.write_text("".join(line.format(i) for i in range(5)))
+    assert check_golden(log, "mygateway", plugins=[str(plugin)], update=True, cwd=tmp_path) is True
+    assert 'llm_prompt_tokens_total{backend="mygateway",model="llama3",source="sample"} 60.0' \
+        in log.with_suffix(".expected.prom").read_text()
+    assert check_golden(log, "mygateway", plugins=[str(plugin)], update=False, cwd=tmp_path) is False
+    with open(log, "a") as f:
+        f.write(line.format(5))
+    with pytest.raises(GoldenError, match=r"wrong value llm_prompt_tokens_total\{.*expected 60.0, got 72.0"):
+        check_golden(log, "mygateway", plugins=[str(plugin)], update=False, cwd=tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(example_plugin(), str(plugin), "exec"), namespace)  # the class itself, for the fast path
+    gateway = namespace["MyGateway"]
+    assert isinstance(gateway, type)
+    run = assert_fast_path_matches(gateway, log.read_text())
+    assert run[1] == 6
+    kit = [b for b in re.findall(r"```python\n(.*?)```", PLUGINS, re.S) if "check_golden" in b]
+    assert kit and "assert_fast_path_matches(MyGateway" in kit[0] and 'plugins=["my_gateway.py"]' in kit[0]

@@ -15,8 +15,8 @@ from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.store.catalog import BY_NAME
-from logmetrics.testing import check_events
-from tests.helpers import Totals, batch_pieces, store_view
+from logmetrics.testing import assert_fast_path_matches, check_events, run_batches
+from tests.helpers import Totals, store_view
 
 if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
     from parsers.common import (
@@ -793,18 +793,6 @@ def test_continuation_accepts_prefixes_and_headers() -> None:
 # -- the batch scan against the per-record path ----------------------------------------------
 
 
-def by_records(text: str) -> tuple[Totals, int]:
-    """Totals and matched records of the per-record path, one ``parse`` call per record."""
-    parser = VllmParser()
-    events: list[Event] = []
-    matched = 0
-    for record in split_records(text, VllmParser.continuation):
-        got = list(parser.parse(Record(record, NOW)))
-        events += got
-        matched += bool(got)
-    return totals(events), matched
-
-
 def by_batches_events(text: str, size: int) -> list[Event]:
     """The events of ``parse_batch`` on batches cut the way the engine cuts them."""
     parser = VllmParser()
@@ -821,28 +809,30 @@ def by_batches_events(text: str, size: int) -> list[Event]:
     return events
 
 
+#: The scan counts a multi-line record's matched lines by its own rules, which may differ from
+#: ``parse``'s (all the lines of a record that gave events) by a traceback's lines: only the totals,
+#: the records matched and the state are held equal.
+LINES = False
+
+
+def by_records(text: str) -> tuple[Totals, int]:
+    """Totals (zero counters left out) and records matched of the per-record path."""
+    run = run_batches(VllmParser, text, None, fast=False, now=NOW)
+    return run[0], run[1]
+
+
 def by_batches(text: str, size: int) -> tuple[Totals, int]:
-    """Totals and matched records of ``parse_batch`` on batches cut the way the engine cuts them."""
-    parser = VllmParser()
-    pieces = batch_pieces(text, size, VllmParser.continuation)
-    events: list[Event] = []
-    matched = 0
-    for piece in pieces:
-        if piece:
-            got, n, _ = parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))
-            events += got
-            matched += n
-    return totals(events), matched
+    """Totals (zero counters left out) and records matched of ``parse_batch`` on batches cut the
+    way the engine cuts them."""
+    run = run_batches(VllmParser, text, size, fast=True, now=NOW)
+    return run[0], run[1]
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
 def test_batch_scan_equals_per_record_path(path: Path) -> None:
     """On every sample, whole-chunk scans in any batch size give what record-by-record parsing gives."""
-    text = unwrap(path)
-    want = by_records(text)
+    want = assert_fast_path_matches(VllmParser, unwrap(path), (None, 4096, 500), now=NOW, lines=LINES)
     assert want[1] > 0
-    for size in (len(text) + 1, 4096, 500):
-        assert by_batches(text, size) == want
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -854,9 +844,7 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     items = rnd.sample(lines, rnd.randint(5, 150)) + rnd.sample(blocks, rnd.randint(0, 4))
     rnd.shuffle(items)
     text = "".join(items)
-    want = by_records(text)
-    assert by_batches(text, len(text) + 1) == want
-    assert by_batches(text, rnd.randint(100, 3000)) == want
+    assert_fast_path_matches(VllmParser, text, (None, rnd.randint(100, 3000)), now=NOW, lines=LINES)
 
 
 def test_garbage_does_not_raise() -> None:

@@ -10,10 +10,10 @@ import pytest
 
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule
-from logmetrics.records import Batch, Record, split_records
+from logmetrics.records import Batch, Record
 from logmetrics.store.catalog import BY_NAME
+from logmetrics.testing import assert_fast_path_matches
 from parsers.whisper import WhisperParser
-from tests.helpers import batch_pieces
 
 SAMPLES = sorted((Path(__file__).resolve().parent.parent / "samples" / "whisper").glob("*.log"))
 NOW = 1_731_500_000.0
@@ -78,43 +78,12 @@ def totals(events: list[Event]) -> Totals:
     return {k: round(v, 6) for k, v in out.items()}
 
 
-def by_records(text: str) -> tuple[Totals, int, int]:
-    """Totals, matched records and their lines of the per-record path."""
-    parser = WhisperParser()
-    events: list[Event] = []
-    matched = lines = 0
-    for record in split_records(text, RULE):
-        got = parser.parse(Record(record, NOW))
-        events += got
-        if got:
-            matched += 1
-            lines += record.count("\n") + 1
-    return totals(events), matched, lines
-
-
-def by_batches(text: str, size: int) -> tuple[Totals, int, int]:
-    """The same from ``parse_batch`` on batches of about ``size`` characters cut as the engine cuts them."""
-    parser = WhisperParser()
-    pieces = batch_pieces(text, size, RULE)
-    events: list[Event] = []
-    matched = lines = 0
-    for piece in pieces:
-        if piece:
-            got, n, n_lines = parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))
-            events += got
-            matched += n
-            lines += n_lines
-    return totals(events), matched, lines
-
-
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
 def test_batch_scan_equals_per_record_path(path: Path) -> None:
     """On every sample, whole-chunk scans in any batch size give what record-by-record parsing gives."""
     text = path.read_text()
-    want = by_records(text)
+    want = assert_fast_path_matches(WhisperParser, text, (None, 4096, 500), now=NOW, digits=6)
     assert want[1] > 0
-    for size in (len(text) + 1, 4096, 500):
-        assert by_batches(text, size) == want
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -126,9 +95,7 @@ def test_batch_scan_equals_per_record_path_on_shuffled_lines(seed: int) -> None:
     items += rnd.sample(BLOCKS, rnd.randint(0, 5))
     rnd.shuffle(items)
     text = "".join(items)
-    want = by_records(text)
-    assert by_batches(text, len(text) + 1) == want
-    assert by_batches(text, rnd.randint(100, 3000)) == want
+    assert_fast_path_matches(WhisperParser, text, (None, rnd.randint(100, 3000)), now=NOW, digits=6)
 
 
 def test_frequent_lines_never_reach_parse(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,7 +48,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.records import CONTINUATION, Batch, Record, Rule, split_records
+from logmetrics.records import CONTINUATION, Batch, Record, Rule
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape, compiled
 from logmetrics.store.catalog import Family
 
@@ -125,27 +125,16 @@ class Parser:
         return ()
 
     def parse_batch(self, batch: Batch) -> BatchResult:
-        """Events for a batch of whole records, how many records matched, and (optional third
-        value) how many physical lines those records have, for ``logmetrics_lines_unmatched_total``.
+        """Optional, a fast path: events for a batch of whole records, how many records matched,
+        and (optional third value) how many physical lines those records have, for
+        ``logmetrics_lines_unmatched_total``; the same as ``parse`` on each record (hold it to that
+        with ``logmetrics.testing.assert_fast_path_matches``).
 
-        The default splits the batch into records and calls ``parse`` on each; a parser may
-        override it with a faster scan of the whole text that gives the same events. The engine
-        runs a parser that does not override it record by record itself (an exception then costs
-        one record); an override that raises loses its batch, which is counted and never run again
-        through ``parse``, so that a parser's state never advances twice.
+        A parser without one is run record by record by the engine (an exception then costs one
+        record). One that raises loses its batch, which is counted and never run again through
+        ``parse``, so that a parser's state never advances twice.
         """
-        events: list[Event] = []
-        matched = lines = 0
-        pre = self.prefilter
-        for text in split_records(batch.text, record_rule(type(self))):
-            if pre and not any(p in text for p in pre):
-                continue
-            before = len(events)
-            events.extend(self.parse(Record(text, batch.time)))
-            if len(events) > before:
-                matched += 1
-                lines += text.count("\n") + 1
-        return events, matched, lines
+        raise NotImplementedError
 
 
 def record_rule(cls: type[Parser]) -> Rule:
