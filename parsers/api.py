@@ -80,30 +80,14 @@ class ApiParser(Parser):
         self._routes = RouteLabels(fixed=("/healthz", "/docs", "/metrics"),
                                    prefixes=("/openai/v1/", "/leapfrogai/v1/"))
         self._classes: set[str] = set()
-        self._ready = False
-
-    # -- state -------------------------------------------------------------------------------
-
-    def state(self) -> dict[str, object]:
-        """Whether the server was ready."""
-        return {"ready": self._ready}
-
-    def restore(self, state: dict[str, object]) -> None:
-        """Take back readiness."""
-        if state.get("ready") is True:
-            self._ready = True
 
     def learn(self, text: str) -> None:
         """Readiness from the lines logged before reading began (no events)."""
         for line in text.split("\n"):
             if any(r in line for r in _READY):
-                self._ready = True
+                self.ready = True
             elif "Shutting down" in line or "Finished server process" in line:
-                self._ready = False
-
-    def readiness(self) -> str | None:
-        """The model, when the server was last seen ready."""
-        return self.model if self._ready else None
+                self.ready = False
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -161,19 +145,19 @@ class ApiParser(Parser):
 
     def _life(self, msg: str, gunicorn: bool, level: str, events: list[Event]) -> None:
         if msg.startswith("Starting gunicorn") or (not gunicorn and level and msg.startswith("Started server process")):
-            if self._ready:
+            if self.ready:
                 events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-            self._ready = False
+            self.ready = False
             events.append(Event("backend_restarts_total", (), 1, rule="startup"))
         elif msg.startswith(_READY):
-            if not self._ready:
-                self._ready = True
+            if not self.ready:
+                self.ready = True
                 events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         elif (msg.startswith("Shutting down: Master") if gunicorn else
               (level and (msg == "Shutting down" or msg.startswith("Finished server process")))):
-            if self._ready:
+            if self.ready:
                 events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-            self._ready = False
+            self.ready = False
 
 
 def _header(text: str) -> tuple[str, str, bool]:

@@ -107,7 +107,6 @@ class EmbeddingsParser(BatchScan):
         self._seq = 0
         self._offset = 0.0  # record time minus the LeapfrogAI line's own time (for ``tick``)
         self._is_tei = False  # the stream is TEI's (it logs no embeddings count)
-        self._ready = False
         self._starting = False  # a start-up was counted and the server has not been ready since
         self._routes = RouteLabels()
         self._infinity = False  # the stream is infinity's (it logs no embeddings count)
@@ -116,15 +115,14 @@ class EmbeddingsParser(BatchScan):
 
     def state(self) -> dict[str, object]:
         """The model name and whether the server was ready."""
-        return {"model": self.model, "ready": self._ready}
+        return {**super().state(), "model": self.model}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back the model name and readiness."""
+        super().restore(state)
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
-        if state.get("ready") is True:
-            self._ready = True
 
     def learn(self, text: str) -> None:
         """Model and readiness from the lines logged before reading began (no events)."""
@@ -134,11 +132,11 @@ class EmbeddingsParser(BatchScan):
                 model = model_from_args(tei.msg) if tei.msg.startswith("Args {") else None
                 if model:
                     self.model = _model_name(model) or self.model
-                    self._ready = False
+                    self.ready = False
                 elif tei.msg == "Ready":
-                    self._ready = True
+                    self.ready = True
                 elif "graceful shutdown" in tei.msg:
-                    self._ready = False
+                    self.ready = False
                 continue
             m = _ST_MODEL.search(line)
             if m:
@@ -146,15 +144,11 @@ class EmbeddingsParser(BatchScan):
             engines = _ENGINES.search(line) if "engine" in line else None
             if engines is not None:  # infinity's start-up (its message wrapped onto a line of its own)
                 self.model = _served(engines) or self.model
-                self._ready = False
+                self.ready = False
             if "load INSTRUCTOR_Transformer" in line or "Shutdown signal received" in line:
-                self._ready = False
+                self.ready = False
             elif "Starting server. Listening on" in line:
-                self._ready = True
-
-    def readiness(self) -> str | None:
-        """The model, when the server was last seen ready."""
-        return self.model if self._ready else None
+                self.ready = True
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -301,7 +295,7 @@ class EmbeddingsParser(BatchScan):
             self._start(events)
         elif word.startswith("Application"):
             self._up(events)
-        elif self._ready:
+        elif self.ready:
             self._down(events)
         else:
             return False
@@ -349,15 +343,15 @@ class EmbeddingsParser(BatchScan):
         events.append(Event("backend_restarts_total", (), 1, rule="startup"))
 
     def _up(self, events: list[Event]) -> None:
-        self._ready = True
+        self.ready = True
         self._starting = False
         events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
 
     def _down(self, events: list[Event]) -> None:
         """Not ready any more; said only of a server known to have been up or to serve a model."""
-        if self._ready or self.model != UNKNOWN_MODEL:
+        if self.ready or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-        self._ready = self._starting = False
+        self.ready = self._starting = False
         if self._pairs.open:
             self._pairs.clear()
             events.extend(self._pairs.events())

@@ -100,25 +100,11 @@ class UiParser(Parser):
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
-        self._ready = False
-
-    def state(self) -> dict[str, object]:
-        """Whether the server was listening."""
-        return {"ready": self._ready}
-
-    def restore(self, state: dict[str, object]) -> None:
-        """Take back readiness."""
-        if state.get("ready") is True:
-            self._ready = True
 
     def learn(self, text: str) -> None:
         """Whether the server was listening before reading began (no events)."""
-        self._ready = self._ready or any("Listening on" in line and _LISTENING.match(_message(line))
+        self.ready = self.ready or any("Listening on" in line and _LISTENING.match(_message(line))
                                          for line in text.split("\n"))
-
-    def readiness(self) -> str | None:
-        """The model label, when the server was last seen listening."""
-        return self.model if self._ready else None
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -142,7 +128,7 @@ class UiParser(Parser):
         line = logged(text)
         message = strip_prefix(text) if line is None else line.message
         if _LISTENING.match(message):
-            self._ready = True
+            self.ready = True
             events += [Event("backend_restarts_total", (), 1, rule="listening"),
                        Event("backend_ready", (self.model,), 1, rule="listening")]
             return events

@@ -114,7 +114,6 @@ class VllmParser(Parser):
         self._preempt_total = 0
         self._startup = Startup()
         self._records = Records()
-        self._ready = False  # the server said it is ready and has not stopped since
         self._routes = RouteLabels(ROUTES)
         self._caps: set[str] = set()
         self._caps_new = False
@@ -130,15 +129,14 @@ class VllmParser(Parser):
     def state(self) -> dict[str, object]:
         """The served model's name and whether the server was ready, so that a restart goes on with
         the same series (``backend_ready`` is a gauge: it is not in the saved counters)."""
-        return {"model": self.model, "ready": self._ready, "max_log_len": self._requests.max_log_len}
+        return {**super().state(), "model": self.model, "max_log_len": self._requests.max_log_len}
 
     def restore(self, state: dict[str, object]) -> None:
         """The model name and readiness an earlier run had learned."""
+        super().restore(state)
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
-        if state.get("ready") is True:
-            self._ready = True
         max_log_len = state.get("max_log_len")
         if isinstance(max_log_len, int):
             self._requests.max_log_len = max_log_len
@@ -159,11 +157,7 @@ class VllmParser(Parser):
             if kind == Control.MODEL_ONLY:
                 self._max_log_len(value)
             ready = kind == Control.READY  # any later start-up or shutdown line says it is not
-        self._ready = ready
-
-    def readiness(self) -> str | None:
-        """The model, when the server said it was ready and has not stopped since."""
-        return self.model if self._ready else None
+        self.ready = ready
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -609,7 +603,7 @@ class VllmParser(Parser):
         before = len(events)
         if kind >= Control.READY:
             if kind == Control.READY:
-                self._ready = True
+                self.ready = True
                 events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
             else:
                 self._down(events)
@@ -650,9 +644,9 @@ class VllmParser(Parser):
         Said only of a server known to have been up, to have logged stats or to serve a model: an
         excerpt's first lines must not make a ``model="unknown"`` series out of nothing.
         """
-        if self._ready or self._stats.engines or self.model != UNKNOWN_MODEL:
+        if self.ready or self._stats.engines or self.model != UNKNOWN_MODEL:
             events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-        self._ready = False
+        self.ready = False
 
     def _life(self, t: str, life: list[Mark], before: list[Event], after: list[Event]) -> int:
         """Lifecycle lines of a text without start-up lines (one model), without cutting it in segments.
@@ -668,12 +662,12 @@ class VllmParser(Parser):
         stats_at = t.find(P.STATS_MARK)
         for pos, kind, _ in life:
             if kind == Control.READY:
-                self._ready = counted = True
+                self.ready = counted = True
             else:
-                down = self._ready or live or 0 <= stats_at < pos  # as ``_down`` decides
+                down = self.ready or live or 0 <= stats_at < pos  # as ``_down`` decides
                 last_stop = pos if down else last_stop
                 counted = down and kind == Control.STOPPED  # DEAD lines are errors, counted as such
-                self._ready = False
+                self.ready = False
             if counted:
                 matched += 1
                 self._records.dynamic.add(t.rfind("\n", 0, pos))

@@ -88,7 +88,6 @@ class WhisperParser(Parser):
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
         self._zeroed: set[tuple[str, str]] = set()  # (model, outcome) request series already started at 0
-        self._ready = False
         self._starting = False  # a LeapfrogAI start-up was counted; its "Starting server" is the same one
         self._lfai = False  # the stream is in the LeapfrogAI format: raw lines are its prints only
         self._server = False  # whisper.cpp server (its timings block is a shutdown summary)
@@ -117,19 +116,18 @@ class WhisperParser(Parser):
 
     def state(self) -> dict[str, object]:
         """The model name, readiness and the kind of stream, kept across a restart."""
-        return {"model": self.model, "ready": self._ready, "server": self._server,
+        return {**super().state(), "model": self.model, "server": self._server,
                 "explicit": self._explicit, "lfai": self._lfai}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` returned."""
+        super().restore(state)
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
         self._server = state.get("server") is True
         self._explicit = state.get("explicit") is True
         self._lfai = state.get("lfai") is True
-        if state.get("ready") is True:
-            self._ready = True
 
     def learn(self, text: str) -> None:
         """Model, readiness and the kind of stream from lines logged before reading began."""
@@ -141,26 +139,22 @@ class WhisperParser(Parser):
             m = P.WCPP_MODEL.match(body)
             if m:
                 self.model = model_name(m.group(1))
-                self._ready = self._server = False
+                self.ready = self._server = False
             elif body.startswith((P.WCPP_LISTENING, P.LFAI_SERVING)):
-                self._ready = True
+                self.ready = True
                 self._server = self._server or body.startswith(P.WCPP_LISTENING)
             elif body.startswith(P.LFAI_INIT) or body.startswith(P.LFAI_STOPPING) or P.WCPP_SHUTDOWN in body:
-                self._ready = False
+                self.ready = False
             elif body.startswith(P.UVICORN_READY):
-                self._ready = True
+                self.ready = True
             elif body.startswith((P.UVICORN_STARTED, *P.UVICORN_STOPPING)):
-                self._ready = False
+                self.ready = False
             elif "Model" in body:
                 f = P.FWS_READY.search(body) or P.FWS_LOADING.search(body)
                 if f is not None:
                     self.model = model_label(f.group(1)) or self.model
             if P.FW_DURATION.search(body) or P.WCPP_PROCESSING.match(body):
                 self._explicit = True
-
-    def readiness(self) -> str | None:
-        """The model, when the server was last seen ready."""
-        return self.model if self._ready else None
 
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose finish line never came, dropped after the time-out."""
@@ -268,7 +262,7 @@ class WhisperParser(Parser):
             self._set_ready(True, out)
             return True
         if body.startswith(P.UVICORN_STOPPING):
-            if self._ready:
+            if self.ready:
                 self._set_ready(False, out)
             else:
                 out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
@@ -319,7 +313,7 @@ class WhisperParser(Parser):
         The block may come as two records (a read pause inside it flushes the first part): a CLI
         run counts on the part that holds its last line, ``total time``; the other part only matches."""
         if self._server:
-            if self._ready or self._pending:
+            if self.ready or self._pending:
                 self._settle(out)
                 self._set_ready(False, out)
             else:
@@ -472,12 +466,12 @@ class WhisperParser(Parser):
         """faster-whisper-server names the model it loads (on first use): the label from then on.
         Loading it, the server is not ready for it; loaded, it is."""
         if model and model != self.model:
-            if self._ready:
+            if self.ready:
                 out.append(Event(READY, (self.model,), 0.0))
             self.model = model
-            self._ready = False
-        if loaded or not self._ready:
-            self._ready = loaded
+            self.ready = False
+        if loaded or not self.ready:
+            self.ready = loaded
             out.append(Event(READY, (self.model,), 1.0 if loaded else 0.0))
 
     def _zero(self, model: str, out: list[Event]) -> None:
@@ -519,7 +513,7 @@ class WhisperParser(Parser):
     def _start_up(self, out: list[Event]) -> None:
         """A new start of the backend: counted; not ready; nothing runs."""
         out.append(Event("backend_restarts_total", (), 1.0))
-        if self._ready:
+        if self.ready:
             self._set_ready(False, out)
         self._pending = False
         self._failed = 0
@@ -529,7 +523,7 @@ class WhisperParser(Parser):
             out.extend(self._pairs.events())
 
     def _set_ready(self, ready: bool, out: list[Event]) -> None:
-        self._ready = ready
+        self.ready = ready
         out.append(Event(READY, (self.model,), 1.0 if ready else 0.0))
         if not ready and self._pairs.open:
             self._pairs.clear()

@@ -81,6 +81,10 @@ class Parser:
     #: The model this stream serves, as far as the parser knows (it may set it): ``zero_series``
     #: is applied for it.
     model: str = UNKNOWN_MODEL
+    #: Whether the backend said it is ready (and has not stopped since), as far as the parser knows
+    #: (it sets it with its ``backend_ready`` events): kept across restarts by ``state``/``restore``,
+    #: and said again by the engine after them and after ``learn`` (``readiness``).
+    ready: bool = False
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
@@ -98,11 +102,13 @@ class Parser:
         return ()
 
     def state(self) -> dict[str, object]:
-        """Per-stream state worth keeping across a restart (JSON values), e.g. the model name."""
-        return {}
+        """Per-stream state worth keeping across a restart (JSON values), e.g. the model name.
+        Default: whether the backend was ready (extend it with ``super().state()``)."""
+        return {"ready": self.ready}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` returned in an earlier run."""
+        """Take back what ``state`` returned in an earlier run. Default: readiness."""
+        self.ready = state.get("ready") is True
 
     def learn(self, text: str) -> None:
         """Take what the lines logged before reading began say (the model name): state only, no events."""
@@ -110,8 +116,8 @@ class Parser:
     def readiness(self) -> str | None:
         """The model the backend is ready with, as far as this parser knows (None: not ready, or it
         cannot tell). Asked after ``learn`` and ``restore``: the engine then says ``backend_ready``
-        1 for that model with the stream's next batch."""
-        return None
+        1 for that model with the stream's next batch. Default: ``model`` while ``ready``."""
+        return self.model if self.ready else None
 
     def named(self, names: tuple[str, ...]) -> None:
         """The names of the stream this instance reads (file name, source, path, or a container's
