@@ -30,7 +30,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from logmetrics.engine import parse_records
+from logmetrics.engine.parsing import parse_records
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Batch, RecordAssembler

@@ -22,7 +22,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from logmetrics.engine import Engine, Stream
+from logmetrics.engine.engine import Engine
+from logmetrics.engine.parsing import Applier
+from logmetrics.engine.streams import Stream
+from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.plugins import discover
 from logmetrics.sources.chunks import Chunk
 from logmetrics.sources.tailfile import LineCutter
@@ -137,17 +140,26 @@ def chunked(draw: st.DrawFn, data: bytes) -> list[bytes]:
 
 # --- a run through the engine ---------------------------------------------------------------------
 
+class CountingApplier(Applier):
+    """The engine's parser runs, counting the lines that reach a parser's records stage per source."""
+
+    def __init__(self, store: Store, unwrappers: dict[str, Unwrapper], parsed: dict[str, int]) -> None:
+        super().__init__(store, unwrappers)
+        self.parsed = parsed
+
+    def records(self, stream: Stream, text: str, lines: int) -> None:
+        if text and stream.parser is not None:
+            self.parsed[stream.source] = self.parsed.get(stream.source, 0) + lines
+        super().records(stream, text, lines)
+
+
 class CountingEngine(Engine):
     """The engine, counting the lines that reach a parser's records stage per source."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # passed through unchanged
         self.parsed: dict[str, int] = {}
-
-    def _records(self, stream: Stream, text: str, lines: int) -> None:
-        if text and stream.parser is not None:
-            self.parsed[stream.source] = self.parsed.get(stream.source, 0) + lines
-        super()._records(stream, text, lines)
+        self.applier = CountingApplier(self.store, self.unwrappers, self.parsed)
 
 
 @dataclass

@@ -188,7 +188,7 @@ ACCESS = "".join(f'INFO:     10.0.0.1:{40000 + i} - "POST /v1/chat/completions H
 
 def engine_with_store() -> tuple[Any, Any]:
     """An engine over the installed parsers, routing by itself, and its store."""
-    from logmetrics.engine import Engine
+    from logmetrics.engine.engine import Engine
     from logmetrics.plugins import discover
     from logmetrics.store.store import Store
 
@@ -222,7 +222,7 @@ def test_a_weak_stream_waits_for_the_telling_line_then_counts_everything() -> No
 
 def test_a_weak_stream_is_routed_on_what_it_showed_after_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """Live: with no telling line, a quiet poll after the wait routes the stream on its weak sniff."""
-    from logmetrics import engine as engine_mod
+    from logmetrics.engine import engine as engine_mod
     from logmetrics.sources.chunks import Chunk
 
     engine, store = engine_with_store()

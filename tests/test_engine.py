@@ -493,7 +493,7 @@ TB_TAIL = '  File "/app/x.py", line 3, in f\n    g()\ntorch.OutOfMemoryError: CU
 
 def _vllm_errors(hold: float, force: bool) -> tuple[float, float]:
     """(errors counted, oom errors) after a traceback arrives in two reads with a quiet poll between."""
-    from logmetrics.engine import Engine
+    from logmetrics.engine.engine import Engine
     from logmetrics.plugins import discover
     from logmetrics.sources.chunks import Chunk
     from logmetrics.store.store import Store
@@ -523,7 +523,7 @@ def test_a_held_back_record_counts_once_the_stream_is_quiet() -> None:
 def _held_errors(written_ago: float | None) -> float:
     """Errors counted after a traceback's head is fed, from a file last written ``written_ago``
     seconds before the read (None: not known), and the engine went idle once, with 5 s of hold."""
-    from logmetrics.engine import Engine
+    from logmetrics.engine.engine import Engine
     from logmetrics.plugins import discover
     from logmetrics.sources.chunks import Chunk
     from logmetrics.store.store import Store

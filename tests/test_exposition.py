@@ -20,7 +20,7 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from logmetrics.cli.common import listen_address as _listen
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.errors import UserError
 from logmetrics.serve.server import MetricsServer
 from logmetrics.store.store import Store

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.plugins import Parser, record_rule
 from logmetrics.records import Batch, split_records
 from logmetrics.store.store import Store

@@ -28,9 +28,9 @@ def test_the_code_keeps_the_drawing(edges: dict[str, set[str]]) -> None:
 
 def test_an_import_of_a_stage_above_is_found(edges: dict[str, set[str]]) -> None:
     """A source module that imported the engine would be named, with both stages."""
-    broken = {**edges, "logmetrics.sources.tailer": edges["logmetrics.sources.tailer"] | {"logmetrics.engine"}}
+    broken = {**edges, "logmetrics.sources.tailer": edges["logmetrics.sources.tailer"] | {"logmetrics.engine.engine"}}
     found = layers.problems(broken, layers.stages(DOC))
-    assert found == ["logmetrics.sources.tailer (stage 1) imports logmetrics.engine, of stage 8 above it"]
+    assert found == ["logmetrics.sources.tailer (stage 1) imports logmetrics.engine.engine, of stage 8 above it"]
 
 
 def test_a_cycle_within_one_stage_is_found(edges: dict[str, set[str]]) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from logmetrics.engine import parse_records
+from logmetrics.engine.parsing import parse_records
 from logmetrics.events import Event, number
 from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from logmetrics.engine import choose
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.plugins import discover
+from logmetrics.plugins.routing import choose
 from logmetrics.records import Record, split_records
 from tests.helpers import parse, total
 

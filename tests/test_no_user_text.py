@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, ParserEntry, discover, validate
 from logmetrics.records import Record

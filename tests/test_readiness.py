@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.events import Event
 from logmetrics.plugins import Parser, ParserEntry, discover
 from logmetrics.records import Record

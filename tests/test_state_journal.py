@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from logmetrics.app.runner import CATCH_UP_SECONDS
-from logmetrics.engine import WEAK_HOLD_SECONDS, Engine
+from logmetrics.engine.engine import WEAK_HOLD_SECONDS, Engine
 from logmetrics.events import Event
 from logmetrics.plugins import discover
 from logmetrics.sources.chunks import Chunk, Position

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import discover, record_rule, validate
 from logmetrics.records import Record, split_records

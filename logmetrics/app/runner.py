@@ -13,7 +13,7 @@ from logmetrics.app.options import Options, wanted
 from logmetrics.app.procs import ProcessWatcher
 from logmetrics.app.progress import Progress
 from logmetrics.app.statekeeper import StateKeeper
-from logmetrics.engine import HOLD_SECONDS, Engine
+from logmetrics.engine.engine import HOLD_SECONDS, Engine
 from logmetrics.errors import UserError
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.chunks import Chunk, SourceError, SourceStats

@@ -8,7 +8,7 @@ import os
 import sqlite3
 import time
 
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.errors import UserError
 from logmetrics.sources.tailer import FileTailer
 from logmetrics.state import journal

@@ -26,7 +26,8 @@ from datetime import UTC, datetime, tzinfo
 from typing import TextIO
 
 from logmetrics.app.config import Input, parse_duration
-from logmetrics.engine import Engine, StaticLabel
+from logmetrics.engine.engine import Engine
+from logmetrics.engine.settings import StaticLabel
 from logmetrics.errors import UserError
 from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
 from logmetrics.plugins import ParserEntry

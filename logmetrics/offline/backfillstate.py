@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from logmetrics.engine import Engine
+from logmetrics.engine.engine import Engine
 from logmetrics.errors import UserError
 from logmetrics.sources.chunks import Position
 from logmetrics.sources.identity import birth, fingerprint

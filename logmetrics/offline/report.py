@@ -20,7 +20,8 @@ from datetime import tzinfo
 from typing import Any, TextIO
 
 from logmetrics.app.config import Input
-from logmetrics.engine import Engine, StaticLabel
+from logmetrics.engine.engine import Engine
+from logmetrics.engine.settings import StaticLabel
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.offline.backfill import log_groups
 from logmetrics.plugins import ParserEntry

@@ -9,44 +9,31 @@ image) only, not by its path: a sidecar in a pod named ``vllm-0`` is not read as
 
 Static labels (``--label [GLOB:]model=NAME``) replace the model label of a stream's events: an
 operator's setting wins over what the parser learned. Scoped ones (GLOB matched against the source
-label, the path or the file name) win over unscoped ones; among each, the last one given.
-
-Inputs of the configuration file (``set_inputs``) may set the parser, envelope, source label and
-model of the files they name (the first input that names a file decides); they win over the
-command line's --parser, --envelope and --source (which the command line removes from the inputs
-when it is given) and over an unscoped --label, not over a scoped one. A stream keeps what it was
-given when it was first seen: inputs changed by a reload apply to streams seen after it.
+label, the path or the file name) win over unscoped ones; among each, the last one given. What
+applies to each stream, the configuration file's inputs included, is ``logmetrics.engine.settings``.
+A stream keeps what it was given when it was first seen: inputs changed by a reload apply to
+streams seen after it.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
 
+from logmetrics.engine.parsing import Applier
+from logmetrics.engine.settings import Input, Settings, StaticLabel
+from logmetrics.engine.streams import Stream, stream_key
 from logmetrics.envelopes.unwrap import Piece, Unwrapper
-from logmetrics.events import Event
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.plugins.routing import SNIFF_LINES, WEAK_SNIFF_LINES, Route, route_text
-from logmetrics.plugins.routing import SNIFF_MIN_SCORE as SNIFF_MIN_SCORE  # re-exported: where it was defined before
-from logmetrics.plugins.routing import choose as choose  # re-exported: where it was defined before
-from logmetrics.records import MAX_RECORD_CHARS, Batch, Record, RecordAssembler, split_records
+from logmetrics.records import MAX_RECORD_CHARS, RecordAssembler
 from logmetrics.sources.chunks import Chunk
-from logmetrics.sources.layouts import Layouts
-from logmetrics.sources.tailfile import covers
-from logmetrics.store.guard import safe_label
-from logmetrics.store.store import READY, Store
+from logmetrics.store.store import Store
 
 log = logging.getLogger(__name__)
 
-StaticLabel = tuple[str | None, str, str]  # (GLOB or None for every input, label name, value)
-UNROUTED = "none"
 SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text while it is sniffed
-NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unmatched gets a warning
 #: A stream's last record, held back in case more of it comes, counts once the stream has been
 #: quiet this long (seconds; at least one poll interval): a backend that writes a traceback or a
 #: timing block line by line is not cut in two by a read that falls between its lines (as Vector's
@@ -63,82 +50,6 @@ UNKNOWN_SAY_SECONDS = 2.0
 WEAK_HOLD_LINES = WEAK_SNIFF_LINES
 
 
-class Input(Protocol):
-    """What the engine reads of a configured input (``[[input]]``, ``logmetrics.app.config.Input``):
-    the files it names and what it sets for their streams (None: the engine's default)."""
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def parser(self) -> str | None: ...
-    @property
-    def envelope(self) -> str | None: ...
-    @property
-    def source(self) -> str | None: ...
-    @property
-    def model(self) -> str | None: ...
-
-
-def stream_key(path: str, service: str | None) -> str:
-    """The key of a raw stream, or of one compose service (journald unit) inside it."""
-    return path if service is None else f"{path}\0{service}"
-
-
-def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseException], None] | None = None,
-                  ) -> tuple[list[Event], int, int, int, list[str]]:
-    """``parse`` on each record of ``batch`` that passes the prefilter, as the engine runs a parser
-    without a ``parse_batch`` of its own: its events, the records matched, their physical lines,
-    the records that raised (each given to ``raised``), and the parser's model after each record
-    that gave events, when it changed (a model the log leaves within the batch has its zero series
-    too)."""
-    events: list[Event] = []
-    models: list[str] = []
-    matched = lines = errors = 0
-    model = None
-    pre = parser.prefilter
-    for text in split_records(batch.text, record_rule(type(parser))):
-        if pre and not any(p in text for p in pre):
-            continue
-        try:
-            got = list(parser.parse(Record(text, batch.time)))
-        except PLUGIN_ERRORS as exc:
-            errors += 1
-            if raised is not None:
-                raised(parser, exc)
-            continue
-        if got:
-            events += got
-            matched += 1
-            lines += text.count("\n") + 1
-            if parser.model != model:
-                model = parser.model
-                models.append(model)
-    return events, matched, lines, errors, models
-
-
-@dataclass
-class Stream:
-    """One logical stream: its source label, its parser and the text it holds back."""
-
-    source: str
-    path: str
-    parser: Parser | None = None
-    routed: bool = False
-    assembler: RecordAssembler = field(default_factory=RecordAssembler)
-    held: list[str] = field(default_factory=list)
-    held_lines: int = 0
-    time: float = 0.0
-    unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
-    model: str | None = None  # a static model label (--label)
-    zeroed: set[str] = field(default_factory=set)  # the models whose zero_series were applied
-    fed_at: float = 0.0  # monotonic time of the stream's last text (of its file's last write, if earlier)
-    held_since: float = 0.0  # monotonic time of the first text held while the stream is not routed
-    weak: bool = False  # its best sniff so far is weak: the engine waits for a telling line
-    unknown: bool = False  # no parser recognises what it holds so far (it waits for more lines)
-    said: bool = False  # that it is unknown was said (once, at INFO)
-    announce: str | None = None  # readiness learned or restored: backend_ready 1 for this model with the next batch
-
-
 class Engine:
     """Routes chunks to streams and parsers and applies the resulting events to the store."""
 
@@ -149,9 +60,7 @@ class Engine:
         self.parsers = parsers
         self.hold = hold
         self.store = store
-        self.forced = parser
-        self.source = source
-        self.envelope = envelope
+        self.settings = Settings(parser=parser, source=source, envelope=envelope, labels=labels)
         self.sniff_lines = sniff_lines
         self.max_line_bytes = max_line_bytes
         # Joined lines the envelopes cut, per raw stream: the tailer's own figures (SourceStats), so
@@ -159,8 +68,6 @@ class Engine:
         self.lines_truncated: dict[str, int] = {} if lines_truncated is None else lines_truncated
         self.unwrappers: dict[str, Unwrapper] = {}
         self.streams: dict[str, Stream] = {}
-        self._warned: set[str] = set()
-        self.layouts = Layouts()
         # stream key -> parser ("": none), its state, the text it held uncounted; from the state file
         self._presets: dict[str, tuple[str, dict[str, object], str]] = {}
         self._changed: set[str] = set()  # streams fed since the last take_changed
@@ -168,40 +75,22 @@ class Engine:
         self.orphans: dict[str, tuple[float, set[str]]] = {}
         for entry in parsers.values():
             store.register(entry.cls.metrics)
-        self.labels = list(labels)
-        self.inputs: tuple[Input, ...] = ()  # the configuration file's, in its order
-        self._input_of: dict[str, Input | None] = {}  # raw stream -> the input that names it
-        # where the model label sits in each family's own labels, for --label model=...
-        self._model_at = {f.name: f.labels.index("model") for f in store.families.values() if "model" in f.labels}
+        self.applier = Applier(store, self.unwrappers)  # (after the plugins' families are registered)
 
     # -- input -------------------------------------------------------------------------------
     def set_inputs(self, inputs: Sequence[Input]) -> None:
         """The configuration file's inputs (at start, and at each reload): they apply to new streams."""
-        self.inputs = tuple(inputs)
-        self._input_of = {}
+        self.settings.set_inputs(inputs)
 
-    def _input(self, path: str) -> Input | None:
-        """The first configured input that names the raw stream ``path``, if any."""
-        try:
-            return self._input_of[path]
-        except KeyError:
-            found = None if path == "-" else next((i for i in self.inputs if covers(i.path, path)), None)
-            self._input_of[path] = found
-            return found
-
-    def _envelope(self, path: str) -> str:
-        inp = self._input(path) if self.inputs else None
-        return inp.envelope if inp is not None and inp.envelope is not None else self.envelope
-
-    def _forced(self, path: str) -> str | None:
-        inp = self._input(path) if self.inputs else None
-        return inp.parser if inp is not None and inp.parser is not None else self.forced
+    def source_label(self, path: str, service: str | None = None) -> str:
+        """The ``source`` label of a raw stream (or of one compose service inside it): ``Settings.source_label``."""
+        return self.settings.source_label(path, service)
 
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of whole lines from a source."""
         unwrapper = self.unwrappers.get(chunk.stream)
         if unwrapper is None:
-            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self._envelope(chunk.stream),
+            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self.settings.envelope_of(chunk.stream),
                                                                   max_line_bytes=self.max_line_bytes)
         # The last record of a read is held until its stream is quiet for ``hold`` seconds: counted
         # from the file's last write, so that a backlog read long after it was written (a burst
@@ -233,10 +122,10 @@ class Engine:
                 self._route(stream, final=False)  # waited long enough for a telling line
                 self._changed.add(key)
             if stream.assembler.pending and (force or stream.fed_at <= quiet):
-                self._records(stream, *stream.assembler.flush())
+                self.applier.records(stream, *stream.assembler.flush())
                 self._changed.add(key)
             parser = stream.parser
-            if parser is not None and type(parser).tick is not Parser.tick and self._tick(stream, parser, now):
+            if parser is not None and type(parser).tick is not Parser.tick and self.applier.tick(stream, parser, now):
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
         self.store.set_self("logmetrics_streams_unrecognised", (), unknown)
 
@@ -245,7 +134,7 @@ class Engine:
         so that a record counts at its own time, not at the next line's)."""
         for key, stream in self.streams.items():
             if stream.assembler.pending:
-                self._records(stream, *stream.assembler.flush())
+                self.applier.records(stream, *stream.assembler.flush())
                 self._changed.add(key)
 
     def due(self) -> float | None:
@@ -256,19 +145,6 @@ class Engine:
     def holding(self) -> bool:
         """Whether a routed stream holds back a record that ``idle()`` will let out once it is quiet."""
         return any(s.assembler.pending and s.routed for s in self.streams.values())
-
-    def _tick(self, stream: Stream, parser: Parser, now: float) -> bool:
-        """A parser's time-driven events (``Parser.tick``), applied like a batch's; whether there were any."""
-        try:
-            events = list(parser.tick(now))
-        except PLUGIN_ERRORS as exc:
-            self._raised(parser, exc)
-            return False
-        if events:
-            if stream.model is not None:
-                events = self._relabel(events, stream.model)
-            self.store.apply(events, parser.name, stream.source)
-        return bool(events)
 
     def finish(self, path: str | None = None) -> None:
         """End of input (of one raw stream, or of all): flush envelopes, route, flush records."""
@@ -284,17 +160,16 @@ class Engine:
                 if not stream.routed and stream.held:
                     self._route(stream, final=True)
                 if stream.assembler.pending:
-                    self._records(stream, *stream.assembler.flush())
+                    self.applier.records(stream, *stream.assembler.flush())
                 if stream.unmatched > 0:
-                    self._no_match(stream)
+                    self.applier.no_match(stream)
 
     def vanished(self, path: str) -> None:
         """A followed file is gone for good: count what its streams still hold, then forget them;
         their gauges would only mislead now. Their counters stay until the source expires."""
         self.finish(path)
         self.unwrappers.pop(path, None)
-        self._input_of.pop(path, None)
-        self.layouts.forget(path)
+        self.settings.forget(path)
         for key, stream in list(self.streams.items()):
             if stream.path == path:
                 del self.streams[key]
@@ -322,7 +197,7 @@ class Engine:
         """What was logged before a file's read position (its head, its last start-up block, in
         file order, whole lines): routes its streams and gives each parser's ``learn`` the text.
         Nothing is counted."""
-        unwrapper = Unwrapper(self._envelope(path), max_line_bytes=self.max_line_bytes)
+        unwrapper = Unwrapper(self.settings.envelope_of(path), max_line_bytes=self.max_line_bytes)
         texts: dict[str | None, list[str]] = {}
         now = time.time()
         pieces = [p for part in parts for p in unwrapper.feed(part, now)] + unwrapper.flush()
@@ -342,7 +217,7 @@ class Engine:
                     stream.parser.learn(whole)
                 except PLUGIN_ERRORS:  # a plugin's bug here must not stop the stream
                     log.exception("parser %s: learn failed", stream.parser.name)
-                self._readiness(stream)
+                self.applier.readiness(stream)
 
     # -- restarts ----------------------------------------------------------------------------
     def stream_states(self, keys: set[str] | None = None) -> list[dict[str, object]]:
@@ -399,30 +274,6 @@ class Engine:
         counts[path] = counts.get(path, 0) + unwrapper.truncated
         unwrapper.truncated = 0
 
-    def _no_match(self, stream: Stream) -> None:
-        """Say once that a stream's parser matched none of its lines, and what to try."""
-        n, stream.unmatched = stream.unmatched, -1
-        assert stream.parser is not None
-        unwrapper = self.unwrappers.get(stream.path)
-        kind = unwrapper.kind if unwrapper is not None and unwrapper.kind else "none"
-        what = f"its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else f"its {n} lines"
-        name, path = stream.parser.name, "FILE" if stream.path == "-" else stream.path
-        log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
-                    "the wrapper with --envelope, and see what the parser makes of them with "
-                    "'logmetrics check --parser %s %s'", stream.source, name, what, kind, name, path)
-
-    # -- stages ------------------------------------------------------------------------------
-    def source_label(self, path: str, service: str | None = None) -> str:
-        """The ``source`` label of a raw stream (or of one compose service inside it), valid UTF-8
-        even for a file name that is not (``vllm-\\xe9.log``): ``--source``, else the service, else
-        what the file's layout says (``namespace/pod/container``), else the path."""
-        inp = self._input(path) if self.inputs else None
-        source = inp.source if inp is not None and inp.source is not None else self.source
-        if source or service or path == "-":
-            return safe_label(source or service or "stdin")
-        layout = self.layouts.of(path)
-        return safe_label(layout.source if layout is not None else path)
-
     def _stream(self, path: str, service: str | None) -> Stream:
         key = stream_key(path, service)
         stream = self.streams.get(key)
@@ -430,7 +281,7 @@ class Engine:
             stream = self.streams[key] = Stream(self.source_label(path, service), path)
             if self.orphans:
                 self.orphans.pop(stream.source, None)  # back before it expired: it goes on
-            stream.model = self._static_model(stream)
+            stream.model = self.settings.static_model(stream.source, stream.path)
             preset = self._presets.pop(key, None)
             if preset is not None:
                 self._preset(stream, *preset)
@@ -438,7 +289,7 @@ class Engine:
 
     def _preset(self, stream: Stream, name: str, state: dict[str, object], held: str) -> None:
         """A stream seen again: its parser and state from the state file, and the text it held."""
-        if name and self._forced(stream.path) in (None, name):
+        if name and self.settings.forced_of(stream.path) in (None, name):
             self._route_to(stream, Route(self.parsers[name], "kept", "kept from the state file"))
             assert stream.parser is not None
             try:
@@ -446,7 +297,7 @@ class Engine:
             except Exception as exc:  # any parser, any saved state: a bad one must not stop the stream
                 log.warning("stream %s: parser %s could not take back its saved state (%s: %s); it starts "
                             "afresh", stream.source, name, type(exc).__name__, exc)
-            self._readiness(stream)
+            self.applier.readiness(stream)
         if not held:
             return
         if stream.routed:  # the record it held back: more of it may come, else it counts when quiet
@@ -455,17 +306,6 @@ class Engine:
         else:  # still sniffed: it goes on waiting for a telling line
             stream.held, stream.held_lines, stream.held_since = [held], held.count("\n"), time.monotonic()
             self._route(stream, final=False)
-
-    def _readiness(self, stream: Stream) -> None:
-        """After ``learn`` or ``restore``: the model the parser says the backend is ready with, to
-        say with the stream's next batch (the line that said so is not read again)."""
-        assert stream.parser is not None
-        try:
-            ready = stream.parser.readiness()
-        except PLUGIN_ERRORS as exc:
-            self._raised(stream.parser, exc)
-            ready = None
-        stream.announce = ready if isinstance(ready, str) and ready else None
 
     def _piece(self, path: str, piece: Piece, fed_at: float) -> None:
         """Take one piece of a raw stream; ``fed_at``: when its file was last written, if that is
@@ -477,7 +317,7 @@ class Engine:
         self.store.set_self("logmetrics_last_line_timestamp_seconds", (stream.source,), piece.time)
         stream.fed_at = fed_at
         if stream.routed:
-            self._text(stream, piece.text, piece.lines)
+            self.applier.text(stream, piece.text, piece.lines)
             return
         if not stream.held:
             stream.held_since = time.monotonic()
@@ -503,7 +343,7 @@ class Engine:
         if entry is not None:
             stream.parser = entry.cls()
             try:
-                stream.parser.named(self._names(stream))
+                stream.parser.named(self.settings.names(stream.source, stream.path))
             except PLUGIN_ERRORS:  # a plugin's bug here must not stop the stream
                 log.exception("parser %s: named failed", entry.name)
             stream.assembler = RecordAssembler(record_rule(entry.cls), min(self.max_line_bytes, MAX_RECORD_CHARS))
@@ -512,118 +352,10 @@ class Engine:
             log.warning("stream %s: %s", stream.source, found.why)
         held, stream.held, stream.held_lines = stream.held, [], 0
         for text in held:
-            self._text(stream, text, None)
-
-    def _static_model(self, stream: Stream) -> str | None:
-        names = (stream.source, stream.path, os.path.basename(stream.path))
-        value = None
-        for scoped in (False, True):
-            if scoped and self.inputs:
-                inp = self._input(stream.path)
-                value = inp.model if inp is not None and inp.model is not None else value
-            for glob, _name, val in self.labels:
-                if (glob is not None) == scoped and (glob is None or any(fnmatch.fnmatch(n, glob) for n in names)):
-                    value = val
-        return value
-
-    def _names(self, stream: Stream) -> tuple[str, ...]:
-        """The names a stream is known by, most specific first: what claims match, what ``named`` gets."""
-        layout = self.layouts.of(stream.path) if stream.path != "-" else None
-        if layout is not None:  # the container's names; the pod's name or the path may name another backend
-            return layout.names if stream.source == layout.source else (*layout.names, stream.source)
-        return (os.path.basename(stream.path), stream.source, stream.path)
+            self.applier.text(stream, text, None)
 
     def _choose(self, stream: Stream, first: str | None = None) -> Route:
         """The route of ``stream`` from its names and its first lines (``first``, else what it holds)."""
         text = "".join(stream.held) if first is None else first
-        return route_text(self.parsers, self._forced(stream.path), self._names(stream), text, self.sniff_lines)
-
-    def _text(self, stream: Stream, text: str, lines: int | None) -> None:
-        if stream.parser is None:
-            n = text.count("\n") if lines is None else lines
-            self.store.add_self("logmetrics_lines_unmatched_total", (UNROUTED,), n)
-            return
-        self._records(stream, *stream.assembler.feed(text, lines))
-
-    def _records(self, stream: Stream, text: str, lines: int) -> None:
-        parser = stream.parser
-        if not text or parser is None:
-            return
-        batch = Batch(stream.source, text, stream.time, lines)
-        errors = 0
-        models: list[str] = []  # the models of the records that gave events (record by record)
-        if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
-            events, matched, matched_lines, errors, models = parse_records(parser, batch, self._raised)
-        else:
-            try:
-                result = parser.parse_batch(batch)
-                events, matched = result[0], result[1]
-                # a parse_batch that does not say how many lines matched: one per matched record
-                matched_lines = result[2] if len(result) > 2 else matched
-            except PLUGIN_ERRORS as exc:
-                # The parser may have seen some of these records: running them again would advance
-                # its state twice. The batch is lost, counted and reported with its own exception.
-                events, matched, matched_lines = [], 0, 0
-                errors = len(split_records(batch.text, record_rule(type(parser))))
-                self._raised(parser, exc)
-        if stream.announce is not None:
-            events.insert(0, Event(READY, (stream.announce,), 1, rule="ready"))
-            stream.announce = None
-        if events:
-            models.append(parser.model)
-            new = [m for m in dict.fromkeys(models) if m not in stream.zeroed]
-            if new:
-                events = self._zeros(stream, parser, new, events)
-        if stream.model is not None and events:
-            events = self._relabel(events, stream.model)
-        name = parser.name
-        self.store.apply(events, name, stream.source)
-        self.store.add_self_many((
-            ("logmetrics_lines_matched_total", (name,), matched),
-            ("logmetrics_lines_unmatched_total", (name,), max(lines - matched_lines, 0)),
-            ("logmetrics_parse_errors_total", (name,), errors),
-        ))
-        if stream.unmatched >= 0:  # until the first match: per batch, not per line
-            if matched:
-                stream.unmatched = -1
-            else:
-                stream.unmatched += lines
-                if stream.unmatched >= NO_MATCH_LINES:
-                    self._no_match(stream)
-
-    def _zeros(self, stream: Stream, parser: Parser, models: list[str], events: list[Event]) -> list[Event]:
-        """``events`` after the zero-valued events of ``parser.zero_series`` for ``models`` (the
-        parser's models during the batch that are new to the stream), once per stream and model (a
-        bounded set: a stream serves few models)."""
-        zeros: list[Event] = []
-        for model in models:
-            if len(stream.zeroed) >= 64:
-                stream.zeroed.clear()
-            stream.zeroed.add(model)
-            try:
-                zeros += [Event(metric, tuple(labels), 0, rule="zero") for metric, labels in parser.zero_series(model)]
-            except PLUGIN_ERRORS as exc:
-                self._raised(parser, exc)
-                return events
-        return zeros + events if zeros else events
-
-    def _relabel(self, events: list[Event], model: str) -> list[Event]:
-        """The events with their model label set to the static one (few per batch)."""
-        at = self._model_at
-        out: list[Event] = []
-        for ev in events:
-            try:
-                i = at.get(ev.metric)
-                if i is not None and i < len(ev.labels) and ev.labels[i] != model:
-                    ev = ev._replace(labels=(*ev.labels[:i], model, *ev.labels[i + 1:]))
-            except (AttributeError, TypeError):  # a malformed event: the store refuses and counts it
-                pass
-            out.append(ev)
-        return out
-
-    def _raised(self, parser: Parser, exc: BaseException) -> None:
-        """Report a parser's exception once per parser (it is counted in logmetrics_parse_errors_total)."""
-        if parser.name not in self._warned:
-            self._warned.add(parser.name)
-            log.warning("parser %s raised %s: %s (counted in logmetrics_parse_errors_total)",
-                        parser.name, type(exc).__name__, exc)
+        names = self.settings.names(stream.source, stream.path)
+        return route_text(self.parsers, self.settings.forced_of(stream.path), names, text, self.sniff_lines)

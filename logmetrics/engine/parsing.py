@@ -1,0 +1,193 @@
+"""Parsers run the engine's way: a stream's records through its parser (its fast path, or record by
+record), the zero series and readiness the engine adds, the static model label set, the events
+applied to the store and the lines matched and unmatched counted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from logmetrics.engine.streams import Stream
+from logmetrics.envelopes.unwrap import Unwrapper
+from logmetrics.events import Event
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, record_rule
+from logmetrics.records import Batch, Record, split_records
+from logmetrics.store.store import READY, Store
+
+log = logging.getLogger("logmetrics.engine.engine")  # the engine's messages, under one name
+
+UNROUTED = "none"
+NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unmatched gets a warning
+
+
+def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseException], None] | None = None,
+                  ) -> tuple[list[Event], int, int, int, list[str]]:
+    """``parse`` on each record of ``batch`` that passes the prefilter, as the engine runs a parser
+    without a ``parse_batch`` of its own: its events, the records matched, their physical lines,
+    the records that raised (each given to ``raised``), and the parser's model after each record
+    that gave events, when it changed (a model the log leaves within the batch has its zero series
+    too)."""
+    events: list[Event] = []
+    models: list[str] = []
+    matched = lines = errors = 0
+    model = None
+    pre = parser.prefilter
+    for text in split_records(batch.text, record_rule(type(parser))):
+        if pre and not any(p in text for p in pre):
+            continue
+        try:
+            got = list(parser.parse(Record(text, batch.time)))
+        except PLUGIN_ERRORS as exc:
+            errors += 1
+            if raised is not None:
+                raised(parser, exc)
+            continue
+        if got:
+            events += got
+            matched += 1
+            lines += text.count("\n") + 1
+            if parser.model != model:
+                model = parser.model
+                models.append(model)
+    return events, matched, lines, errors, models
+
+
+def relabel(events: list[Event], model: str, at: dict[str, int]) -> list[Event]:
+    """The events with their model label (at position ``at[metric]`` of their own labels) set to
+    the static one (few per batch)."""
+    out: list[Event] = []
+    for ev in events:
+        try:
+            i = at.get(ev.metric)
+            if i is not None and i < len(ev.labels) and ev.labels[i] != model:
+                ev = ev._replace(labels=(*ev.labels[:i], model, *ev.labels[i + 1:]))
+        except (AttributeError, TypeError):  # a malformed event: the store refuses and counts it
+            pass
+        out.append(ev)
+    return out
+
+
+class Applier:
+    """Runs each stream's parser on its records and applies what it gives to the store, with the
+    engine's own figures (lines matched and unmatched, parse errors). ``unwrappers``: the engine's,
+    by raw stream, for what a warning says of a stream's envelope."""
+
+    def __init__(self, store: Store, unwrappers: dict[str, Unwrapper]) -> None:
+        self.store = store
+        self.unwrappers = unwrappers
+        self._warned: set[str] = set()
+        # where the model label sits in each family's own labels, for --label model=...
+        self._model_at = {f.name: f.labels.index("model") for f in store.families.values() if "model" in f.labels}
+
+    def tick(self, stream: Stream, parser: Parser, now: float) -> bool:
+        """A parser's time-driven events (``Parser.tick``), applied like a batch's; whether there were any."""
+        try:
+            events = list(parser.tick(now))
+        except PLUGIN_ERRORS as exc:
+            self.raised(parser, exc)
+            return False
+        if events:
+            if stream.model is not None:
+                events = relabel(events, stream.model, self._model_at)
+            self.store.apply(events, parser.name, stream.source)
+        return bool(events)
+
+    def readiness(self, stream: Stream) -> None:
+        """After ``learn`` or ``restore``: the model the parser says the backend is ready with, to
+        say with the stream's next batch (the line that said so is not read again)."""
+        assert stream.parser is not None
+        try:
+            ready = stream.parser.readiness()
+        except PLUGIN_ERRORS as exc:
+            self.raised(stream.parser, exc)
+            ready = None
+        stream.announce = ready if isinstance(ready, str) and ready else None
+
+    def no_match(self, stream: Stream) -> None:
+        """Say once that a stream's parser matched none of its lines, and what to try."""
+        n, stream.unmatched = stream.unmatched, -1
+        assert stream.parser is not None
+        unwrapper = self.unwrappers.get(stream.path)
+        kind = unwrapper.kind if unwrapper is not None and unwrapper.kind else "none"
+        what = f"its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else f"its {n} lines"
+        name, path = stream.parser.name, "FILE" if stream.path == "-" else stream.path
+        log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
+                    "the wrapper with --envelope, and see what the parser makes of them with "
+                    "'logmetrics check --parser %s %s'", stream.source, name, what, kind, name, path)
+
+    # -- stages ------------------------------------------------------------------------------
+    def text(self, stream: Stream, text: str, lines: int | None) -> None:
+        if stream.parser is None:
+            n = text.count("\n") if lines is None else lines
+            self.store.add_self("logmetrics_lines_unmatched_total", (UNROUTED,), n)
+            return
+        self.records(stream, *stream.assembler.feed(text, lines))
+
+    def records(self, stream: Stream, text: str, lines: int) -> None:
+        parser = stream.parser
+        if not text or parser is None:
+            return
+        batch = Batch(stream.source, text, stream.time, lines)
+        errors = 0
+        models: list[str] = []  # the models of the records that gave events (record by record)
+        if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
+            events, matched, matched_lines, errors, models = parse_records(parser, batch, self.raised)
+        else:
+            try:
+                result = parser.parse_batch(batch)
+                events, matched = result[0], result[1]
+                # a parse_batch that does not say how many lines matched: one per matched record
+                matched_lines = result[2] if len(result) > 2 else matched
+            except PLUGIN_ERRORS as exc:
+                # The parser may have seen some of these records: running them again would advance
+                # its state twice. The batch is lost, counted and reported with its own exception.
+                events, matched, matched_lines = [], 0, 0
+                errors = len(split_records(batch.text, record_rule(type(parser))))
+                self.raised(parser, exc)
+        if stream.announce is not None:
+            events.insert(0, Event(READY, (stream.announce,), 1, rule="ready"))
+            stream.announce = None
+        if events:
+            models.append(parser.model)
+            new = [m for m in dict.fromkeys(models) if m not in stream.zeroed]
+            if new:
+                events = self._zeros(stream, parser, new, events)
+        if stream.model is not None and events:
+            events = relabel(events, stream.model, self._model_at)
+        name = parser.name
+        self.store.apply(events, name, stream.source)
+        self.store.add_self_many((
+            ("logmetrics_lines_matched_total", (name,), matched),
+            ("logmetrics_lines_unmatched_total", (name,), max(lines - matched_lines, 0)),
+            ("logmetrics_parse_errors_total", (name,), errors),
+        ))
+        if stream.unmatched >= 0:  # until the first match: per batch, not per line
+            if matched:
+                stream.unmatched = -1
+            else:
+                stream.unmatched += lines
+                if stream.unmatched >= NO_MATCH_LINES:
+                    self.no_match(stream)
+
+    def _zeros(self, stream: Stream, parser: Parser, models: list[str], events: list[Event]) -> list[Event]:
+        """``events`` after the zero-valued events of ``parser.zero_series`` for ``models`` (the
+        parser's models during the batch that are new to the stream), once per stream and model (a
+        bounded set: a stream serves few models)."""
+        zeros: list[Event] = []
+        for model in models:
+            if len(stream.zeroed) >= 64:
+                stream.zeroed.clear()
+            stream.zeroed.add(model)
+            try:
+                zeros += [Event(metric, tuple(labels), 0, rule="zero") for metric, labels in parser.zero_series(model)]
+            except PLUGIN_ERRORS as exc:
+                self.raised(parser, exc)
+                return events
+        return zeros + events if zeros else events
+
+    def raised(self, parser: Parser, exc: BaseException) -> None:
+        """Report a parser's exception once per parser (it is counted in logmetrics_parse_errors_total)."""
+        if parser.name not in self._warned:
+            self._warned.add(parser.name)
+            log.warning("parser %s raised %s: %s (counted in logmetrics_parse_errors_total)",
+                        parser.name, type(exc).__name__, exc)
