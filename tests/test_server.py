@@ -303,7 +303,7 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
     from prometheus_client.exposition import generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
-    from logmetrics.store.store import Histogram
+    from logmetrics.store.values import Histogram
 
     store = Store()
     for i, src in enumerate(["a.log", 'we"ird\\path\nx', "caf\u00e9"]):

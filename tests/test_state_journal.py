@@ -18,7 +18,8 @@ from logmetrics.plugins import discover
 from logmetrics.sources.chunks import Chunk, Position
 from logmetrics.state import savefile as st
 from logmetrics.state.journal import WAL_BYTES, WAL_PAGES, Delta, Journal
-from logmetrics.store.store import Changes, Key, Store
+from logmetrics.store.store import Store
+from logmetrics.store.values import Changes, Key
 from tests.helpers import Samples, Server, access_line, append, total
 
 START = "INFO 04-10 03:30:00 [api_server.py:912] vLLM API server version 0.8.5\n"

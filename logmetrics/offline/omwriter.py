@@ -22,7 +22,8 @@ from prometheus_client.utils import floatToGoString
 
 from logmetrics.errors import UserError
 from logmetrics.store.catalog import COMMON_LABELS, Family
-from logmetrics.store.store import Histogram, Key, Store
+from logmetrics.store.store import Store
+from logmetrics.store.values import Histogram, Key
 
 
 def _escape(value: str) -> str:

@@ -32,7 +32,7 @@ import orjson
 
 from logmetrics.sources.chunks import Position
 from logmetrics.state.check import VERSION, position_row
-from logmetrics.store.store import Changes, Key
+from logmetrics.store.values import Changes, Key
 
 MAGIC = b"SQLite format 3\x00"
 TABLES = ("counters", "gauges", "histograms", "positions", "streams")

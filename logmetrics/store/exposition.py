@@ -25,7 +25,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from logmetrics.store.catalog import COMMON_LABELS, SELF_BY_NAME, SELF_FAMILIES, Family
-from logmetrics.store.store import Key, Snapshot, Store
+from logmetrics.store.store import Store
+from logmetrics.store.values import Key, Snapshot
 
 V = TypeVar("V")
 

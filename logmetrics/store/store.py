@@ -19,6 +19,7 @@ from functools import partial
 from logmetrics.events import Event
 from logmetrics.store.catalog import BY_NAME, SELF_BY_NAME, Family
 from logmetrics.store.guard import LabelGuard, safe_label
+from logmetrics.store.values import Changes, Histogram, Key, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,6 @@ INF = float("inf")
 NAN = float("nan")
 MALFORMED = "__malformed__"  # the metric label of refused events that name no known family
 REJECTED = "logmetrics_values_rejected_total"
-Key = tuple[str, tuple[str, ...]]
 
 #: The one engine counter that parsers feed with events (``parsers.pairs``), under their own name.
 TIMED_OUT = "logmetrics_requests_timed_out_total"
@@ -36,36 +36,6 @@ TIMED_OUT = "logmetrics_requests_timed_out_total"
 #: cached in a dead server, and a zero keeps the series continuous where an absent one would look
 #: like a scrape failure. The next stats line after a restart sets them again.
 READY = "backend_ready"
-
-
-@dataclass
-class Histogram:
-    """Non-cumulative bucket counts (the last one is +Inf), with sum and count."""
-
-    buckets: list[int]
-    sum: float = 0.0
-    count: int = 0
-
-
-@dataclass
-class Changes:
-    """Counter values, gauge values and histograms (buckets, sum, count) by series, for the state
-    file; ``gone``: series forgotten (the gauges of a source gone, every series of one expired)."""
-
-    counters: list[tuple[Key, float]] = field(default_factory=list)
-    histograms: list[tuple[Key, list[int], float, int]] = field(default_factory=list)
-    gauges: list[tuple[Key, float]] = field(default_factory=list)
-    gone: list[Key] = field(default_factory=list)
-
-
-@dataclass
-class Snapshot:
-    """A consistent copy of the store's values for one scrape."""
-
-    counters: dict[Key, float]
-    gauges: dict[Key, float]
-    histograms: dict[Key, Histogram]
-    families: dict[str, Family]
 
 
 @dataclass
