@@ -15,6 +15,7 @@ import os
 import stat
 import time
 
+from logmetrics.sources.changeindex import ChangeIndex
 from logmetrics.sources.chunks import Position, SourceStats
 from logmetrics.sources.copies import (
     Cut,
@@ -30,7 +31,6 @@ from logmetrics.sources.copies import (
 from logmetrics.sources.descriptors import Descriptors
 from logmetrics.sources.identity import birth, other_birth, other_birth_at, same_file
 from logmetrics.sources.tailfile import Ident, LineCutter, TailFile, covers, read_head
-from logmetrics.sources.watching import Watcher
 
 log = logging.getLogger("logmetrics.sources.tailer")  # the tailer's messages, under one name
 
@@ -95,7 +95,7 @@ class Placement:
     _at_end: list[tuple[str, int]]
     _seq: int
     _max_line: int
-    _watcher: Watcher | None
+    _changes: ChangeIndex
 
     def _report(self, path: str, err: OSError) -> None:
         raise NotImplementedError  # the tailer's: counts and logs a file that cannot be read
@@ -571,5 +571,4 @@ class Placement:
                 self.stats.truncations.setdefault(stream, 0)
         else:
             self._drain(f)
-        if self._watcher is not None:
-            self._watcher.add_target(path)
+        self._changes.add_target(path)

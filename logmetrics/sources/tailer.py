@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from logmetrics.sources import filekinds
+from logmetrics.sources.changeindex import ChangeIndex
 from logmetrics.sources.chunks import Chunk, Position, SourceError, SourceStats
 from logmetrics.sources.copies import COPY_WAIT, Cut, Known, forget_absent
 from logmetrics.sources.descriptors import Descriptors, out_of_descriptors
-from logmetrics.sources.notify import make_watcher
 from logmetrics.sources.placement import Placement
 from logmetrics.sources.tailfile import (
     Ident,
@@ -40,7 +40,6 @@ from logmetrics.sources.tailfile import (
     watch_root,
 )
 from logmetrics.sources.waker import Waker
-from logmetrics.sources.watching import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,6 @@ POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file 
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
 COPY_WAIT_STARVED = 6  # a cut waits this many times copy_wait while found files wait for descriptors
 RESCAN_INTERVAL = 5.0  # seconds between two passes that look at every file, when inotify names what changed
-MAX_UNLISTED = 10_000  # changed paths remembered as not followed (a state file among the logs), at most
 
 
 def _deleted_and_read(f: TailFile, offset: int) -> bool:
@@ -157,32 +155,34 @@ class FileTailer(Placement):
         self._unchanged: set[Ident] = set()  # files a resumed state shows unchanged since: read from their end
         self._seq = 0
         self._waker: Waker | None = None
-        self._watcher: Watcher | None = None
-        self.rescan_interval = rescan_interval
-        self._last_full = -rescan_interval  # when a pass last looked at every file (monotonic)
-        #: what the last full pass listed, absolute path (or real path of a symlinked file) -> file
-        self._index: dict[str, Ident] = {}
-        self._unlisted: set[str] = set()  # changed paths a full pass did not list: their changes are not ours
+        self._changes = ChangeIndex(rescan_interval)
         self._busy: set[str] = set()  # streams read at every pass: a file draining, parked, behind or held
-        self._uncovered = True  # a followed file lies where no notification comes from: every pass is full
         self._copies_held = False  # files that look like a copy wait for their original's truncation
+
+    @property
+    def rescan_interval(self) -> float:
+        """Seconds between passes that look at every file, when the watcher names what changed."""
+        return self._changes.rescan_interval
+
+    @rescan_interval.setter
+    def rescan_interval(self, seconds: float) -> None:
+        self._changes.rescan_interval = seconds
 
     def watch(self, waker: Waker) -> None:
         """Wake ``waker`` on changes in the directories involved; polling stays the source of truth."""
         self._waker = waker
-        self._watcher = make_watcher(waker.wake, [watch_root(path) for path in self._paths])
-        if self._watcher is None:
+        fd = self._changes.start(waker.wake, [watch_root(path) for path in self._paths])
+        if self._changes.watcher is None:
             return
-        waker.watch_fd(self._watcher.fileno())
+        waker.watch_fd(fd)
         for f in self._files.values():
-            self._watcher.add_target(f.path)
+            self._changes.add_target(f.path)
 
     def _watch_appeared(self) -> None:
         """Watch the PATH arguments that were missing at start and exist now as they should be."""
-        assert self._watcher is not None
         for path in [p for p in self._missing if os.path.exists(p)]:
             self._missing.remove(path)
-            self._watcher.add_root(watch_root(path))
+            self._changes.add_root(watch_root(path))
 
     def positions(self) -> list[Position]:
         """Where every open file stands: what has been handed out, not a partial last line."""
@@ -246,10 +246,9 @@ class FileTailer(Placement):
             ident = (st.st_dev, st.st_ino)
             if stat.S_ISREG(st.st_mode) and ident not in self._files:
                 self._start_at_end[ident] = st.st_size
-        if self._watcher is not None:
-            for path in added:
-                if path not in missing:
-                    self._watcher.add_root(watch_root(path))
+        for path in added:
+            if path not in missing:
+                self._changes.add_root(watch_root(path))
         return dropped
 
     # -- polling --------------------------------------------------------------------------------
@@ -284,8 +283,8 @@ class FileTailer(Placement):
         self._check_open_files(cuts)
         self._scan(cuts)
         self._first = False
-        self._last_full = now
-        self._after_full(asked)
+        self._changes.after_full(now, asked, self._files.values(), [self._files[i] for i in self._active.values()])
+        self._copies_held = any(k.offset is None for k in self._known.values())
         chunks = self._read_all(None)
         if self._waiting:
             chunks += self._place_waiting(cuts)
@@ -316,65 +315,23 @@ class FileTailer(Placement):
 
     def event_driven(self) -> bool:
         """Whether the file system names every change of every followed file (inotify covers them all)."""
-        w = self._watcher
-        return w is not None and w.names_changes and not self._uncovered
+        return self._changes.event_driven()
 
     def urgent(self) -> bool:
         """Whether the file system reported more than writes since the last poll (a file created,
         renamed or deleted): then the next poll should not wait for writes to gather."""
-        return self._watcher is not None and self._watcher.urgent()
+        return self._changes.urgent()
 
     def _changed(self) -> tuple[set[Ident] | None, frozenset[str]]:
         """The files a light pass reads (beyond the busy ones), None for a full pass; and the paths
         the file system named as changed."""
-        w = self._watcher
-        if w is None:
+        if self._changes.watcher is None:
             return None, frozenset()
         if self._missing:
             self._watch_appeared()
-        w.retry()
-        changes = w.changes()  # read every time: events wait in the kernel, merged, until asked for
-        if (changes.rescan or not w.names_changes or self._first or self._uncovered or self._waiting
-                or self._unopened or self._cuts or self._copies_held or self._resume_later or self._resume_unseen
-                or self._walk_incomplete
-                or time.monotonic() - self._last_full >= self.rescan_interval):
-            return None, changes.paths
-        idents: set[Ident] = set()
-        for path in changes.paths:
-            ident = self._index.get(path)
-            if ident is None:
-                if path in self._unlisted:
-                    continue
-                return None, changes.paths  # a file not listed yet: what it is, the listing decides
-            f = self._files.get(ident)
-            if f is None or f.fd < 0:
-                return None, changes.paths  # let go, or parked: reopened (or placed anew) by a full pass
-            idents.add(ident)
-        return idents, changes.paths
-
-    def _after_full(self, asked: frozenset[str]) -> None:
-        """After a full pass: which paths lead to which file (``_scan`` listed them), which of the
-        changed paths ``asked`` are not ours, and whether every file is covered."""
-        w = self._watcher
-        if w is None or not w.names_changes:
-            return
-        index = self._index
-        for f in self._files.values():
-            if f.real != f.path:
-                index[f.real] = f.ident
-        unknown = [p for p in asked if p not in index]
-        if len(self._unlisted) + len(unknown) > MAX_UNLISTED:
-            self._unlisted.clear()
-        self._unlisted.update(unknown)
-        self._unlisted.difference_update(index)
-        self._copies_held = any(k.offset is None for k in self._known.values())
-        self._uncovered = False
-        for ident in self._active.values():
-            f = self._files[ident]
-            if not w.covers(os.path.dirname(os.path.abspath(f.path))) or (
-                    f.real != f.path and not w.covers(os.path.dirname(f.real))):
-                self._uncovered = True
-                break
+        full = bool(self._first or self._waiting or self._unopened or self._cuts or self._copies_held
+                    or self._resume_later or self._resume_unseen or self._walk_incomplete)
+        return self._changes.changed(full, self._files)
 
     def _report(self, path: str, err: OSError) -> None:
         if out_of_descriptors(err):
@@ -403,7 +360,7 @@ class FileTailer(Placement):
         idents: set[Ident] = set()
         self._walk_incomplete = False
         self._rotated.clear()
-        self._index = {}
+        self._changes.listing()
         self._name_index = None  # made again at its first use in this listing
         mark = filekinds.listing()
         listed = discover(self._paths, self._walk_error, self.wanted)
@@ -416,7 +373,7 @@ class FileTailer(Placement):
             if ident is not None:
                 present.add(path)
                 idents.add(ident)
-                self._index[os.path.abspath(path)] = ident
+                self._changes.listed(path, ident)
         if self._walk_incomplete:
             return  # what was not listed may still be there: decide at the next poll
         for stream in [s for s in self._active if s not in present]:
@@ -589,9 +546,7 @@ class FileTailer(Placement):
 
     def close(self) -> None:
         """Stop watching and close every file."""
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
+        self._changes.stop()
         for f in self._files.values():
             self._fds.release(f)
         self._files.clear()
