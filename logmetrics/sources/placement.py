@@ -30,7 +30,8 @@ from logmetrics.sources.copies import (
 )
 from logmetrics.sources.descriptors import Descriptors
 from logmetrics.sources.identity import birth, other_birth, other_birth_at, same_file
-from logmetrics.sources.tailfile import Ident, LineCutter, TailFile, covers, read_head
+from logmetrics.sources.resume import ResumeState
+from logmetrics.sources.tailfile import Ident, LineCutter, TailFile, read_head
 
 log = logging.getLogger("logmetrics.sources.tailer")  # the tailer's messages, under one name
 
@@ -79,13 +80,7 @@ class Placement:
     _rotated_lately: dict[str, float]
     _cut_lately: dict[str, float]
     _name_index: dict[str, list[TailFile]] | None
-    _resume: dict[Ident, Position]
-    _resumed_inputs: list[str] | None
-    _resumed_at: float | None
-    _resume_later: set[Ident]
-    _resume_unseen: dict[Ident, Position]
-    _whole: set[Ident]
-    _unchanged: set[Ident]
+    _resume: ResumeState
     _first: bool
     _from_beginning: bool
     _started: float
@@ -245,8 +240,8 @@ class Placement:
             if f.fd < 0 and (size != f.offset or (st.st_mtime_ns != f.mtime_ns and f.mtime_ns >= 0)):
                 self._unpark(f, path, size, cuts)  # grown, cut, or written over with as many bytes
             return
-        if ((self._first or ident in self._resume_later or ident in self._resume_unseen)
-                and self._resumed_at is not None and self._place_resumed(path, ident)):
+        if ((self._first or ident in self._resume.later or ident in self._resume.unseen)
+                and self._resume.at is not None and self._place_resumed(path, ident)):
             return
         known = self._known.get(ident)
         proven_new = False
@@ -355,7 +350,7 @@ class Placement:
         before it is opened must not take it for a file read to its end."""
 
         if ident in self._start_at_end:
-            at = 0 if self._from_beginning and ident not in self._unchanged else self._start_at_end[ident]
+            at = 0 if self._from_beginning and ident not in self._resume.unchanged else self._start_at_end[ident]
         elif path not in self._streams and not self._from_beginning and not proven_new \
                 and mtime < self._started - OLD_MARGIN:
             at = size
@@ -390,7 +385,7 @@ class Placement:
 
     def _follow_from(self, fd: int, ident: Ident, head: bytes, path: str, at: int, size: int) -> None:
         """Follow a file that was there at start from ``at`` (its end then), or from its start."""
-        end = at > 0 and (not self._from_beginning or ident in self._unchanged)
+        end = at > 0 and (not self._from_beginning or ident in self._resume.unchanged)
         skip = end and os.pread(fd, 1, at - 1) != b"\n"  # started mid-line: skip to the next line
         self._follow(fd, ident, head, path, path, at if end else 0, size, active=True, skip=skip)
         if end:
@@ -398,27 +393,26 @@ class Placement:
 
     def _place_resumed(self, path: str, ident: Ident) -> bool:
         """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
-        self._resume_later.discard(ident)
-        self._resume_unseen.pop(ident, None)
-        saved = self._resume.get(ident)
-        if saved is None and self._resumed_inputs is not None and not any(
-                covers(arg, path) for arg in self._resumed_inputs):
+        self._resume.later.discard(ident)
+        self._resume.unseen.pop(ident, None)
+        saved = self._resume.saved.get(ident)
+        if saved is None and not self._resume.named(path):
             return False  # under a PATH argument the state did not have: as at a first start
         if saved is None:
-            assert self._resumed_at is not None
+            assert self._resume.at is not None
             try:
-                if os.stat(path).st_mtime <= self._resumed_at:
+                if os.stat(path).st_mtime <= self._resume.at:
                     # unchanged while we were down: from its end, as without a state, even with
                     # --from-beginning (which is for a first start): a rotated file read to its end
                     # and let go before the save is no new file
-                    self._unchanged.add(ident)
+                    self._resume.unchanged.add(ident)
                     return False
             except OSError:
                 return False
         opened = self._open(path)
         if opened is None:
             if path in self._waiting:  # out of descriptors: placed by the saved positions later
-                self._resume_later.add(ident)
+                self._resume.later.add(ident)
                 if saved is not None:
                     self._unopened[ident] = saved
             return True
@@ -435,19 +429,19 @@ class Placement:
                 self._follow_resumed(fd, ident, head, path, path, 0, size)
                 return True
             # elsewhere, another file that got the saved file's inode after it was deleted: a new file
-        for pos in nearest_first(path, list(self._resume.values()), _stream):  # logrotate's copy of a saved
+        for pos in nearest_first(path, list(self._resume.saved.values()), _stream):  # logrotate's copy of a saved
             # file, made while we were down (not of one found whole: renamed, that one was not copied)
-            if is_copy(head, pos.head) and copy_name(path, pos.stream) and (pos.dev, pos.ino) not in self._whole:
+            if is_copy(head, pos.head) and copy_name(path, pos.stream) and (pos.dev, pos.ino) not in self._resume.whole:
                 self._follow_resumed(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
                 return True
-        at_path = {p.stream: (p.dev, p.ino) for p in self._resume.values() if p.path == p.stream}
+        at_path = {p.stream: (p.dev, p.ino) for p in self._resume.saved.values() if p.path == p.stream}
         if path in at_path:  # the successor of a rotated file
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
         for stream in originals(path):
             if stream not in at_path:
                 continue
             moved = _ident_at(stream) != at_path[stream]
-            if moved or at_path[stream] not in self._whole:
+            if moved or at_path[stream] not in self._resume.whole:
                 # written at the stream's path and rotated away while we were down (a rotation); or,
                 # its file cut while we were down, a copy of lines written between two copytruncates
                 counts = self.stats.rotations if moved else self.stats.truncations
@@ -456,24 +450,6 @@ class Placement:
                 return True
         self._follow(fd, ident, head, path, path, 0, size, active=True)
         return True
-
-    def _saved_still_whole(self, paths: list[str]) -> set[Ident]:
-        """At the first poll after ``resume``: the saved files among ``paths`` that are still whole (as
-        long as their position, starting with their saved head), renamed maybe but not cut. Logs of
-        identical lines make any new file start like a saved one: it is no copy of one of these."""
-        whole: set[Ident] = set()
-        for path in paths:
-            try:
-                st = os.stat(path)
-                saved = self._resume.get((st.st_dev, st.st_ino))
-                if saved is None or st.st_size < saved.offset:
-                    continue
-                with open(path, "rb") as fh:
-                    if fh.read(len(saved.head)) == saved.head:
-                        whole.add((st.st_dev, st.st_ino))
-            except OSError:
-                continue  # gone, or out of descriptors: not known whole (a copy of it stays possible)
-        return whole
 
     def _follow_resumed(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int,
                         size: int) -> None:

@@ -31,6 +31,7 @@ from logmetrics.sources.chunks import Chunk, Position, SourceError, SourceStats
 from logmetrics.sources.copies import COPY_WAIT, Cut, Known, forget_absent
 from logmetrics.sources.descriptors import Descriptors, out_of_descriptors
 from logmetrics.sources.placement import Placement
+from logmetrics.sources.resume import ResumeState
 from logmetrics.sources.tailfile import (
     Ident,
     TailFile,
@@ -144,15 +145,7 @@ class FileTailer(Placement):
         self._vanished: list[str] = []  # streams whose last file was closed, not yet reported
         self._at_end: list[tuple[str, int]] = []  # files started at their end, and that offset, not yet reported
         self._rotated: set[str] = set()  # streams found rotated in this poll's listing
-        self._resume: dict[Ident, Position] = {}  # positions saved by an earlier run
-        self._resumed_inputs: list[str] | None = None  # the PATH arguments they were saved for (None: not known)
-        self._resumed_at: float | None = None  # when they were saved
-        self._whole: set[Ident] = set()  # saved files found whole at the first poll after resume(): no copies
-        self._resume_later: set[Ident] = set()  # files that waited for a descriptor at the first poll
-        #: saved files the first listing did not show: looked for once more (a listing may miss a file
-        #: renamed while it runs), and kept in the state meanwhile
-        self._resume_unseen: dict[Ident, Position] = {}
-        self._unchanged: set[Ident] = set()  # files a resumed state shows unchanged since: read from their end
+        self._resume = ResumeState()  # positions saved by an earlier run, and what became of them
         self._seq = 0
         self._waker: Waker | None = None
         self._changes = ChangeIndex(rescan_interval)
@@ -194,7 +187,7 @@ class FileTailer(Placement):
             out.append(Position(f.stream, f.path, f.ident[0], f.ident[1], f.head, offset, f.fingerprint(offset),
                                 f.real if f.real != f.path else None, f.birth))
         out += [p for ident, p in self._unopened.items() if ident not in self._files]  # found, not opened yet
-        out += [p for ident, p in self._resume_unseen.items() if ident not in self._files]  # not found yet
+        out += [p for ident, p in self._resume.unseen.items() if ident not in self._files]  # not found yet
         return out
 
     def resume(self, positions: Sequence[Position], saved_at: float, inputs: Sequence[str] | None = None) -> None:
@@ -209,9 +202,7 @@ class FileTailer(Placement):
         Unchanged files start at their end as usual. Files that none of the saved PATH arguments
         ``inputs`` named (new ones adopted, ``--state-adopt``) are placed as at a first start.
         """
-        self._resume = {(p.dev, p.ino): p for p in positions}
-        self._resumed_at = saved_at
-        self._resumed_inputs = None if inputs is None else list(inputs)
+        self._resume.restore(positions, saved_at, inputs)
 
     def set_paths(self, paths: Sequence[str], *, from_beginning: bool | None = None) -> list[str]:
         """Follow ``paths`` from now on (the configuration was read again); returns the streams let go.
@@ -330,7 +321,7 @@ class FileTailer(Placement):
         if self._missing:
             self._watch_appeared()
         full = bool(self._first or self._waiting or self._unopened or self._cuts or self._copies_held
-                    or self._resume_later or self._resume_unseen or self._walk_incomplete)
+                    or self._resume.later or self._resume.unseen or self._walk_incomplete)
         return self._changes.changed(full, self._files)
 
     def _report(self, path: str, err: OSError) -> None:
@@ -366,8 +357,8 @@ class FileTailer(Placement):
         listed = discover(self._paths, self._walk_error, self.wanted)
         if not self._walk_incomplete:
             filekinds.sweep(mark)
-        if self._first and self._resumed_at is not None:
-            self._whole = self._saved_still_whole(listed)
+        if self._first and self._resume.at is not None:
+            self._resume.whole = self._resume.still_whole(listed)
         for path in listed:
             ident = self._stat_and_place(path, cuts)
             if ident is not None:
@@ -378,14 +369,15 @@ class FileTailer(Placement):
             return  # what was not listed may still be there: decide at the next poll
         for stream in [s for s in self._active if s not in present]:
             self._drain(self._files[self._active.pop(stream)])
-        if self._first and self._resumed_at is not None:
-            self._resume_unseen = {(p.dev, p.ino): p for p in self._resume.values() if (p.dev, p.ino) not in idents
+        if self._first and self._resume.at is not None:
+            saved = self._resume.saved.values()
+            self._resume.unseen = {(p.dev, p.ino): p for p in saved if (p.dev, p.ino) not in idents
                                    and (p.dev, p.ino) not in self._files and not self._resume_real(p)}
-        elif self._resume_unseen:  # missed by two listings: gone
-            for ident, p in self._resume_unseen.items():  # (a rotated one still being read too: its writer
+        elif self._resume.unseen:  # missed by two listings: gone
+            for ident, p in self._resume.unseen.items():  # (a rotated one still being read too: its writer
                 if ident not in idents and ident not in self._files:  # may have gone on writing to it)
                     self._lost_while_down(p)
-            self._resume_unseen = {}
+            self._resume.unseen = {}
         for f in [f for f in self._files.values() if f.fd < 0 and f.ident not in idents]:
             if self._reopen_real(f):
                 continue  # no listed path leads to it now (a symlink moved on): drained from its real path
