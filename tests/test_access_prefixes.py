@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from logmetrics_parsers.common import access_line
 
-from parsers.common import access_line
 from tests.helpers import parse, total
 
 #: Access lines as process managers and logging configs print them, each counted once.

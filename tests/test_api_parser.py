@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
-from typing import TYPE_CHECKING
+
+from logmetrics_parsers.api import ApiParser
 
 from logmetrics.events import Event
 from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Record, split_records
 from logmetrics.testing import check_events
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.api import ApiParser
-else:
-    from logmetrics_parsers.api import ApiParser
 
 LFAI = "leapfrogai_api.{}: 2025-03-02 09:00:01,120 | {} | x.py:1 >>> {}"
 

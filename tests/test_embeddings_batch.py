@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from logmetrics_parsers.embeddings import EmbeddingsParser
+from logmetrics_parsers.embeddings_tei import ANSI
 
 from logmetrics.records import Batch
 from logmetrics.testing import assert_fast_path_matches
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.embeddings import EmbeddingsParser
-    from parsers.embeddings_tei import ANSI
-else:
-    from logmetrics_parsers.embeddings import EmbeddingsParser
-    from logmetrics_parsers.embeddings_tei import ANSI
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "embeddings").glob("*.log"))

@@ -7,22 +7,16 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from logmetrics_parsers.embeddings import EmbeddingsParser
+from logmetrics_parsers.embeddings_tei import PHRASES, duration, tei_line
 
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Record, split_records
 from logmetrics.testing import check_events
 from tests.helpers import parse, total
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.embeddings import EmbeddingsParser
-    from parsers.embeddings_tei import PHRASES, duration, tei_line
-else:
-    from logmetrics_parsers.embeddings import EmbeddingsParser
-    from logmetrics_parsers.embeddings_tei import PHRASES, duration, tei_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "embeddings").glob("*.log"))

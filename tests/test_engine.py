@@ -180,10 +180,10 @@ def test_process_rules_first_in_order_then_the_parsers_names() -> None:
 def test_parsers_names_match_the_program_not_its_arguments(argv: list[str], backend: str | None) -> None:
     """A parser's process names find the program a process runs (executable, script, -m module, a
     runner's module:app, a title it set), never a path or word among its other arguments."""
-    from parsers.embeddings import EmbeddingsParser
-    from parsers.llamacpp import LlamaCppParser
-    from parsers.vllm import VllmParser
-    from parsers.whisper import WhisperParser
+    from logmetrics_parsers.embeddings import EmbeddingsParser
+    from logmetrics_parsers.llamacpp import LlamaCppParser
+    from logmetrics_parsers.vllm import VllmParser
+    from logmetrics_parsers.whisper import WhisperParser
 
     watcher = ProcessWatcher({p.name: p.process_names for p in (VllmParser, LlamaCppParser, WhisperParser,
                                                                EmbeddingsParser)})

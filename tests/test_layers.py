@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,16 @@ def test_every_stage_package_is_installed() -> None:
     for package in sorted(p.name for p in (ROOT / "logmetrics").iterdir() if (p / "__init__.py").exists()):
         assert f"logmetrics.{package}" in names
     assert {"logmetrics", "logmetrics_parsers"} <= names
+
+
+def test_the_parsers_have_one_name() -> None:
+    """Tests, benchmarks and scripts import the built-in parsers as installed (``logmetrics_parsers``),
+    never by their folder's name; the type checker reads them under that name too
+    (``scripts/typing/logmetrics_parsers`` leads to ``parsers/``)."""
+    pattern = re.compile(r"^\s*(?:from|import) parsers\b", re.M)
+    found = [str(p.relative_to(ROOT)) for folder in ("tests", "bench", "scripts", "grafana", "logmetrics")
+             for p in sorted((ROOT / folder).rglob("*.py")) if "typing" not in p.parts
+             and pattern.search(p.read_text(encoding="utf-8"))]
+    assert found == []
+    link = ROOT / "scripts" / "typing" / "logmetrics_parsers"
+    assert link.is_symlink() and link.resolve() == (ROOT / "parsers").resolve()

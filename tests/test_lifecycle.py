@@ -7,18 +7,14 @@ import calendar
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from logmetrics_parsers.vllm import VllmParser
 
 from logmetrics.events import Event, number
 from logmetrics.store.store import Store
 from tests.helpers import access_line, total
 from tests.test_engine import oneshot_metrics
 from tests.test_vllm_parser import scan, totals
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.vllm import VllmParser
-else:
-    from logmetrics_parsers.vllm import VllmParser
 
 P = "(APIServer pid=1) "
 START = (P + "INFO 09-30 11:31:04 [api_server.py:1839] vLLM API server version 0.11.0\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from logmetrics_parsers.llamacpp import LlamaCppParser
 
 from logmetrics.engine.parsing import parse_records
 from logmetrics.events import Event, number
@@ -16,11 +16,6 @@ from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import Run, assert_fast_path_matches, run_batches
 from logmetrics.testing import totals as totals_of
 from tests.helpers import Totals, store_view
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.llamacpp import LlamaCppParser
-else:
-    from logmetrics_parsers.llamacpp import LlamaCppParser
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "llamacpp").glob("*.log"))

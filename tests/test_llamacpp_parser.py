@@ -6,20 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from logmetrics_parsers.llamacpp import LlamaCppParser, number
+from logmetrics_parsers.vllm import VllmParser
 
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
 from logmetrics.plugins import discover
 from logmetrics.plugins.routing import choose
 from logmetrics.records import Record, split_records
 from tests.helpers import parse, total
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.llamacpp import LlamaCppParser, number
-    from parsers.vllm import VllmParser
-else:
-    from logmetrics_parsers.llamacpp import LlamaCppParser, number
-    from logmetrics_parsers.vllm import VllmParser
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "llamacpp"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from logmetrics_parsers.common import access_line, route_template, strip_prefix
+from logmetrics_parsers.errors import COMMON_CAUSES, Phrases, is_traceback, node_error, python_exception
+from logmetrics_parsers.leapfrog import leapfrog_line
+from logmetrics_parsers.pairs import TIMED_OUT, Pairs
+
 from logmetrics.events import Event
 from logmetrics.store.store import Store
-from parsers.common import access_line, route_template, strip_prefix
-from parsers.errors import COMMON_CAUSES, Phrases, is_traceback, node_error, python_exception
-from parsers.leapfrog import leapfrog_line
-from parsers.pairs import TIMED_OUT, Pairs
 
 TB = """Traceback (most recent call last):
   File "/app/main.py", line 3, in <module>

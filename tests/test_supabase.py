@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from logmetrics_parsers.supabase import SupabaseParser
 
 from logmetrics.events import Event
 from logmetrics.plugins import discover, record_rule, validate
@@ -16,11 +16,6 @@ from logmetrics.plugins.routing import route
 from logmetrics.records import Record, split_records
 from logmetrics.testing import check_events
 from tests.helpers import parse, total
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.supabase import SupabaseParser
-else:
-    from logmetrics_parsers.supabase import SupabaseParser
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "supabase").glob("*.log"))

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from logmetrics_parsers.ui import UiParser
 
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Record, split_records
 from logmetrics.testing import check_events
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.ui import UiParser
-else:
-    from logmetrics_parsers.ui import UiParser
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_SAMPLES = sorted(p for p in (ROOT / "samples").glob("*/*.log") if p.parent.name != "ui")

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+
+from logmetrics_parsers.vllm import VllmParser
+from logmetrics_parsers.vllm_requests import id_count
 
 from logmetrics.events import Event
 from tests.test_vllm_parser import ROOT, by_batches, by_records, nonzero, scan, stats_v1, totals, unwrap
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.vllm import VllmParser
-    from parsers.vllm_requests import id_count
-else:
-    from logmetrics_parsers.vllm import VllmParser
-    from logmetrics_parsers.vllm_requests import id_count
 
 SAMPLE = ROOT / "samples" / "vllm" / "exact-tokens.log"
 M = ("qwen2.5-7b",)

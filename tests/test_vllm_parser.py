@@ -7,9 +7,19 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from logmetrics_parsers.common import (
+    MAX_KNOWN_ROUTES,
+    MAX_UNKNOWN_ROUTES,
+    NOT_FOUND,
+    OTHER,
+    RouteLabels,
+    route_template,
+    split_access_key,
+)
+from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
+from logmetrics_parsers.vllm_errors import ERROR_TYPES, classify_error
 
 from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import validate
@@ -17,31 +27,6 @@ from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import assert_fast_path_matches, check_events, run_batches
 from tests.helpers import Totals, store_view
-
-if TYPE_CHECKING:  # the type checker reads the source tree; the package is installed under another name
-    from parsers.common import (
-        MAX_KNOWN_ROUTES,
-        MAX_UNKNOWN_ROUTES,
-        NOT_FOUND,
-        OTHER,
-        RouteLabels,
-        route_template,
-        split_access_key,
-    )
-    from parsers.vllm import MAX_PENDING, VllmParser
-    from parsers.vllm_errors import ERROR_TYPES, classify_error
-else:
-    from logmetrics_parsers.common import (
-        MAX_KNOWN_ROUTES,
-        MAX_UNKNOWN_ROUTES,
-        NOT_FOUND,
-        OTHER,
-        RouteLabels,
-        route_template,
-        split_access_key,
-    )
-    from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
-    from logmetrics_parsers.vllm_errors import ERROR_TYPES, classify_error
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "vllm").glob("*.log"))

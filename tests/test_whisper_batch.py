@@ -7,13 +7,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from logmetrics_parsers.whisper import WhisperParser
 
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule
 from logmetrics.records import Batch, Record
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import assert_fast_path_matches
-from parsers.whisper import WhisperParser
 
 SAMPLES = sorted((Path(__file__).resolve().parent.parent / "samples" / "whisper").glob("*.log"))
 NOW = 1_731_500_000.0

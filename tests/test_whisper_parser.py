@@ -10,6 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from logmetrics_parsers.whisper import WhisperParser, model_name
+from logmetrics_parsers.whisper_patterns import clock_seconds
 
 from logmetrics.engine.engine import Engine
 from logmetrics.events import Event, values_of
@@ -20,8 +22,6 @@ from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.exposition import make_registry, text
 from logmetrics.store.store import Store
 from logmetrics.testing import check_events
-from parsers.whisper import WhisperParser, model_name
-from parsers.whisper_patterns import clock_seconds
 from tests.helpers import Samples, parse, total
 
 ROOT = Path(__file__).resolve().parent.parent
