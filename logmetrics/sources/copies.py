@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from logmetrics.sources import identity
@@ -164,3 +164,35 @@ def forget_absent(known: dict[Ident, Known], listed: set[Ident], now: float) -> 
         for _, ident in absent[: len(absent) - identity.MAX_ABSENT]:
             gone.append(known.pop(ident))
     return [k for k in gone if k.offset is not None]
+
+
+@dataclass
+class CopyTracker:
+    """What copy tracking remembers between polls: the files seen before and not held open (retired
+    files, presumed copies), the cuts waiting for their copy, the streams rotated or cut lately,
+    and whether a presumed copy waits for its original's truncation."""
+
+    known: dict[Ident, Known] = field(default_factory=dict)
+    cuts: list[Cut] = field(default_factory=list)  # files found cut lately: a copy may show up a few polls later
+    rotated_lately: dict[str, float] = field(default_factory=dict)  # streams whose file was replaced: when
+    cut_lately: dict[str, float] = field(default_factory=dict)  # streams whose file was cut: when (monotonic)
+    held: bool = False  # files that look like a copy wait for their original's truncation
+
+    def expire(self, now: float, wait: float) -> list[Cut]:
+        """Forget the cuts, rotations and truncations older than ``wait`` seconds (monotonic
+        ``now``); the cuts forgotten that held bytes no copy came for, in order: those are lost."""
+        lost = [c for c in self.cuts if now - c.since >= wait and c.unread]
+        self.cuts = [c for c in self.cuts if now - c.since < wait]
+        self.rotated_lately = {s: at for s, at in self.rotated_lately.items() if now - at < wait}
+        self.cut_lately = {s: at for s, at in self.cut_lately.items() if now - at < wait}
+        return lost
+
+    def note_held(self) -> None:
+        """After a full pass: whether a presumed copy waits for its original's truncation."""
+        self.held = any(k.offset is None for k in self.known.values())
+
+    def forget_streams(self, streams: Iterable[str]) -> None:
+        """Forget what is remembered of the files of ``streams`` (no longer followed)."""
+        gone = set(streams)
+        for ident in [i for i, k in self.known.items() if k.stream in gone]:
+            del self.known[ident]

@@ -18,6 +18,7 @@ import time
 from logmetrics.sources.changeindex import ChangeIndex
 from logmetrics.sources.chunks import Position, SourceStats
 from logmetrics.sources.copies import (
+    CopyTracker,
     Cut,
     Known,
     copy_name,
@@ -72,13 +73,11 @@ class Placement:
     stats: SourceStats
     _files: dict[Ident, TailFile]
     _active: dict[str, Ident]
-    _known: dict[Ident, Known]
+    _copies: CopyTracker
     _streams: set[str]
     _start_at_end: dict[Ident, int]
     _unopened: dict[Ident, Position]
     _rotated: set[str]
-    _rotated_lately: dict[str, float]
-    _cut_lately: dict[str, float]
     _name_index: dict[str, list[TailFile]] | None
     _resume: ResumeState
     _first: bool
@@ -126,10 +125,10 @@ class Placement:
         except OSError as err:
             self._report(f.path, err)
             return False
-        self._cut_lately[f.stream] = cut.since
+        self._copies.cut_lately[f.stream] = cut.since
         self.stats.truncations[f.stream] = self.stats.truncations.get(f.stream, 0) + 1
         claimed = False
-        for known in self._known.values():
+        for known in self._copies.known.values():
             # A copy taken before the cut holds all that was read: as long as what was read, and not
             # empty. An empty one (the copy of a file just cut, two copytruncates in a row) or a
             # shorter one is an older copy, or one still being written: the cut waits in ``cuts``.
@@ -224,7 +223,7 @@ class Placement:
             self._drain(self._files[current])
             del self._active[path]
             self._rotated.add(path)
-            self._rotated_lately[path] = time.monotonic()
+            self._copies.rotated_lately[path] = time.monotonic()
         f = self._files.get(ident)
         if f is not None and f.fd < 0 and other_birth_at(path, f.birth):
             self._forget_parked(f)  # deleted while closed, and its inode given to this new file
@@ -243,7 +242,7 @@ class Placement:
         if ((self._first or ident in self._resume.later or ident in self._resume.unseen)
                 and self._resume.at is not None and self._place_resumed(path, ident)):
             return
-        known = self._known.get(ident)
+        known = self._copies.known.get(ident)
         proven_new = False
         held_born: int | None = None  # the birth of the file a held copy was when first found
         if known is not None:
@@ -251,7 +250,7 @@ class Placement:
                 original = self._current(known.stream)
                 if still_copy(path, known, original, size, self._copy_wait):
                     return  # still a copy of what was (or is being) read from its original
-                del self._known[ident]  # not a copy of that file after all
+                del self._copies.known[ident]  # not a copy of that file after all
                 # No truncation came in time: a new file. Or its content parted from that file's (a copy
                 # seen empty, as cp creates it, looks like any file): it may still be another one's copy.
                 proven_new = time.monotonic() - known.since >= self._copy_wait
@@ -270,14 +269,14 @@ class Placement:
         if proven_new and other_birth(fd, held_born):
             proven_new = False  # not the file held so long: another one that got its inode (a new copy)
         if known is not None:
-            del self._known[ident]
+            del self._copies.known[ident]
             if known.offset is not None and not other_birth(fd, known.birth) \
                     and same_file(fd, size, head, known.head, known.offset, known.fp):
                 if size > known.offset:
                     self._follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
                 else:  # the same, only touched (or first looked at since it was retired parked)
                     known.mtime_ns, known.unread = st.st_mtime_ns, 0  # (back: nothing it held is lost)
-                    self._known[ident] = known
+                    self._copies.known[ident] = known
                     self._fds.close(fd)
                 return
             # else another file under its inode (deleted, and the inode reused), or written over: new
@@ -303,12 +302,13 @@ class Placement:
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one
                     now = time.monotonic()  # (seen now: once claimed by a cut, it is kept while it is listed)
-                    self._known[ident] = Known(f.stream, head, None, since=now, size=size, seen=now, birth=birth(fd))
+                    self._copies.known[ident] = Known(f.stream, head, None, since=now, size=size, seen=now,
+                                                      birth=birth(fd))
                     self._fds.close(fd)
                     return
         if path in self._streams:
             self._rotated.add(path)
-            self._rotated_lately[path] = time.monotonic()
+            self._copies.rotated_lately[path] = time.monotonic()
             self.stats.rotations[path] = self.stats.rotations.get(path, 0) + 1
             self._follow(fd, ident, head, path, path, 0, size, active=True)
         elif ident in self._start_at_end:
@@ -320,7 +320,7 @@ class Placement:
             # its stream was rotated twice between two looks: this file came and went at its path
             # unseen, a rotation not counted yet; or, its file cut, a copy of lines written between
             # two copytruncates, a cut not counted yet
-            counts = self.stats.rotations if owner in self._rotated_lately else self.stats.truncations
+            counts = self.stats.rotations if owner in self._copies.rotated_lately else self.stats.truncations
             counts[owner] = counts.get(owner, 0) + 1
             self._follow(fd, ident, head, path, owner, 0, size)
         elif (owner := self._copied_unread(path, proven_new)) is not None:
@@ -377,9 +377,9 @@ class Placement:
         for stream in originals(path):
             ident = self._active.get(stream)
             if ident is not None and _ident_at(stream) != ident:
-                self._rotated_lately[stream] = time.monotonic()  # its file moved away unseen
+                self._copies.rotated_lately[stream] = time.monotonic()  # its file moved away unseen
                 return stream
-            if stream in self._rotated_lately or stream in self._cut_lately:
+            if stream in self._copies.rotated_lately or stream in self._copies.cut_lately:
                 return stream
         return None
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from logmetrics.sources import filekinds
 from logmetrics.sources.changeindex import ChangeIndex
 from logmetrics.sources.chunks import Chunk, Position, SourceError, SourceStats
-from logmetrics.sources.copies import COPY_WAIT, Cut, Known, forget_absent
+from logmetrics.sources.copies import COPY_WAIT, CopyTracker, Cut, Known, forget_absent
 from logmetrics.sources.descriptors import Descriptors, out_of_descriptors
 from logmetrics.sources.placement import Placement
 from logmetrics.sources.resume import ResumeState
@@ -132,10 +132,7 @@ class FileTailer(Placement):
         self._budget = max(poll_budget, read_size)
         self._files: dict[Ident, TailFile] = {}  # followed files (open, or parked while idle)
         self._active: dict[str, Ident] = {}  # stream -> the file now at its path
-        self._known: dict[Ident, Known] = {}
-        self._cuts: list[Cut] = []  # files found cut lately: a copy of one may show up a few polls later
-        self._rotated_lately: dict[str, float] = {}  # streams whose file was replaced lately: when (monotonic)
-        self._cut_lately: dict[str, float] = {}  # streams whose file was cut lately: when (monotonic)
+        self._copies = CopyTracker()  # what copy tracking remembers between polls
         self._name_index: dict[str, list[TailFile]] | None = None  # followed files by stream name, in a listing
         self._streams: set[str] = set()  # every stream ever followed: a new file there is a rotation
         self._start_at_end: dict[Ident, int] = {}  # present at the first poll but not opened then: size then
@@ -150,7 +147,6 @@ class FileTailer(Placement):
         self._waker: Waker | None = None
         self._changes = ChangeIndex(rescan_interval)
         self._busy: set[str] = set()  # streams read at every pass: a file draining, parked, behind or held
-        self._copies_held = False  # files that look like a copy wait for their original's truncation
 
     @property
     def rescan_interval(self) -> float:
@@ -227,8 +223,7 @@ class FileTailer(Placement):
         for stream in dropped:
             self._active.pop(stream, None)
             self._streams.discard(stream)
-        for ident in [i for i, k in self._known.items() if k.stream in dropped]:
-            del self._known[ident]
+        self._copies.forget_streams(dropped)
         for path in discover(added, lambda err: None, self.wanted):
             try:
                 st = os.stat(path)
@@ -260,12 +255,9 @@ class FileTailer(Placement):
         # A file found but waiting for a descriptor may be the copy that a cut waits for: the cuts
         # (and what rotated lately) wait on with it, up to COPY_WAIT_STARVED times as long.
         wait = self._copy_wait * (COPY_WAIT_STARVED if self._unopened else 1)
-        for cut in self._cuts:
-            if now - cut.since >= wait and cut.unread:  # no copy came: what it held is gone
-                self._lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
-        self._cuts = cuts = [c for c in self._cuts if now - c.since < wait]
-        self._rotated_lately = {s: at for s, at in self._rotated_lately.items() if now - at < wait}
-        self._cut_lately = {s: at for s, at in self._cut_lately.items() if now - at < wait}
+        for cut in self._copies.expire(now, wait):  # no copy came: what it held is gone
+            self._lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
+        cuts = self._copies.cuts
         if changed is not None:
             files = [self._files[ident] for ident in changed]
             if not any([self._check_cut(f, cuts) for f in files]):  # (a list: every file is checked)
@@ -275,7 +267,7 @@ class FileTailer(Placement):
         self._scan(cuts)
         self._first = False
         self._changes.after_full(now, asked, self._files.values(), [self._files[i] for i in self._active.values()])
-        self._copies_held = any(k.offset is None for k in self._known.values())
+        self._copies.note_held()
         chunks = self._read_all(None)
         if self._waiting:
             chunks += self._place_waiting(cuts)
@@ -320,7 +312,7 @@ class FileTailer(Placement):
             return None, frozenset()
         if self._missing:
             self._watch_appeared()
-        full = bool(self._first or self._waiting or self._unopened or self._cuts or self._copies_held
+        full = bool(self._first or self._waiting or self._unopened or self._copies.cuts or self._copies.held
                     or self._resume.later or self._resume.unseen or self._walk_incomplete)
         return self._changes.changed(full, self._files)
 
@@ -393,7 +385,7 @@ class FileTailer(Placement):
                 f.missed = True
                 if not f.draining:
                     self._drain(f)
-        for k in forget_absent(self._known, idents, time.monotonic()):
+        for k in forget_absent(self._copies.known, idents, time.monotonic()):
             if k.unread:
                 self._lost(k.stream, k.unread, "was in a directory that went away while closed for want of descriptors")
         for ident in [i for i in self._unopened if i not in idents]:
@@ -490,7 +482,7 @@ class FileTailer(Placement):
         fp = f.fingerprint(f.offset)
         self._fds.release(f)
         del self._files[f.ident]
-        self._known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic(),
+        self._copies.known[f.ident] = Known(f.stream, f.head, f.offset, fp=fp, mtime_ns=mtime_ns, seen=time.monotonic(),
                                      birth=f.birth)
         self._vanish_if_last(f.stream)
 
@@ -499,7 +491,7 @@ class FileTailer(Placement):
         to where it was (its partial last line kept), so that it is read on if the directory comes
         back; what it held is counted lost if it does not (``forget_absent``)."""
         self._let_go(f)
-        self._known[f.ident] = Known(f.stream, f.head, f.offset, pending=bytes(f.cutter.pending),
+        self._copies.known[f.ident] = Known(f.stream, f.head, f.offset, pending=bytes(f.cutter.pending),
                                      fp=f.fingerprint(f.offset), seen=time.monotonic(), birth=f.birth,
                                      unread=f.size - f.offset)
         self._vanish_if_last(f.stream)
