@@ -14,7 +14,6 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from logmetrics.events import Event, values_of
-from logmetrics.records import RecordAssembler, Rule
 from logmetrics.store.catalog import BY_NAME
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -114,21 +113,6 @@ def append(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-
-
-def batch_pieces(text: str, size: int, rule: Rule) -> list[str]:
-    """``text`` cut into batches of whole records (``rule``: the parser's record rule), the way the
-    engine cuts what it reads in pieces of about ``size`` characters."""
-    assembler = RecordAssembler(rule)
-    out: list[str] = []
-    buf = ""
-    for line in text.splitlines(keepends=True):
-        buf += line
-        if len(buf) >= size:
-            out.append(assembler.feed(buf)[0])
-            buf = ""
-    out += [assembler.feed(buf)[0], assembler.flush()[0]]
-    return [piece for piece in out if piece]
 
 
 Totals = dict[tuple[str, tuple[str, ...]], object]

@@ -69,6 +69,12 @@ def ready(store: Store) -> dict[str, float]:
     return {labels[2]: v for (name, labels), v in store.gauges.items() if name == "backend_ready"}
 
 
+def probe(eng: Engine, path: str = "/x.log") -> None:
+    """One batch of a line no parser matches, counted at once: the stream's next batch."""
+    eng.feed(Chunk(path, PROBE, time.time()))
+    eng.finish()
+
+
 def toys() -> dict[str, ParserEntry]:
     """The two toy plugins."""
     return {"toy": ParserEntry("toy", Toy, "test"), "broken": ParserEntry("broken", Broken, "test")}
@@ -79,12 +85,10 @@ def test_learned_readiness_goes_out_once_with_the_next_batch() -> None:
     eng, store = engine(toys(), "toy")
     eng.learn("/x.log", [b"start\nup\n"])
     assert ready(store) == {}
-    eng.feed(Chunk("/x.log", PROBE, time.time()))
-    eng.finish()
+    probe(eng)
     assert ready(store) == {"toy-model": 1.0}
     store.gauges[("backend_ready", ("toy", "s", "toy-model"))] = 0.0
-    eng.feed(Chunk("/x.log", PROBE, time.time()))
-    eng.finish()
+    probe(eng)
     assert ready(store) == {"toy-model": 0.0}
 
 
@@ -92,8 +96,7 @@ def test_a_parser_that_learned_nothing_says_nothing() -> None:
     """learn() on lines that do not say it is up: no gauge at all."""
     eng, store = engine(toys(), "toy")
     eng.learn("/x.log", [b"start\ndown\n"])
-    eng.feed(Chunk("/x.log", PROBE, time.time()))
-    eng.finish()
+    probe(eng)
     assert ready(store) == {}
 
 
@@ -104,17 +107,15 @@ def test_restored_readiness_goes_out_with_the_next_batch() -> None:
     saved = first.stream_states()
     again, store = engine(toys(), "toy")
     again.restore_streams(saved)
-    again.feed(Chunk("/x.log", PROBE, time.time()))
-    again.finish()
+    probe(again)
     assert ready(store) == {"toy-model": 1.0}
 
 
 def test_a_readiness_that_raises_is_counted_and_the_stream_goes_on() -> None:
-    """A plugin's bug in readiness() is a parse error, not the end of the stream."""
+    """A plugin's bug in readiness() is reported, not the end of the stream: its lines are still read."""
     eng, store = engine(toys(), "broken")
     eng.learn("/x.log", [b"up\n"])
-    eng.feed(Chunk("/x.log", PROBE, time.time()))
-    eng.finish()
+    probe(eng)
     assert ready(store) == {}
     assert store.counters[("logmetrics_lines_read_total", ("s",))] == 1
 
@@ -132,6 +133,5 @@ def test_a_file_read_from_its_end_is_as_ready_as_read_whole(log: Path) -> None:
     want = {dict(labels)["model"] for (name, labels), v in golden.items() if name == "backend_ready" and v == 1}
     eng, store = engine(discover(), log.parent.name)
     eng.learn(str(log), [log.read_bytes()])
-    eng.feed(Chunk(str(log), PROBE, time.time()))
-    eng.finish()
+    probe(eng, str(log))
     assert {model for model, v in ready(store).items() if v == 1} == want

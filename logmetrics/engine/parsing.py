@@ -52,6 +52,13 @@ def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseEx
     return events, matched, lines, errors, models
 
 
+def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
+    """A parser's own ``parse_batch`` on ``batch``: its events, the records matched and their
+    physical lines (one per matched record, for a ``parse_batch`` that does not say)."""
+    result = parser.parse_batch(batch)
+    return result[0], result[1], result[2] if len(result) > 2 else result[1]
+
+
 def relabel(events: list[Event], model: str, at: dict[str, int]) -> list[Event]:
     """The events with their model label (at position ``at[metric]`` of their own labels) set to
     the static one (few per batch)."""
@@ -134,10 +141,7 @@ class Applier:
             events, matched, matched_lines, errors, models = parse_records(parser, batch, self.raised)
         else:
             try:
-                result = parser.parse_batch(batch)
-                events, matched = result[0], result[1]
-                # a parse_batch that does not say how many lines matched: one per matched record
-                matched_lines = result[2] if len(result) > 2 else matched
+                events, matched, matched_lines = fast_records(parser, batch)
             except PLUGIN_ERRORS as exc:
                 # The parser may have seen some of these records: running them again would advance
                 # its state twice. The batch is lost, counted and reported with its own exception.

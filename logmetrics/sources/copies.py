@@ -143,29 +143,6 @@ def _same_content(path: str, known: Known, original: TailFile, size: int) -> boo
         os.close(fd)
 
 
-def forget_absent(known: dict[Ident, Known], listed: set[Ident], now: float) -> list[Known]:
-    """After a full listing: note when each remembered file was last ``listed``, forget old absent
-    ones; the retired files forgotten (their ``unread`` bytes are lost).
-
-    A presumed copy (``offset`` None) missing from a listing is forgotten at once: it is compared
-    with its original again if it shows up. A retired file is kept for ``identity.KEEP`` seconds.
-    """
-    absent: list[tuple[float, Ident]] = []
-    gone: list[Known] = []
-    for ident, k in list(known.items()):
-        if ident in listed:
-            k.seen = now
-        elif k.offset is None or now - k.seen > identity.KEEP:
-            gone.append(known.pop(ident))
-        else:
-            absent.append((k.seen, ident))
-    if len(absent) > identity.MAX_ABSENT:
-        absent.sort()
-        for _, ident in absent[: len(absent) - identity.MAX_ABSENT]:
-            gone.append(known.pop(ident))
-    return [k for k in gone if k.offset is not None]
-
-
 @dataclass
 class CopyTracker:
     """What copy tracking remembers between polls: the files seen before and not held open (retired
@@ -196,3 +173,26 @@ class CopyTracker:
         gone = set(streams)
         for ident in [i for i, k in self.known.items() if k.stream in gone]:
             del self.known[ident]
+
+    def forget_absent(self, listed: set[Ident], now: float) -> list[Known]:
+        """After a full listing: note when each remembered file was last ``listed``, forget old absent
+        ones; the retired files forgotten (their ``unread`` bytes are lost).
+
+        A presumed copy (``offset`` None) missing from a listing is forgotten at once: it is compared
+        with its original again if it shows up. A retired file is kept for ``identity.KEEP`` seconds.
+        """
+        known = self.known
+        absent: list[tuple[float, Ident]] = []
+        gone: list[Known] = []
+        for ident, k in list(known.items()):
+            if ident in listed:
+                k.seen = now
+            elif k.offset is None or now - k.seen > identity.KEEP:
+                gone.append(known.pop(ident))
+            else:
+                absent.append((k.seen, ident))
+        if len(absent) > identity.MAX_ABSENT:
+            absent.sort()
+            for _, ident in absent[: len(absent) - identity.MAX_ABSENT]:
+                gone.append(known.pop(ident))
+        return [k for k in gone if k.offset is not None]

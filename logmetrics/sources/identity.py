@@ -35,7 +35,6 @@ _AT_EMPTY_PATH = 0x1000  # statx of the descriptor itself
 _AT_FDCWD = -100  # statx of a path from the working directory
 _BTIME_AT = 80  # offset of stx_btime (seconds: s64, then nanoseconds: u32) in struct statx
 
-Ident = tuple[int, int]
 
 
 def _load_statx() -> Callable[..., int] | None:

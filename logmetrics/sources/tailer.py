@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from logmetrics.sources import filekinds
 from logmetrics.sources.changeindex import ChangeIndex
 from logmetrics.sources.chunks import Chunk, Position, SourceError, SourceStats
-from logmetrics.sources.copies import COPY_WAIT, CopyTracker, Cut, Known, forget_absent
+from logmetrics.sources.copies import COPY_WAIT, CopyTracker, Cut, Known
 from logmetrics.sources.descriptors import Descriptors, out_of_descriptors
 from logmetrics.sources.placement import Placement
 from logmetrics.sources.resume import ResumeState
@@ -266,7 +266,7 @@ class FileTailer(Placement):
         self._check_open_files(cuts)
         self._scan(cuts)
         self._first = False
-        self._changes.after_full(now, asked, self._files.values(), [self._files[i] for i in self._active.values()])
+        self._changes.after_full(now, asked, self._files.values(), (self._files[i] for i in self._active.values()))
         self._copies.note_held()
         chunks = self._read_all(None)
         if self._waiting:
@@ -385,7 +385,7 @@ class FileTailer(Placement):
                 f.missed = True
                 if not f.draining:
                     self._drain(f)
-        for k in forget_absent(self._copies.known, idents, time.monotonic()):
+        for k in self._copies.forget_absent(idents, time.monotonic()):
             if k.unread:
                 self._lost(k.stream, k.unread, "was in a directory that went away while closed for want of descriptors")
         for ident in [i for i in self._unopened if i not in idents]:
