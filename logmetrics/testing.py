@@ -221,8 +221,8 @@ def run_batches(parser_cls: type[Parser], text: str, size: int | None, *, fast: 
                 prepare: Callable[[Parser], None] | None = None,
                 state: Callable[[Parser], object] | None = None, digits: int = 9) -> Run:
     """Totals, records and lines matched, and the final state of a new parser on ``text`` in
-    batches: through its ``parse_batch`` (``fast``), or record by record through ``parse`` as the
-    engine runs a parser that has none."""
+    batches: through its fast path (``fast``: its ``parse_batch``, or the runs of its ``frequent``
+    lines through ``parse_run``), or record by record through ``parse`` alone."""
     parser = parser_cls()
     if prepare is not None:
         prepare(parser)
@@ -230,11 +230,11 @@ def run_batches(parser_cls: type[Parser], text: str, size: int | None, *, fast: 
     matched = lines = 0
     for piece in batches(text, size, parser_cls):
         batch = Batch("test", piece, now, piece.count("\n"))
-        if fast:
+        if fast and has_own_batch(parser_cls):
             got, n, k = fast_records(parser, batch)
         else:
-            got, n, k, errors, _ = parse_records(parser, batch)
-            assert not errors, f"parse raised on {errors} record(s)"
+            got, n, k, errors, _ = parse_records(parser, batch, fast=fast)
+            assert not errors, f"the parser raised on {errors} record(s)"
         events += check_events(parser_cls, got)
         matched += n
         lines += k
@@ -245,16 +245,16 @@ def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequenc
                              *, now: float = 0.0, prepare: Callable[[Parser], None] | None = None,
                              state: Callable[[Parser], object] | None = None, digits: int = 9,
                              lines: bool = True) -> Run:
-    """The parser's ``parse_batch`` on ``text`` cut into batches of each size gives what ``parse``
-    gives record by record: the same totals, records and (unless ``lines`` is False) lines
-    matched, and final state (``state(parser)``, by default ``parser.state()``), totals rounded to
-    ``digits``; ``prepare(parser)`` runs on each new parser first (``learn``, say). Returns the
-    record-by-record run of the last size. A parser without a ``parse_batch`` of its own has no
+    """The parser's fast path (its ``parse_batch``, or its ``frequent`` lines) on ``text`` cut into batches of
+    each size gives what ``parse`` gives record by record: the same totals, records and (unless
+    ``lines`` is False) lines matched, and final state (``state(parser)``, by default
+    ``parser.state()``), totals rounded to ``digits``; ``prepare(parser)`` runs on each new parser first
+    (``learn``, say). Returns the record-by-record run of the last size. A parser with neither has no
     fast path: it is run through ``parse`` alone, its events checked as ``check_events`` does."""
     want: Run = ({}, 0, 0, None)
     for size in sizes:
         want = run_batches(parser_cls, text, size, fast=False, now=now, prepare=prepare, state=state, digits=digits)
-        if parser_cls.parse_batch is Parser.parse_batch:
+        if not has_own_batch(parser_cls) and not has_frequent(parser_cls):
             continue
         got = run_batches(parser_cls, text, size, fast=True, now=now, prepare=prepare, state=state, digits=digits)
         if not lines:
@@ -266,3 +266,13 @@ def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequenc
             raise AssertionError(f"{parser_cls.__name__}: the fast path differs from parse in batches of "
                                  f"{size or 'the whole text'}:\n" + "\n".join(wrong))
     return want
+
+
+def has_own_batch(parser_cls: type[Parser]) -> bool:
+    """Whether the parser has a ``parse_batch`` of its own."""
+    return parser_cls.parse_batch is not Parser.parse_batch
+
+
+def has_frequent(parser_cls: type[Parser]) -> bool:
+    """Whether the parser names frequent lines (``frequent``, or ``frequent_lines`` of its own)."""
+    return bool(parser_cls.frequent) or parser_cls.frequent_lines is not Parser.frequent_lines

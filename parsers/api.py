@@ -26,10 +26,11 @@ from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
+from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
 from logmetrics.records.shapes import EXCEPTION_LINE
 
-from .common import PY_DEFAULT_LINE, RouteLabels, access_labels, access_line
+from .common import PROC_PREFIX, PY_DEFAULT_LINE, UVICORN_ACCESS, RouteLabels, access_labels, access_line
 from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception
 from .leapfrog import leapfrog_line
 
@@ -58,6 +59,10 @@ _GUNICORN = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{4}\] \[\d+
 #: A time a logging config puts before uvicorn's ``LEVEL:`` (``2026-09-09 12:20:52 +0200 ``,
 #: ``2026-09-09T12:20:52.123Z ``, ``[2026-09-09 12:20:52,120] ``).
 _TIME_PREFIX = re.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]? +")
+#: The lines of a busy gateway: uvicorn's access line, after an optional time or process prefix
+#: (``Parser.frequent``), and what reads a run of them: each request's ``UVICORN_ACCESS`` capture.
+FREQUENT = rf"(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}[^\n]*"
+_REQUESTS = re.compile(rf"^(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}", re.MULTILINE)
 _UVICORN = re.compile(r"(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+([^\n]*)")
 _EXC_FIRST = re.compile(EXCEPTION_LINE)
 _SNIFF_STRONG = re.compile(r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}-')
@@ -74,6 +79,7 @@ class ApiParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-api*", "*leapfrogai_api*", "api", "api.log", "api-*",
                                          "api_*")
     process_names: ClassVar[tuple[str, ...]] = ("leapfrogai_api.main", "leapfrogai-api")
+    frequent: ClassVar[str] = FREQUENT
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
@@ -127,6 +133,16 @@ class ApiParser(Parser):
             events.append(Event("backend_errors_total", (self.model, self._kind(text, traceback)), 1,
                                 rule="error"))
         return events
+
+    def parse_run(self, run: Run) -> tuple[list[Event], int]:
+        """A run of access lines: ``http_requests_total`` once per label set, as ``parse`` counts them."""
+        counts: dict[tuple[str, str, str], int] = {}
+        labels_of = self._routes.labels
+        for key in _REQUESTS.findall(run.text, run.start, run.end):
+            labels = labels_of(key)
+            counts[labels] = counts.get(labels, 0) + 1
+        return ([Event("http_requests_total", labels, n, rule="access") for labels, n in counts.items()],
+                sum(counts.values()))
 
     def _kind(self, text: str, traceback: bool) -> str:
         kind = PHRASES.classify(text, traceback=traceback)

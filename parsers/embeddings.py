@@ -32,7 +32,7 @@ from logmetrics.records.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 from logmetrics.store.catalog import DURATION_BUCKETS, Family
 
 from .common import PY_DEFAULT_LINE, RouteLabels, access_answer, access_labels, model_label
-from .embeddings_batch import BatchScan
+from .embeddings_batch import RunReader
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .errors import is_traceback
@@ -83,7 +83,7 @@ def rich_message(text: str) -> tuple[str, str] | None:
     return m.group(1), " ".join(p for p in parts if p)
 
 
-class EmbeddingsParser(BatchScan):
+class EmbeddingsParser(RunReader):
     """LeapfrogAI's text-embeddings backend and Hugging Face text-embeddings-inference."""
 
     name: ClassVar[str] = "embeddings"

@@ -1,35 +1,32 @@
-"""The text-embeddings parser's whole-batch scan: its frequent lines found in C, the rest record by record.
+"""The text-embeddings parser's frequent lines, and what reads a run of them in C (``parse_run``).
 
-A batch is scanned once with one pattern anchored at line starts (``fast_pattern``) for the lines
-that make up nearly all of a busy log, each a record of one line (no line that might continue a
-record follows it), taken in runs:
+The framework finds runs of the lines that make up nearly all of a busy log (``FREQUENT``), each
+a record of one line:
 
 - TEI's ``Success`` lines of an HTTP request span with their four durations (``total_time``,
   ``tokenization_time``, ``queue_time``, ``inference_time``);
 - LeapfrogAI's ``processing CreateEmbedding request`` and ``finished processing ... created K
   embeddings`` lines: a run of pairs (with only tqdm ``Batches:`` bars between them) starts and
-  ends each request at once when nothing runs before it; a line alone goes through the pairing;
+  ends each request at once when nothing runs before it; other runs go through the pairing;
 - the tqdm ``Batches:`` bars themselves, which give nothing.
 
-A second ``findall`` over a run takes its fields. Everything between two runs (start-ups, errors,
+A ``findall`` over a run takes its fields. Everything between two runs (start-ups, errors,
 tracebacks, model lines, other formats) goes through ``parse`` record by record, in its place.
-Counters are added up per label set and given out as one event each (and the running gauge once)
-before the next record that goes through ``parse``, and at the end of the batch; a run's histogram
-observations go out as one event per series (a tuple of observations). The result is what
-``parse`` gives on each record (the tests check it on every sample and on shuffled lines and
-records, in several batch sizes).
-"""
+A run's counters are added up per label set and given out as one event each (and the running gauge
+once); its histogram observations go out as one event per series (a tuple of observations). The result
+is what ``parse`` gives on each record (the tests check it on every sample and on shuffled lines and
+records, in several batch sizes)."""
 
 from __future__ import annotations
 
 import calendar
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from logmetrics.events import Event
-from logmetrics.plugins import Parser, record_rule
-from logmetrics.records import Batch, Record, split_records
-from logmetrics.records.shapes import EXCEPTION_LINE, unconditional
+from logmetrics.plugins import Parser
+from logmetrics.plugins.fastpath import Run
+from logmetrics.records.shapes import EXCEPTION_LINE
 
 from .embeddings_tei import UNITS
 
@@ -61,19 +58,12 @@ _LFAI_ROW = re.compile(r"^[\w.]+: (\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d),(\d{3}) [^>
                        r"(?:p|f[^\n]+created (\d+))", re.MULTILINE)
 
 
-def fast_pattern(parser: type[Parser]) -> re.Pattern[str]:
-    """Runs of the frequent lines, each line a whole record under ``parser``'s shapes: the run is not
-    followed (even after blank lines) by a line that might continue its last line."""
-    alone = rf"(?![^\n])(?!\n+(?:{unconditional(parser.shapes)}))"
-    return re.compile(
-        rf"^(?:(?P<tei>{_TEI}(?:\n{_TEI})*)|(?P<pairs>{_PAIR}(?:\n(?:{_BAR}\n)*{_PAIR})*)"
-        rf"|(?P<lfai>{_HEAD}(?:{_START}|{_DONE}))|(?P<bar>{_BAR})){alone}",
-        re.MULTILINE,
-    )
+#: The frequent lines (``Parser.frequent``), each a record of its own.
+FREQUENT = rf"{_TEI}|{_HEAD}(?:{_START}|{_DONE})|{_BAR}"
 
 
-class BatchScan(Parser):
-    """``parse_batch`` for the text-embeddings parser; the subclass keeps the state it reads."""
+class RunReader(Parser):
+    """``parse_run`` for the text-embeddings parser; the subclass keeps the state it reads."""
 
     model: str
     _pairs: Pairs
@@ -81,65 +71,28 @@ class BatchScan(Parser):
     _offset: float
     _is_tei: bool
     _starting: bool
-    _fast: re.Pattern[str] | None = None
+    frequent: ClassVar[str] = FREQUENT
 
-    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
-        """The batch's events, records matched and their lines; the same as ``parse`` on each record."""
-        cls = type(self)
-        fast = cls._fast
-        if fast is None:
-            fast = cls._fast = fast_pattern(cls)
-        text, now = batch.text, batch.time
+    def parse_run(self, run: Run) -> tuple[list[Event], int]:
+        """A run's events, and how many of its lines gave events: the same as ``parse`` on each."""
+        text, at, end = run.text, run.start, run.end
+        tei = text.find("{total_time=", at, end) >= 0
+        paired = text.find(" >>> ", at, end) >= 0  # never in a TEI line
+        if tei and paired:  # a LeapfrogAI line that quotes a TEI span: line by line
+            return super().parse_run(run)
         events: list[Event] = []
-        models: list[str] = []  # the model after each record that gave events, when it changed
-        ok: dict[str, int] = {}  # requests ended well, per model, not given out yet
+        ok: dict[str, int] = {}  # requests ended well, per model
         embedded: dict[str, int] = {}
-        paired = False  # the open requests changed: the running gauge is due
-        gave = False  # a frequent line gave events since the last record that went through ``parse``
-        matched = lines = pos = 0
-        minutes: dict[str, int] = {}
-        for m in fast.finditer(text):
-            at, end = m.span()
-            if at > pos and text.count("\n", pos, at) < at - pos:  # records that are not blank lines
-                self._flush(ok, embedded, paired, events)
-                paired = False
-                if gave and (not models or models[-1] != self.model):
-                    models.append(self.model)
-                gave = False
-                n, k = self._records(text[pos:at], now, events, models)
-                matched += n
-                lines += k
-            pos = end + 1
-            kind = m.lastgroup
-            if kind == "bar":
-                continue
-            gave = True
-            if kind == "tei":
-                n = self._tei_run(text, at, end, ok, events)
-            else:
-                paired = True
-                n = self._lfai_run(text, at, end, now, minutes, ok, embedded, events)
-            matched += n
-            lines += n
-        if pos < len(text) and text.count("\n", pos) < len(text) - pos:
-            self._flush(ok, embedded, paired, events)
-            paired = False
-            if gave and (not models or models[-1] != self.model):
-                models.append(self.model)
-            n, k = self._records(text[pos:], now, events, models)
-            matched += n
-            lines += k
+        n = self._tei_run(text, at, end, ok, events) if tei else 0
+        if paired:
+            n += self._lfai_run(text, at, end, run.time, ok, embedded, events)
         self._flush(ok, embedded, paired, events)
-        if events:  # the engine starts the counters of the model the batch ends with; these of the others
-            for left in dict.fromkeys(models):
-                if left != self.model:
-                    events.extend(Event(metric, labels, 0, None, "zero") for metric, labels in self.zero_series(left))
-        return events, matched, lines
+        return events, n
 
     def _tei_run(self, text: str, at: int, end: int, ok: dict[str, int], events: list[Event]) -> int:
         """TEI ``Success`` lines: a request each, its duration and phases; how many lines."""
-        self._is_tei = True
         rows = _TEI_ROW.findall(text, at, end)
+        self._is_tei = True
         model = (self.model,)
         ok[self.model] = ok.get(self.model, 0) + len(rows)
         if rows:  # one event per histogram series, with all its observations
@@ -150,12 +103,14 @@ class BatchScan(Parser):
                        Event(TOKENIZATION, model, tuple([float(r[2]) * unit[r[3]] for r in rows]), None, TEI_RULE))
         return len(rows)
 
-    def _lfai_run(self, text: str, at: int, end: int, now: float | None, minutes: dict[str, int],
-                  ok: dict[str, int], embedded: dict[str, int], events: list[Event]) -> int:
+    def _lfai_run(self, text: str, at: int, end: int, now: float, ok: dict[str, int], embedded: dict[str, int],
+                  events: list[Event]) -> int:
         """LeapfrogAI request lines (starts and finishes, in order); how many lines."""
         rows = _LFAI_ROW.findall(text, at, end)
         pairs = self._pairs
-        if len(rows) > 1 and not pairs.open and not pairs.timed_out:
+        minutes: dict[str, int] = {}
+        if (len(rows) > 1 and not pairs.open and not pairs.timed_out and not len(rows) % 2
+                and not any(row[3] for row in rows[::2]) and all(row[3] for row in rows[1::2])):
             # Pairs with nothing running before them: each starts and ends at once, as the pairing would.
             model = self.model
             pairs.models.add(model)
@@ -173,8 +128,7 @@ class BatchScan(Parser):
                 events.append(Event(DURATION, (model,), tuple(took), None, "lfai_done"))
             ok[model] = ok.get(model, 0) + len(rows) // 2
             embedded[model] = embedded.get(model, 0) + made
-            if now is not None:
-                self._offset = now - ended
+            self._offset = now - ended
             return len(rows)
         for row in rows:
             t = self._time(row, minutes)
@@ -182,8 +136,7 @@ class BatchScan(Parser):
                 self._done(t, int(row[3]), ok, embedded, events)
             else:
                 self._started(t)
-            if now is not None:
-                self._offset = now - t
+            self._offset = now - t
         return len(rows)
 
     # -- the frequent lines ------------------------------------------------------------------
@@ -225,18 +178,3 @@ class BatchScan(Parser):
         embedded.clear()
         if paired:
             events.extend(self._pairs.events())
-
-    # -- the rest ------------------------------------------------------------------------------
-
-    def _records(self, text: str, now: float | None, events: list[Event], models: list[str]) -> tuple[int, int]:
-        """``parse`` on each record of ``text``: records that gave events and their lines."""
-        matched = lines = 0
-        for rec in split_records(text, record_rule(type(self))):
-            got = list(self.parse(Record(rec, now)))
-            if got:
-                events += got
-                matched += 1
-                lines += rec.count("\n") + 1
-                if not models or models[-1] != self.model:
-                    models.append(self.model)
-        return matched, lines

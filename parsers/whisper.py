@@ -1,7 +1,7 @@
 """Whisper speech-to-text servers: faster-whisper, whisper.cpp, openai-whisper, LeapfrogAI's backend.
 
-Record by record (``parse``), and a whole-chunk scan (``parse_batch``, ``whisper_scan``) that gives
-the same events: its frequent lines are counted in C, the others go through ``parse`` in order.
+Record by record (``parse``), and runs of its frequent lines at once (``parse_run``, the framework's
+fast path; which lines, in ``whisper_scan``) with the same events, counted in C.
 What each server logs, and what it gives:
 
 - faster-whisper (logger ``faster_whisper``, INFO must be enabled), under any host app's format:
@@ -41,8 +41,9 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser, record_rule
-from logmetrics.records import Batch, Record, split_records
+from logmetrics.plugins import Parser
+from logmetrics.plugins.fastpath import Run
+from logmetrics.records import Record
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
@@ -82,6 +83,7 @@ class WhisperParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*whisper*",)
     #: Python tracebacks, indented lines, and whisper.cpp's timings block.
     shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, P.TIMINGS_BLOCK)
+    frequent: ClassVar[str] = S.FREQUENT_PY
     process_names: ClassVar[tuple[str, ...]] = ("whisper", "whisper-server", "whisper-cli", "faster-whisper-server",
                                                 "faster_whisper_server", "whisper_server")
 
@@ -99,7 +101,6 @@ class WhisperParser(Parser):
         self._seq = 0
         self._failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
         self._error_end: str | None = None  # the last line of the record before, if it was an error's
-        self._zeros_sent: set[str] = set()  # models whose zero series a batch gave (the engine: the last one)
         self._routes = RouteLabels(P.HTTP_ROUTES)
         self._http = False  # the stream logs HTTP access lines: they count the requests
         self._client_zeroed: set[str] = set()  # models whose client error series started at 0
@@ -193,36 +194,34 @@ class WhisperParser(Parser):
             out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
         return out
 
-    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
-        """The events ``parse`` gives record by record, with the frequent lines counted in C."""
-        text = batch.text
-        lfai = self._lfai or S.LFAI_MARK in text
-        # CR LF line ends: every record through ``parse``
-        rare = [(0, len(text))] if "\r" in text else S.rare_regions(text, lfai, self.shapes)
+    def frequent_lines(self, text: str) -> str:
+        """LeapfrogAI's lines of a fixed shape in a stream of that format, else faster-whisper's
+        under Python's default format (``whisper_scan``); none in a batch with CR LF line ends."""
+        if "\r" in text:
+            return ""
+        return S.FREQUENT_LFAI if self._lfai or S.LFAI_MARK in text else S.FREQUENT_PY
+
+    def parse_run(self, run: Run) -> tuple[list[Event], int]:
+        """The events of a run of frequent lines (``whisper_scan``), and how many gave events."""
+        text, a, b = run.text, run.start, run.end
         out: list[Event] = []
-        matched = lines = 0
-        models: dict[str, None] = {}
-        rule = record_rule(type(self))
-        pos = 0
-        for a, b in [*rare, (len(text), len(text))]:
-            if a > pos and S.has_lines(text, pos, a):
-                n = self._stretch(text, pos, a, lfai, batch.time, out)
-                if n:
-                    matched += n
-                    lines += n
-                    models[self.model] = None
-            for record in split_records(text[a:b], rule) if b > a else ():
-                got = self.parse(Record(record, batch.time))
-                if got:
-                    out += got
-                    matched += 1
-                    lines += record.count("\n") + 1
-                    models[self.model] = None
-            pos = b
-        models.pop(self.model, None)  # the engine starts the last model's zero series
-        for model in models:
-            self._zero(model, out)
-        return out, matched, lines
+        lfai = text.find(S.LFAI_MARK, a, b) >= 0  # every line in a LeapfrogAI stream's runs, none else
+        if lfai:
+            self._lfai = True
+        self._error_end = None
+        n = 0
+        durations = S.DURATIONS.findall(text, a, b)
+        if durations:
+            self._explicit = True
+            n += len(durations)
+            out.append(Event(AUDIO, (self.model,), sum(map(P.clock_seconds, durations))))
+        if lfai and text.find("__main__: ", a, b) >= 0:
+            n += self._pair_lines(text, a, b, run.time, out)
+        alive = S.alive_lines(text, a, b)
+        if alive:
+            n += alive
+            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+        return out, n
 
     def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
         """Series any whisper server can move: restarts; errors by type and audio per model. (The
@@ -377,25 +376,6 @@ class WhisperParser(Parser):
             elif kind == "transcribe_failed" and msg.leapfrog_time is None and not self._http:
                 self._request("error", out, CLI_OUTCOMES)
 
-    def _stretch(self, text: str, a: int, b: int, lfai: bool, now: float, out: list[Event]) -> int:
-        """The events of ``text[a:b]``, frequent lines only (``whisper_scan``): how many gave events."""
-        if lfai:
-            self._lfai = True
-        self._error_end = None
-        n = 0
-        durations = S.DURATIONS.findall(text, a, b)
-        if durations:
-            self._explicit = True
-            n += len(durations)
-            out.append(Event(AUDIO, (self.model,), sum(map(P.clock_seconds, durations))))
-        if lfai and text.find("__main__: ", a, b) >= 0:
-            n += self._pair_lines(text, a, b, now, out)
-        alive = S.alive_lines(text, a, b)
-        if alive:
-            n += alive
-            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
-        return n
-
     def _pair_lines(self, text: str, a: int, b: int, now: float, out: list[Event]) -> int:
         """LeapfrogAI's start and completion lines in ``text[a:b]``, in order (as ``_leapfrog``)."""
         pairs, starts, zeroed, line_time = self._pairs, self._starts, self._zeroed, S.line_time
@@ -406,7 +386,7 @@ class WhisperParser(Parser):
         model = self.model
         for m in S.PAIR_LINES.finditer(text, a, b):
             n += 1
-            t = line_time(text, text.rfind("\n", a, m.start()) + 1)
+            t = line_time(text, text.rfind("\n", 0, m.start()) + 1)
             if m.group(1) is None:  # a start
                 if not expired:  # the batch's time is the same for each: the first start expires them
                     expired = True
@@ -473,14 +453,6 @@ class WhisperParser(Parser):
         if loaded or not self.ready:
             self.ready = loaded
             out.append(Event(READY, (self.model,), 1.0 if loaded else 0.0))
-
-    def _zero(self, model: str, out: list[Event]) -> None:
-        """The zero series of a model a batch left (the engine starts those of the batch's last model)."""
-        if model not in self._zeros_sent:
-            if len(self._zeros_sent) >= 64:
-                self._zeros_sent.clear()
-            self._zeros_sent.add(model)
-            out += [Event(metric, labels, 0.0, rule="zero") for metric, labels in self.zero_series(model)]
 
     # -- helpers --------------------------------------------------------------------------
 

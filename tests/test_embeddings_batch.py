@@ -1,4 +1,4 @@
-"""The text-embeddings parser's whole-batch scan gives what ``parse`` gives record by record."""
+"""The text-embeddings parser's runs of frequent lines (``parse_run``) give what ``parse`` gives record by record."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from logmetrics_parsers.embeddings import EmbeddingsParser
 from logmetrics_parsers.embeddings_tei import ANSI
 
+from logmetrics.engine.parsing import parse_records
 from logmetrics.records import Batch
 from logmetrics.testing import assert_fast_path_matches
 
@@ -95,7 +96,8 @@ def test_frequent_lines_give_few_events() -> None:
     start = "processing CreateEmbedding request: char-length: 86 word-count: 12"
     text = "".join(lfai(45, i, 0, start) + "\n" + lfai(45, i, 500, f"finished processing CreateEmbedding request, "
                                                                   f"created {i} embeddings") + "\n" for i in range(50))
-    events, matched, lines = EmbeddingsParser().parse_batch(Batch("s", text, NOW, 100))
+    events, matched, lines, errors, _ = parse_records(EmbeddingsParser(), Batch("s", text, NOW, 100))
+    assert errors == 0
     by_metric = {e.metric: e for e in events}
     assert (matched, lines) == (100, 100)
     assert by_metric["llm_embeddings_total"].value == sum(range(50))

@@ -14,9 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logmetrics.engine.engine import Engine
-from logmetrics.plugins import Parser, record_rule
+from logmetrics.engine.parsing import fast_records, parse_records
+from logmetrics.plugins import record_rule
 from logmetrics.records import Batch, split_records
 from logmetrics.store.store import Store
+from logmetrics.testing import has_frequent, has_own_batch
 from tests.fuzzing import CAP, FUZZ, HOSTILE_LINE, PARSERS, SAMPLES, Run, check_store, chunked, lines_for, run
 
 NAMES = sorted(PARSERS)
@@ -141,23 +143,28 @@ def test_a_hostile_stream_does_not_disturb_another(name: str, hostile: str) -> N
     check_store(together.store)
 
 
-BATCH_PARSERS = [n for n in NAMES if PARSERS[n].cls.parse_batch is not Parser.parse_batch]
+FAST_PARSERS = [n for n in NAMES if has_own_batch(PARSERS[n].cls) or has_frequent(PARSERS[n].cls)]
 
 
-@pytest.mark.parametrize("name", BATCH_PARSERS)
+@pytest.mark.parametrize("name", FAST_PARSERS)
 @FUZZ
 @given(data=st.data())
-def test_parse_batch_never_claims_more_than_it_got(name: str, data: st.DataObject) -> None:
-    """A whole-chunk parser's counts of matched records and lines stay within its batch."""
+def test_fast_path_never_claims_more_than_it_got(name: str, data: st.DataObject) -> None:
+    """A fast path's counts of matched records and lines stay within its batch (its own
+    ``parse_batch``, or the runs of its frequent lines), and the runs raise nothing."""
     lines = data.draw(st.lists(lines_for(name), min_size=1, max_size=60))
     text = b"".join(lines).decode("utf-8", "replace").replace("\x00", "")
     text = "\n".join(line for line in text.split("\n") if line) + "\n"
     parser = PARSERS[name].cls()
     n = text.count("\n")
-    result = parser.parse_batch(Batch("/in/b.log", text, 0.0, n))
-    assert 0 <= result[1] <= len(split_records(text, record_rule(type(parser))))
-    if len(result) > 2:
-        assert 0 <= result[-1] <= n  # the 3-tuple form: the physical lines of the matched records
+    batch = Batch("/in/b.log", text, 0.0, n)
+    if has_own_batch(type(parser)):
+        _, matched, physical = fast_records(parser, batch)
+    else:
+        _, matched, physical, errors, _ = parse_records(parser, batch)
+        assert errors == 0
+    assert 0 <= matched <= len(split_records(text, record_rule(type(parser))))
+    assert 0 <= physical <= n
 
 
 @pytest.mark.parametrize("name", [*NAMES, None])

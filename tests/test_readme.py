@@ -3,14 +3,21 @@ the README stays one page that links every topic."""
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
+from logmetrics.engine.parsing import parse_records
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+from logmetrics.records import Batch, Record
 from logmetrics.store import catalog
+from logmetrics.testing import assert_fast_path_matches
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -29,6 +36,39 @@ def example_plugin() -> str:
     blocks: list[str] = re.findall(r"```python\n(.*?)```", PLUGINS, re.S)
     [code] = [b for b in blocks if "class MyGateway" in b]
     return code
+
+
+def fast_example_plugin() -> str:
+    """The plugin page's example plugin with its fast path added (the block that defines FastGateway)."""
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", PLUGINS, re.S)
+    [code] = [b for b in blocks if "class FastGateway" in b]
+    return example_plugin() + "\n\n" + code
+
+
+def test_example_fast_path_gives_what_parse_gives() -> None:
+    """The plugin page's fast path, on request lines mixed with others, gives what ``parse`` gives
+    record by record (the kit's assertion), and reads the request lines without ``parse``."""
+    space: dict[str, object] = {}
+    exec(compile(fast_example_plugin(), "my_gateway.py", "exec"), space)  # the page's code, as a user saves it
+    fast = space["FastGateway"]
+    assert isinstance(fast, type) and issubclass(fast, Parser)
+    rnd = random.Random(3)
+    lines = [f"ts={i} request done model={rnd.choice('ab')} prompt_tokens={rnd.randint(1, 99)} "
+             f"completion_tokens={rnd.randint(1, 99)} duration_ms={rnd.randint(1, 9999)} "
+             f"status={rnd.choice((200, 200, 404, 500))}" for i in range(300)]
+    lines += ["ts=9 starting up on port 8080", "Traceback (most recent call last):", "  File 'x'", "ValueError: x"]
+    text = "\n".join(rnd.sample(lines, len(lines))) + "\n"
+    assert assert_fast_path_matches(fast, text)[1] == 300
+    calls = 0
+
+    def counting(self: Parser, record: Record) -> Iterable[Event]:
+        nonlocal calls
+        calls += 1
+        return ()
+
+    runs_only = type("Counted", (fast,), {"parse": counting})
+    matched = parse_records(runs_only(), Batch("test", "\n".join(lines[:300]) + "\n", 0.0, 300))[1]
+    assert (matched, calls) == (300, 0)
 
 
 def test_metric_reference_matches_the_catalog() -> None:

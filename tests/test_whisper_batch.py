@@ -1,4 +1,4 @@
-"""The whisper parser's whole-chunk scan (``parse_batch``) gives what record-by-record parsing gives."""
+"""The whisper parser's runs of frequent lines (``parse_run``) give what record-by-record parsing gives."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from logmetrics_parsers.whisper import WhisperParser
 
+from logmetrics.engine.parsing import parse_records
 from logmetrics.events import Event, values_of
 from logmetrics.plugins import record_rule
 from logmetrics.records import Batch, Record
@@ -109,8 +110,9 @@ def test_frequent_lines_never_reach_parse(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(WhisperParser, "parse", spy)
     text = "".join(FREQUENT[:12]) * 50
-    events, matched, lines = WhisperParser().parse_batch(Batch("test", text, NOW, text.count("\n")))
+    events, matched, lines, errors, _ = parse_records(WhisperParser(), Batch("test", text, NOW, text.count("\n")))
     assert calls == []
+    assert errors == 0
     got = totals(events)
     assert got[("llm_requests_total", ("unknown", "ok"))] == 150
     assert got[("llm_request_duration_seconds_count", ("unknown",))] == 100
@@ -119,19 +121,17 @@ def test_frequent_lines_never_reach_parse(monkeypatch: pytest.MonkeyPatch) -> No
     assert (events, matched, lines) != ([], 0, 0)
 
 
-def test_a_model_left_within_a_batch_gets_its_zero_series() -> None:
-    """whisper.cpp CLI runs of two models in one batch: the first model's zero series come with it."""
+def test_a_model_left_within_a_batch_is_named_for_its_zero_series() -> None:
+    """whisper.cpp CLI runs of two models in one batch: both models are named, for the engine's zero series."""
     text = ("whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-base.en.bin'\n"
             "whisper_print_timings:    total time =   745.12 ms\n"
             "whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-small.bin'\n")
-    events, _, _ = WhisperParser().parse_batch(Batch("test", text, NOW, 3))
-    zeros = {(e.metric, e.labels) for e in events if e.rule == "zero"}
-    assert ("llm_audio_seconds_total", ("base.en",)) in zeros
-    assert not any(labels[:1] == ("small",) for _, labels in zeros)
+    models = parse_records(WhisperParser(), Batch("test", text, NOW, 3))[4]
+    assert models == ["base.en", "small"]
 
 
 def test_garbage_does_not_raise() -> None:
-    """Random text made of log fragments never makes the whole-chunk scan raise."""
+    """Random text made of log fragments never makes the runs of frequent lines or ``parse`` raise."""
     bits = ["__main__: ", "2024-11-13 10:00:00", ",250", " | INFO | ", "main.py:1", " >>> ",
             "Task transcribe is starting", "Transcription complete!", "Processing audio with duration ", "01:02.5",
             "\n", "  ", "Traceback",
@@ -140,5 +140,5 @@ def test_garbage_does_not_raise() -> None:
     parser = WhisperParser()
     for _ in range(300):
         text = "".join(rnd.choice(bits) for _ in range(rnd.randint(1, 60))) + "\n"
-        parser.parse_batch(Batch("test", text, NOW, text.count("\n")))
-    assert parser.parse_batch(Batch("test", FREQUENT[4], NOW, 1))[1] == 1
+        assert parse_records(parser, Batch("test", text, NOW, text.count("\n")))[3] == 0
+    assert parse_records(parser, Batch("test", FREQUENT[4], NOW, 1))[1] == 1

@@ -5,12 +5,14 @@ applied to the store and the lines matched and unmatched counted."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 from logmetrics.engine.streams import Stream
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.events import Event
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, record_rule
+from logmetrics.plugins.fastpath import Run, runs
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.store.store import READY, Store
 
@@ -21,35 +23,86 @@ NO_MATCH_LINES = 1000  # a routed stream whose first this many lines all go unma
 
 
 def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseException], None] | None = None,
-                  ) -> tuple[list[Event], int, int, int, list[str]]:
-    """``parse`` on each record of ``batch`` that passes the prefilter, as the engine runs a parser
-    without a ``parse_batch`` of its own: its events, the records matched, their physical lines,
-    the records that raised (each given to ``raised``), and the parser's model after each record
-    that gave events, when it changed (a model the log leaves within the batch has its zero series
-    too)."""
-    events: list[Event] = []
-    models: list[str] = []
-    matched = lines = errors = 0
-    model = None
+                  fast: bool = True) -> tuple[list[Event], int, int, int, list[str]]:
+    """A stream's records run the engine's way, for a parser without a ``parse_batch`` of its own:
+    the runs of its frequent lines (``Parser.frequent``, unless not ``fast``) through ``parse_run``,
+    and each other record that passes the prefilter through ``parse``. Gives the events, the
+    records matched, their physical lines, the records that raised (each given to ``raised``), and
+    the parser's model after each record or run that gave events, when it changed (a model the log
+    leaves within the batch has its zero series too)."""
+    text = batch.text
+    counts = _Counts()
+    pattern = _frequent(parser, text, raised) if fast else None
+    pos = 0
+    if pattern is not None:
+        for m in pattern.finditer(text):
+            start, end = m.span()
+            if start > pos:
+                _records(parser, text[pos:start], batch.time, counts, raised)
+            pos = end + 1
+            try:
+                got, n = parser.parse_run(Run(text, start, end, batch.time))
+            except PLUGIN_ERRORS as exc:  # the run is lost (parse_run may have seen some of it)
+                counts.errors += text.count("\n", start, end) + 1
+                if raised is not None:
+                    raised(parser, exc)
+                continue
+            if got:
+                counts.gave(parser, got, n, n)
+    if pos < len(text):
+        _records(parser, text[pos:] if pos else text, batch.time, counts, raised)
+    return counts.events, counts.matched, counts.lines, counts.errors, counts.models
+
+
+class _Counts:
+    """What ``parse_records`` adds up over a batch."""
+
+    __slots__ = ("errors", "events", "lines", "matched", "model", "models")
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.models: list[str] = []
+        self.matched = self.lines = self.errors = 0
+        self.model: str | None = None
+
+    def gave(self, parser: Parser, events: list[Event], records: int, lines: int) -> None:
+        self.events += events
+        self.matched += records
+        self.lines += lines
+        if parser.model != self.model:
+            self.model = parser.model
+            self.models.append(self.model)
+
+
+def _frequent(parser: Parser, text: str,
+              raised: Callable[[Parser, BaseException], None] | None) -> re.Pattern[str] | None:
+    """The pattern of runs of the parser's frequent lines for this batch (None: no fast path, or
+    asking for it raised, or its pattern does not compile)."""
+    try:
+        line = parser.frequent_lines(text)
+        return runs(line, parser.shapes) if line and isinstance(line, str) else None
+    except (*PLUGIN_ERRORS, re.error) as exc:
+        if raised is not None:
+            raised(parser, exc)
+        return None
+
+
+def _records(parser: Parser, text: str, time: float | None, counts: _Counts,
+             raised: Callable[[Parser, BaseException], None] | None) -> None:
+    """``parse`` on each record of ``text`` that passes the prefilter."""
     pre = parser.prefilter
-    for text in split_records(batch.text, record_rule(type(parser))):
-        if pre and not any(p in text for p in pre):
+    for record in split_records(text, record_rule(type(parser))):
+        if pre and not any(p in record for p in pre):
             continue
         try:
-            got = list(parser.parse(Record(text, batch.time)))
+            got = list(parser.parse(Record(record, time)))
         except PLUGIN_ERRORS as exc:
-            errors += 1
+            counts.errors += 1
             if raised is not None:
                 raised(parser, exc)
             continue
         if got:
-            events += got
-            matched += 1
-            lines += text.count("\n") + 1
-            if parser.model != model:
-                model = parser.model
-                models.append(model)
-    return events, matched, lines, errors, models
+            counts.gave(parser, got, 1, record.count("\n") + 1)
 
 
 def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:

@@ -36,6 +36,10 @@ Counters at zero: ``zero_series(model)`` names the series (metric, label values)
 the engine applies it once per stream and model, when a batch of the stream produced events, for
 the model in ``self.model`` (after each record that gave events, for a ``parse`` parser: a model
 the log leaves within a batch gets its zeros too). ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
+
+Speed: a parser that names its ``frequent`` lines and reads a run of them in ``parse_run`` gets
+the framework's fast path (``logmetrics.plugins.fastpath``); ``parse_batch`` is a whole-batch
+path of the parser's own, for formats whose frequent records span lines.
 ``logmetrics.testing.check_events`` checks events against the catalog in a parser's tests.
 
 The finder (``logmetrics.plugins.finder``) loads and validates parsers.
@@ -48,6 +52,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.plugins.fastpath import Run
 from logmetrics.records import CONTINUATION, Batch, Record, Rule
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape, compiled
 from logmetrics.store.catalog import Family
@@ -72,6 +77,10 @@ class Parser:
     #: The older way: lines that continue the record above them (matched at the start of each
     #: line). Used instead of ``shapes`` by a parser that sets it and not ``shapes``.
     continuation: ClassVar[re.Pattern[str]] = CONTINUATION
+    #: The frequent lines, for the framework's fast path (``logmetrics.plugins.fastpath``): a regular
+    #: expression that matches one whole line (not its newline), each a record whose events
+    #: ``parse_run`` gives for a run of them at once. Empty: every record goes through ``parse``.
+    frequent: ClassVar[str] = ""
     #: Extra metric families of this plugin's own, each named ``<name>_...``.
     metrics: ClassVar[tuple[Family, ...]] = ()
     #: Substrings of a process's program that identify this backend's processes (psutil): the
@@ -130,11 +139,32 @@ class Parser:
         its input goes idle. Default: none."""
         return ()
 
+    def frequent_lines(self, text: str) -> str:
+        """The frequent lines' pattern for the batch ``text`` (empty: none). Default: ``frequent``;
+        a parser whose frequent lines depend on what the stream turns out to be may choose."""
+        return self.frequent
+
+    def parse_run(self, run: Run) -> tuple[list[Event], int]:
+        """The events of a run of frequent lines, and how many of them gave events: the same as
+        ``parse`` on each line, in order (a ``findall`` over the run, counters summed, is what
+        makes it fast). Default: ``parse`` on each line that passes the prefilter."""
+        events: list[Event] = []
+        matched = 0
+        pre = self.prefilter
+        for line in run.lines():
+            if pre and not any(p in line for p in pre):
+                continue
+            got = list(self.parse(Record(line, run.time)))
+            if got:
+                events += got
+                matched += 1
+        return events, matched
+
     def parse_batch(self, batch: Batch) -> BatchResult:
-        """Optional, a fast path: events for a batch of whole records, how many records matched,
-        and (optional third value) how many physical lines those records have, for
-        ``logmetrics_lines_unmatched_total``; the same as ``parse`` on each record (hold it to that
-        with ``logmetrics.testing.assert_fast_path_matches``).
+        """Optional, a whole-batch fast path of the parser's own (``frequent`` is the framework's): events for a
+        batch of whole records, how many records matched, and (optional third value) how many physical
+        lines those records have, for ``logmetrics_lines_unmatched_total``; the same as ``parse`` on
+        each record (hold it to that with ``logmetrics.testing.assert_fast_path_matches``).
 
         A parser without one is run record by record by the engine (an exception then costs one
         record). One that raises loses its batch, which is counted and never run again through

@@ -21,6 +21,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, own_attributes
+from logmetrics.plugins.fastpath import runs
 from logmetrics.records.shapes import Shape, compiled
 from logmetrics.store.catalog import BY_NAME, COMMON_LABELS, Family
 
@@ -69,6 +70,12 @@ def validate(cls: object, origin: str) -> ParserEntry:
         compiled(cls.shapes)
     except re.error as exc:
         raise PluginError(f"{who}: its shapes do not make a regular expression: {exc}") from exc
+    if not isinstance(cls.frequent, str):
+        raise PluginError(f"{who}: frequent must be a regular expression (a str) of one whole line")
+    try:
+        runs(cls.frequent, cls.shapes) if cls.frequent else None
+    except re.error as exc:
+        raise PluginError(f"{who}: frequent is not a regular expression: {exc}") from exc
     for fam in cls.metrics:
         if not isinstance(fam, Family):
             raise PluginError(f"{who}: metrics must hold logmetrics.store.catalog.Family values, got {fam!r}")
