@@ -15,10 +15,7 @@ Running requests: ``processing task`` starts a request on its slot, ``stop proce
 ``slot released`` ends it, ``all slots are idle`` clears them (``parsers.pairs``, with a time-out).
 
 Errors: one per error record (level ``E``/``ERR``, or an error phrase on a line without a level;
-a Python traceback counts once). A failed model load prints several lines: it counts once per
-start-up. The library's ``llama_decode: failed to decode`` lines are left to the server's own
-``failed to decode the batch`` line, and the ``send_error`` lines that follow it for each request
-count the requests as ``outcome="error"`` but not as further errors.
+a Python traceback counts once), read by ``llamacpp_errors``.
 """
 
 from __future__ import annotations
@@ -37,7 +34,8 @@ from logmetrics.records import Batch, Record
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, RouteLabels, access_line, route_template
 from .errors import is_traceback
-from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, Timing, client_type, scan
+from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, Timing, scan
+from .llamacpp_errors import Errors, error
 from .pairs import Pairs
 
 
@@ -81,8 +79,7 @@ class LlamaCppParser(Parser):
         self._pairs = Pairs()
         self._timings: OrderedDict[str, Timing] = OrderedDict()
         self._block_key = LIB_KEY  # the key of the last ``slot print_timing`` line without timings
-        self._load_failed = False
-        self._after_decode = False
+        self._errors = Errors()
         self._starting: str | None = None  # the start-up marker seen since the server was last ready
         self._ready: str | None = None  # the model the server said it was ready with
         self._zeroed: set[str] = set()
@@ -146,7 +143,7 @@ class LlamaCppParser(Parser):
             out = []
         text = record.text
         if is_traceback(text) or P.EXCEPTION_START.match(text):
-            self._error(text, out, traceback=True)
+            error(text, self.model, out, traceback=True)
         else:
             for line in text.split("\n"):
                 self._line(line, t, out)
@@ -226,7 +223,7 @@ class LlamaCppParser(Parser):
             return
         slot = kv.get("id_slot")
         if slot is not None and (msg.startswith("processing task") or msg == "slot is processing task"):
-            self._after_decode = False
+            self._errors.after_decode = False
             self._start("slot " + slot, t, out)
         elif slot is not None and (msg.startswith("stop processing") or msg == "slot released"):
             self._finish("slot " + slot, out)
@@ -248,7 +245,7 @@ class LlamaCppParser(Parser):
         self._learn_model(line)
         self._life(line, out)
         if level == "E" or P.ERROR_LINE.search(line):
-            self._error_line(line, msg, out)
+            self._errors.line(line, msg, self.model, out)
 
     def _timing(self, msg: str, kv: dict[str, str], out: list[Event]) -> bool:
         """A line of a timing block; True if it was one."""
@@ -267,7 +264,7 @@ class LlamaCppParser(Parser):
             n = int(m.group("n")) if m.group("n") else None
             ms = number(m.group("ms"))
             if m.group("kind") == "prompt eval":
-                self._after_decode = False
+                self._errors.after_decode = False
                 if n is not None:
                     out.append(Event("llm_prompt_tokens_total", (self.model,), n, rule="timing"))
                 timing.prompt_ms = ms
@@ -339,7 +336,7 @@ class LlamaCppParser(Parser):
         if start is not None:
             self._clear_running(out)
             self._timings.clear()
-            self._load_failed = False
+            self._errors.load_failed = False
             self._from_path = False
             self._not_ready("startup", out)
             # one start-up may print two markers (a build line, then the server's first line):
@@ -350,7 +347,7 @@ class LlamaCppParser(Parser):
             self._starting = marker
         elif P.READY.search(line):
             self._starting = None
-            self._load_failed = False
+            self._errors.load_failed = False
             if self._ready is not None and self._ready != self.model:
                 self._not_ready("ready", out)
             self._ready = self.model
@@ -371,47 +368,6 @@ class LlamaCppParser(Parser):
         if self._ready is not None:
             out.append(Event("backend_ready", (self._ready,), 0, rule=rule))
         self._ready = None
-
-    def _error_line(self, line: str, msg: str, out: list[Event]) -> None:
-        if P.LIB_DECODE.match(msg) or P.LIB_DECODE.match(line):
-            self._after_decode = True  # the server's own line says it, once
-            return
-        if self._client_error(line, out):
-            return
-        if P.SEND_ERROR.search(line):
-            out.append(Event("llm_requests_total", (self.model, "error"), 1, rule="send_error"))
-            if self._after_decode:
-                return
-        elif "failed to decode" in line or "decode() failed" in line:
-            self._after_decode = True
-        if P.LOAD_FAILED.search(line):
-            if self._load_failed:
-                return
-            self._load_failed = True
-        self._error(line, out)
-
-    def _client_error(self, line: str, out: list[Event]) -> bool:
-        """A request refused for the client's fault (HTTP 4xx): counted by type in
-        ``llm_client_errors_total``, neither as a backend error nor as a failed request."""
-        kind: str | None = None
-        if "got exception: " in line:
-            m = P.GOT_EXCEPTION.search(line)
-            if m is None:
-                return False
-            code, kind, message = _error_body(m.group("json"))
-            if code is None or not 400 <= code < 500:
-                return False
-            kind = client_type(kind, message)
-        elif P.SEND_ERROR.search(line):
-            kind = next((k for k, rx in P.CLIENT_SEND if rx.search(line)), None)
-        if kind is None:
-            return False
-        out.append(Event("llm_client_errors_total", (self.model, kind), 1, rule="client_error"))
-        return True
-
-    def _error(self, text: str, out: list[Event], traceback: bool = False) -> None:
-        kind = P.PHRASES.classify(text, traceback=traceback)
-        out.append(Event("backend_errors_total", (self.model, kind), 1, rule="error"))
 
     def _zeros(self, out: list[Event]) -> None:
         """Zero-valued counters, once per model, for the series the log can move."""
@@ -439,21 +395,3 @@ class LlamaCppParser(Parser):
         self._zeroed.add(model)
         out.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in P.ERROR_TYPES)
         out.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in ("ok", "error"))
-
-
-def _error_body(text: str) -> tuple[int | None, str, str]:
-    """Code, type and message of an error body (``{"error":{...}}`` or the error itself), read as
-    JSON, or field by field when the line was cut."""
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        m = P.ERROR_FIELDS.search(text)
-        if m is None:
-            return None, "", ""
-        return int(m.group("code")), m.group("type"), m.group("msg") or ""
-    err = obj.get("error", obj) if isinstance(obj, dict) else None
-    if not isinstance(err, dict):
-        return None, "", ""
-    code, kind, message = err.get("code"), err.get("type"), err.get("message")
-    return (code if isinstance(code, int) and not isinstance(code, bool) else None,
-            kind if isinstance(kind, str) else "", message if isinstance(message, str) else "")

@@ -20,6 +20,7 @@ from logmetrics.records import Record
 
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, RouteLabels, route_template
+from .llamacpp_errors import Errors, client_type
 from .pairs import Pairs
 
 #: Open timing blocks kept (by task) while their lines come one by one; the oldest is dropped.
@@ -49,7 +50,7 @@ class LlamaStream(Protocol):
     _routes: RouteLabels
     _route_labels: dict[tuple[str, ...], tuple[str, str, str]]
     _server: bool
-    _after_decode: bool
+    _errors: Errors
     _block_key: str
 
     def parse(self, record: Record) -> list[Event]: ...
@@ -70,16 +71,6 @@ class _Run:
                  pairs: bool, client: dict[str, int]) -> None:
         self.prompt, self.gen, self.ok, self.cached, self.kv, self.http, self.pairs, self.client = (
             prompt, gen, ok, cached, kv, http, pairs, client)
-
-
-def client_type(kind: str, message: str) -> str:
-    """The ``llm_client_errors_total`` type of a 4xx JSON error body: ``bad_json`` for a body the
-    JSON parser refused, else the body's ``type`` if it is one llama-server uses
-    (``invalid_request_error`` -> ``invalid_request``), else ``client_error``: the body is text a
-    client can shape, so a type outside that set never becomes a label."""
-    if "parse_error" in message:
-        return "bad_json"
-    return P.CLIENT_KINDS.get(kind, "client_error")
 
 
 def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, int]:
@@ -130,7 +121,7 @@ def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, in
             http[labels] = http.get(labels, 0) + 1
             produced += 1
         elif kind == LAUNCH:
-            parser._after_decode = False
+            parser._errors.after_decode = False
             pairs.start("slot " + m.group(17), parser.model, t)
             touched = True
             produced += 1
@@ -151,7 +142,7 @@ def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, in
                     parser._block_key = LIB_KEY
             if timings:
                 _forget(parser, task)
-            parser._after_decode = False
+            parser._errors.after_decode = False
             prompt += int(pn)
             gen += int(en)
             ok += 1

@@ -244,3 +244,15 @@ def always_events(t: str, pos: int) -> bool:
     line = t[pos : t.find("\n", pos + 1) + 1]
     return bool(P.ERROR_START.match(line) or P.ACCESS.match(line) or P.STATS.match(line, 1)
                 or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED, P.FAILED, P.V0_PREFIX)))
+
+
+def headless(t: str) -> tuple[str, int]:
+    """The rest of a raw traceback at the start of ``t`` (after its leading newline), whose lines
+    continue the record so that the scan finds no head for it: its error type, and its lines
+    after the first."""
+    end = t.find("\n", 1)
+    cont = P.CONTINUATION.match
+    while 0 <= end < len(t) - 1 and cont(t, end + 1):
+        end = t.find("\n", end + 1)
+    record = t[1:end if end >= 0 else len(t)]
+    return classify_error(record, traceback=True), record.count("\n")

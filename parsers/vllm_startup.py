@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-from .vllm_kinds import Control
+from logmetrics.events import Event
+
+from . import vllm_patterns as P
+from .vllm_kinds import Control, Mark
 
 MAX_MODEL_LEN = 200
 
@@ -83,3 +86,38 @@ class Startup:
     def serving(self) -> None:
         """A stats line was seen: the start, if any, is over."""
         self.starting = False
+
+
+def life_marks(t: str, life: list[Mark], model: str, ready: bool, live: bool,
+               dynamic: set[int]) -> tuple[int, bool, list[Event], list[Event]]:
+    """Lifecycle lines of a text without start-up lines (one model), without cutting it in segments:
+    the records matched (their line ends added to ``dynamic``), whether the server is ready after
+    them, and the events to give before and after the text's stats gauges. ``live``: the server
+    was known to serve (stats, a model) before the text.
+
+    Only the order against the stats lines matters: if stats lines follow the last stop, the reset
+    goes before their gauges, else after them; the last line says whether the server is ready.
+    """
+    life.sort()
+    matched = 0
+    last_stop = -1
+    stats_at = t.find(P.STATS_MARK)
+    for pos, kind, _ in life:
+        if kind == Control.READY:
+            ready = counted = True
+        else:
+            down = ready or live or 0 <= stats_at < pos  # as the parser's ``_down`` decides
+            last_stop = pos if down else last_stop
+            counted = down and kind == Control.STOPPED  # DEAD lines are errors, counted as such
+            ready = False
+        if counted:
+            matched += 1
+            dynamic.add(t.rfind("\n", 0, pos))
+    before: list[Event] = []
+    after: list[Event] = []
+    if last_stop >= 0:  # the reset goes before the gauges if a stats line follows the last stop
+        (before if t.rfind(P.STATS_MARK) > last_stop else after).append(
+            Event("backend_ready", (model,), 0, rule="down"))
+    if life[-1][1] == Control.READY:
+        after.append(Event("backend_ready", (model,), 1, rule="ready"))
+    return matched, ready, before, after

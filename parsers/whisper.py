@@ -9,20 +9,16 @@ What each server logs, and what it gives:
   no request end, so no request count or latency of its own.
 - LeapfrogAI's whisper backend (faster-whisper inside, LeapfrogAI line format): ``Task t is
   starting`` and ``Transcription|Translation complete!`` pair (in order: it logs no request id)
-  into ``llm_requests_running``, ``llm_request_duration_seconds`` (from the lines' own times) and
-  ``llm_requests_total`` (``error`` when ``Error transcribing audio`` came in between, since the
-  backend still logs "complete" after it; an exception gRPC reports ends the oldest request as
-  ``error``). Unsupported task or language are errors of their own types. ``Initializing
-  LeapfrogAI`` is a start-up; ``Starting server. Listening on`` makes it ready.
+  into the running gauge, durations and outcomes (``whisper_requests``); an exception gRPC
+  reports ends the oldest request as ``error``. Unsupported task or language are errors of their
+  own types. ``Initializing LeapfrogAI`` is a start-up; ``Starting server. Listening on`` makes it ready.
 - whisper.cpp: ``loading model from '.../ggml-base.en.bin'`` names the model (``base.en``) and is
   a start-up; ``processing '...' (N samples, X sec)`` adds X audio seconds. CLI: its timings
   block (one record) is one finished run, ``ok``, lasting its ``total time`` (model load included).
   Server (``whisper server listening at``: ready): requests are serial; one is ``ok`` when the next
   one or a shutdown comes without ``failed to process audio`` (``error``) or a client disconnect
   (``aborted``); the timings block it prints at shutdown is cumulative and is not a request.
-- openai-whisper (print based): only segment lines ``[MM:SS.mmm --> MM:SS.mmm]``; audio seconds
-  are the segment ends' progress (a lower bound), and only in a stream that never logged an
-  explicit duration (faster-whisper and whisper.cpp print segments too).
+- openai-whisper (print based): only segment lines, for audio seconds (``whisper_audio``).
 
 Errors: ERROR/CRITICAL lines, tracebacks (once per record), whisper.cpp's ``error:`` and ``failed
 to`` lines, typed with the phrase table of ``whisper_patterns``. The text the backends log (prompts,
@@ -50,7 +46,8 @@ from . import whisper_patterns as P
 from . import whisper_scan as S
 from .common import RouteLabels, access_answer, access_labels, model_label
 from .errors import is_traceback
-from .pairs import Pairs
+from .whisper_audio import Audio
+from .whisper_requests import LFAI_OUTCOMES, LfaiRequests, Outcomes
 
 REQUESTS = "llm_requests_total"
 ERRORS = "backend_errors_total"
@@ -61,7 +58,6 @@ HTTP = "http_requests_total"
 CLIENT_ERRORS = "llm_client_errors_total"
 #: Outcomes each kind of server can log.
 HTTP_OUTCOMES = ("ok", "error")
-LFAI_OUTCOMES = ("ok", "error")
 SERVER_OUTCOMES = ("ok", "error", "aborted")
 CLI_OUTCOMES = ("ok", "error")
 
@@ -89,17 +85,13 @@ class WhisperParser(Parser):
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
-        self._zeroed: set[tuple[str, str]] = set()  # (model, outcome) request series already started at 0
+        self._outcomes = Outcomes()
         self._starting = False  # a LeapfrogAI start-up was counted; its "Starting server" is the same one
         self._lfai = False  # the stream is in the LeapfrogAI format: raw lines are its prints only
         self._server = False  # whisper.cpp server (its timings block is a shutdown summary)
         self._pending = False  # a whisper.cpp server request whose outcome is not logged yet
-        self._explicit = False  # the stream logs audio durations: segment lines add nothing
-        self._seg_end = 0.0
-        self._pairs = Pairs()
-        self._starts: dict[str, float] = {}  # LeapfrogAI start line's own time, by pair key
-        self._seq = 0
-        self._failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
+        self._audio = Audio()
+        self._lfai_requests = LfaiRequests(self._outcomes)
         self._error_end: str | None = None  # the last line of the record before, if it was an error's
         self._routes = RouteLabels(P.HTTP_ROUTES)
         self._http = False  # the stream logs HTTP access lines: they count the requests
@@ -118,7 +110,7 @@ class WhisperParser(Parser):
     def state(self) -> dict[str, object]:
         """The model name, readiness and the kind of stream, kept across a restart."""
         return {**super().state(), "model": self.model, "server": self._server,
-                "explicit": self._explicit, "lfai": self._lfai}
+                "explicit": self._audio.explicit, "lfai": self._lfai}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` returned."""
@@ -127,7 +119,7 @@ class WhisperParser(Parser):
         if isinstance(model, str) and model:
             self.model = model
         self._server = state.get("server") is True
-        self._explicit = state.get("explicit") is True
+        self._audio.explicit = state.get("explicit") is True
         self._lfai = state.get("lfai") is True
 
     def learn(self, text: str) -> None:
@@ -155,14 +147,11 @@ class WhisperParser(Parser):
                 if f is not None:
                     self.model = model_label(f.group(1)) or self.model
             if P.FW_DURATION.search(body) or P.WCPP_PROCESSING.match(body):
-                self._explicit = True
+                self._audio.explicit = True
 
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose finish line never came, dropped after the time-out."""
-        if self._pairs.expire(now):
-            self._prune()
-            return self._pairs.events()
-        return ()
+        return self._lfai_requests.expire(now)
 
     def parse(self, record: Record) -> list[Event]:
         """Events of one record (a line, a traceback, or a whisper.cpp timings block)."""
@@ -179,7 +168,7 @@ class WhisperParser(Parser):
         elif head.startswith(P.TIMINGS):
             self._timings(text, out)
         elif not self._lines(text, msg.text, out) and not self._lfai:
-            self._audio(msg.text, out)
+            self._audio.line(msg.text, self.model, out)
         last = self._error_end
         if last is not None and P.continues(text, last):
             # the rest of the error record before it, which a read pause cut in two: counted there
@@ -212,11 +201,10 @@ class WhisperParser(Parser):
         n = 0
         durations = S.DURATIONS.findall(text, a, b)
         if durations:
-            self._explicit = True
             n += len(durations)
-            out.append(Event(AUDIO, (self.model,), sum(map(P.clock_seconds, durations))))
+            self._audio.durations(durations, self.model, out)
         if lfai and text.find("__main__: ", a, b) >= 0:
-            n += self._pair_lines(text, a, b, run.time, out)
+            n += self._lfai_requests.run(text, a, b, self.model, run.time, out)
         alive = S.alive_lines(text, a, b)
         if alive:
             n += alive
@@ -278,33 +266,13 @@ class WhisperParser(Parser):
             return True
         m = P.WCPP_PROCESSING.match(body)
         if m:
-            self._explicit = True
-            self._add_audio(float(m.group(2).replace(",", ".")), out)
+            self._audio.add(float(m.group(2).replace(",", ".")), self.model, out)
             if self._server:
                 self._settle(out)
                 self._pending = True
                 self._zero_requests(SERVER_OUTCOMES, out)
             return True
         return False
-
-    def _audio(self, body: str, out: list[Event]) -> None:
-        """faster-whisper's duration line; openai-whisper's segment lines."""
-        m = P.FW_DURATION.search(body)
-        if m:
-            self._explicit = True
-            self._add_audio(P.clock_seconds(m.group(1)), out)
-            return
-        if self._explicit or not body.startswith("["):
-            return
-        s = P.SEGMENT.match(body)
-        if s:
-            end = P.clock_seconds(s.group(2))
-            start = P.clock_seconds(s.group(1))
-            # a segment starting before the last end begins a new file (or repeats one): count from 0
-            added = end - self._seg_end if start >= self._seg_end - 1e-9 else end
-            self._seg_end = end
-            if added > 0:
-                self._add_audio(added, out)
 
     def _timings(self, text: str, out: list[Event]) -> None:
         """A whisper.cpp timings block: one CLI run, or a server's summary at shutdown.
@@ -332,21 +300,13 @@ class WhisperParser(Parser):
         """A LeapfrogAI-format line: the request's steps, or faster-whisper's own lines."""
         body = msg.text
         t = msg.leapfrog_time if msg.leapfrog_time is not None else now
+        requests = self._lfai_requests
         if P.LFAI_START.match(body):
-            self._pairs.expire(now)
-            self._prune()
-            self._seq += 1
-            key = str(self._seq)
-            self._pairs.start(key, self.model, now)
-            self._starts[key] = t
-            self._zero_requests(LFAI_OUTCOMES, out)
-            out.extend(self._pairs.events())
+            requests.start(self.model, t, now, out)
         elif P.LFAI_DONE.match(body):
-            outcome = "error" if self._failed else "ok"
-            self._failed = max(0, self._failed - 1)
-            self._finish(outcome, t, out)
+            requests.complete(self.model, t, out)
         elif body.startswith(P.LFAI_FAILED):
-            self._failed += 1
+            requests.failed += 1
             out.append(Event(ERRORS, (self.model, P.PHRASES.classify(text)), 1.0))
         elif P.LFAI_BAD_TASK.match(body):
             out.append(Event(ERRORS, (self.model, P.UNSUPPORTED_TASK), 1.0))
@@ -355,10 +315,10 @@ class WhisperParser(Parser):
             out.append(Event(ERRORS, (self.model, P.UNSUPPORTED_LANGUAGE), 1.0))
         elif any(p in text for p in P.RPC_FAILED):
             out.append(Event(ERRORS, (self.model, P.PHRASES.classify(text, traceback=is_traceback(text))), 1.0))
-            if self._pairs.open:
-                self._finish("error", t, out)
+            if requests.pairs.open:
+                requests.finish("error", self.model, t, out)
         else:
-            self._audio(body, out)
+            self._audio.line(body, self.model, out)
 
     def _error(self, text: str, msg: P.Message, out: list[Event]) -> None:
         """One error event for an error record: a level, a traceback (or its end), an error line.
@@ -375,50 +335,6 @@ class WhisperParser(Parser):
                 self._request("error", out, SERVER_OUTCOMES)
             elif kind == "transcribe_failed" and msg.leapfrog_time is None and not self._http:
                 self._request("error", out, CLI_OUTCOMES)
-
-    def _pair_lines(self, text: str, a: int, b: int, now: float, out: list[Event]) -> int:
-        """LeapfrogAI's start and completion lines in ``text[a:b]``, in order (as ``_leapfrog``)."""
-        pairs, starts, zeroed, line_time = self._pairs, self._starts, self._zeroed, S.line_time
-        done: dict[tuple[str, str], int] = {}
-        took: dict[str, list[float]] = {}  # durations by model: one event per series
-        n = 0
-        expired = False
-        model = self.model
-        for m in S.PAIR_LINES.finditer(text, a, b):
-            n += 1
-            t = line_time(text, text.rfind("\n", 0, m.start()) + 1)
-            if m.group(1) is None:  # a start
-                if not expired:  # the batch's time is the same for each: the first start expires them
-                    expired = True
-                    pairs.expire(now)
-                    self._prune()
-                self._seq += 1
-                key = str(self._seq)
-                pairs.start(key, model, now)
-                starts[key] = t
-                ended = model
-            else:
-                outcome = "error" if self._failed else "ok"
-                if self._failed:
-                    self._failed -= 1
-                ended = model
-                oldest = next(iter(pairs.open), None)
-                if oldest is not None:
-                    finished = pairs.finish(oldest)
-                    if finished is not None:
-                        ended = finished[0]
-                    t0 = starts.pop(oldest, None)
-                    if t0 is not None and t >= t0:
-                        took.setdefault(ended, []).append(t - t0)
-                labels = (ended, outcome)
-                done[labels] = done.get(labels, 0) + 1
-            if (ended, "ok") not in zeroed:  # each kind of server starts "ok" and "error" together
-                self._zero_requests(LFAI_OUTCOMES, out, ended)
-        out += [Event(REQUESTS, labels, float(count)) for labels, count in done.items()]
-        out += [Event(DURATION, (name,), tuple(values)) for name, values in took.items()]
-        if n:
-            out += pairs.events()
-        return n
 
     def _access(self, access: tuple[str, str, str], out: list[Event]) -> None:
         """An access line, by its ``access_labels``: ``http_requests_total``; on a speech route a
@@ -456,26 +372,6 @@ class WhisperParser(Parser):
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _finish(self, outcome: str, t: float, out: list[Event]) -> None:
-        """The oldest open LeapfrogAI request ended at ``t`` (its own line time)."""
-        key = next(iter(self._pairs.open), None)
-        model = self.model
-        if key is not None:
-            done = self._pairs.finish(key)
-            if done is not None:
-                model = done[0]
-            t0 = self._starts.pop(key, None)
-            if t0 is not None and t >= t0:
-                out.append(Event(DURATION, (model,), t - t0))
-        self._request(outcome, out, LFAI_OUTCOMES, model)
-        out.extend(self._pairs.events())
-
-    def _prune(self) -> None:
-        """Forget the start times of requests the pairs no longer hold (timed out)."""
-        if len(self._starts) > len(self._pairs.open):
-            for key in [k for k in self._starts if k not in self._pairs.open]:
-                del self._starts[key]
-
     def _settle(self, out: list[Event]) -> None:
         """A whisper.cpp server request with no failure logged before the next one: ``ok``."""
         if self._pending:
@@ -488,32 +384,16 @@ class WhisperParser(Parser):
         if self.ready:
             self._set_ready(False, out)
         self._pending = False
-        self._failed = 0
-        self._pairs.clear()
-        self._starts.clear()
-        if self._pairs.models:
-            out.extend(self._pairs.events())
+        self._lfai_requests.clear(out)
 
     def _set_ready(self, ready: bool, out: list[Event]) -> None:
         self.ready = ready
         out.append(Event(READY, (self.model,), 1.0 if ready else 0.0))
-        if not ready and self._pairs.open:
-            self._pairs.clear()
-            self._starts.clear()
-            out.extend(self._pairs.events())
-
-    def _add_audio(self, seconds: float, out: list[Event]) -> None:
-        if math.isfinite(seconds) and seconds >= 0:
-            out.append(Event(AUDIO, (self.model,), seconds))
+        if not ready:
+            self._lfai_requests.clear(out, always=False)
 
     def _request(self, outcome: str, out: list[Event], outcomes: tuple[str, ...], model: str | None = None) -> None:
-        model = model or self.model
-        self._zero_requests(outcomes, out, model)
-        out.append(Event(REQUESTS, (model, outcome), 1.0))
+        self._outcomes.count(outcome, outcomes, model or self.model, out)
 
-    def _zero_requests(self, outcomes: tuple[str, ...], out: list[Event], model: str | None = None) -> None:
-        model = model or self.model
-        for outcome in outcomes:
-            if (model, outcome) not in self._zeroed:
-                self._zeroed.add((model, outcome))
-                out.append(Event(REQUESTS, (model, outcome), 0.0))
+    def _zero_requests(self, outcomes: tuple[str, ...], out: list[Event]) -> None:
+        self._outcomes.zero(outcomes, self.model, out)

@@ -1,0 +1,70 @@
+"""The vLLM parser's crash episodes and clean shutdowns.
+
+One dead engine prints several error records (the engine core's traceback, the API server's, one
+per request in flight, "died unexpectedly"). Errors of the ``FATAL_TYPES`` (oom, engine_dead,
+cuda, startup) count once per crash episode, with the first record's type: an episode runs from
+its first fatal record to the next start-up, ready or stats line. Other error types count per
+record. The engine's death in a clean shutdown (``EngineDeadError`` from the output handler) is
+the shutdown, no crash.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+
+from logmetrics.events import Event
+
+from . import vllm_patterns as P
+from .vllm_kinds import Fatal
+from .vllm_lines import Records
+
+
+class Crashes:
+    """Whether a crash episode or a clean shutdown is under way, across batches."""
+
+    def __init__(self, records: Records) -> None:
+        self.records = records  # the scan's record positions, which the fatal records join
+        self.crash = False  # a crash episode is under way
+        self.stopping = False  # a clean shutdown began and no start-up followed
+
+    def stop_at(self, t: str, rare: Counter[str]) -> int:
+        """Where in ``t`` the server began a clean shutdown (``len(t)`` if it did not; -1 if before
+        the text). A start-up ends the shutdown."""
+        found = [at for mark in P.SHUTDOWN_MARKS if (at := t.find(mark)) >= 0]
+        if found:
+            self.stopping = True
+            return min(found)
+        if self.stopping and not any(key in P.STARTUP_KEYS for key in rare):
+            return -1  # since before the text
+        self.stopping = False
+        return len(t)
+
+    def count(self, fatal: list[Fatal], served: list[int], model: str, events: list[Event]) -> int:
+        """Fatal errors of a segment, one per crash episode (a stats or ready line at a position in
+        ``served`` between them ends one); how many records they are (each matched, counted or not)."""
+        s = matched = 0
+        crash = self.crash
+        counted: Counter[str] = Counter()
+        folded: set[str] = set()
+        heads, inside = self.records.heads, self.records.inside
+        for pos, kind, head in fatal:
+            if served:
+                i = bisect_left(served, pos, s)
+                if i > s:  # serving since the previous one
+                    s, crash = i, False
+            if crash:
+                folded.add(kind)
+            else:
+                crash = True
+                counted[kind] += 1
+            if head:  # the record counts here; a record that begins inside another one, with it
+                heads.add(pos)
+                matched += 1
+            else:
+                inside.append(pos)
+        self.crash = crash and s == len(served)
+        events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in counted.items())
+        # the other records of a crash: recognised, worth nothing more (``logmetrics check`` shows them)
+        events.extend(Event("backend_errors_total", (model, kind), 0, rule="crash") for kind in folded)
+        return matched

@@ -1,0 +1,70 @@
+"""The vLLM parser's zero series: only those the log seen so far can move.
+
+Always (once per stream): ``backend_restarts_total`` and ``backend_errors_total`` for every error
+type (any version can log them). Per model, once the log shows it:
+
+- token counters: a stats line, or a start-up whose args leave stats logging on;
+- ``llm_preemptions_total``: a V0 engine (its stats lines, init line or preemption warnings warn
+  per preemption) or a V1 stats line with the ``Preemptions:`` field (0.13+);
+- ``llm_requests_total{outcome="ok"}``: V0 AsyncLLMEngine's request lines (``Added``/``Finished
+  request`` from ``async_llm_engine.py``, 0.2 - 0.10 non-MQ with request logging), a ``Generated
+  response`` line or a logged response body: without them V1 logs no finished request, so it never
+  shows ``ok`` 0 next to its aborts;
+- ``outcome="aborted"``: those lines, or V1's ``Added request`` (request logging is on);
+- ``outcome="error"``: V1's ``Added request`` (only V1 logs ``Request ... failed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from logmetrics.events import Event
+
+from .vllm_errors import ERROR_TYPES
+
+#: What request lines show the log can produce (see the module docstring).
+V0_REQUESTS, V1_REQUESTS = ("ok", "aborted", "preempt"), ("aborted", "error")
+#: Zero-started series by what the log must show before they can move.
+ZERO_SERIES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "tokens": (("llm_prompt_tokens_total", None), ("llm_generation_tokens_total", None)),
+    "preempt": (("llm_preemptions_total", None),),
+    "ok": (("llm_requests_total", "ok"),),
+    "aborted": (("llm_requests_total", "aborted"),),
+    "error": (("llm_requests_total", "error"),),
+}
+
+
+class Capabilities:
+    """What the log has shown it can move (keys of ``ZERO_SERIES``), and the zero series given."""
+
+    def __init__(self) -> None:
+        self.caps: set[str] = set()
+        self.new = False  # a capability was learned since the last zero series were given
+        self._zeroed: dict[str, set[str]] = {}
+
+    def has(self, caps: Iterable[str]) -> bool:
+        """Whether the log has shown all of ``caps``."""
+        return self.caps.issuperset(caps)
+
+    def can(self, *caps: str) -> None:
+        """The log shows it can produce the series of ``caps``."""
+        if not self.caps.issuperset(caps):
+            self.caps.update(caps)
+            self.new = True
+
+    def zeros(self, model: str, events: list[Event]) -> None:
+        """Zero-valued counter events, once per model and series, for the series the log can move."""
+        self.new = False
+        done = self._zeroed.get(model)
+        if done is None:
+            if len(self._zeroed) >= 64:
+                self._zeroed.clear()
+            if not self._zeroed:  # once per stream: so that the first restart shows in increase()
+                events.append(Event("backend_restarts_total", (), 0, rule="model"))
+            # per model: any version can log any error type
+            events.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in ERROR_TYPES)
+            done = self._zeroed[model] = set()
+        for cap in self.caps - done:
+            done.add(cap)
+            events.extend(Event(name, (model,) if outcome is None else (model, outcome), 0, rule="model")
+                          for name, outcome in ZERO_SERIES[cap])
