@@ -347,7 +347,7 @@ def test_check_config_on_hostile_files_exits_0_or_2_without_a_traceback(
 ])
 def test_which_files_an_input_names(arg: str, path: str, named: bool) -> None:
     """covers(): the file itself, the files under a directory, the files a glob (or a directory it matches) names."""
-    from logmetrics.sources.tailfile import covers
+    from logmetrics.sources.discovery import covers
 
     assert covers(arg, path) is named
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from logmetrics.sources.discovery import discover
 from logmetrics.sources.layouts import CONFIG_MAX_BYTES, Layout, Layouts, image_name, is_log
-from logmetrics.sources.tailfile import discover
 from tests.helpers import Samples, Server, append, total
 from tests.test_engine import oneshot_metrics
 

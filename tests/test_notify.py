@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from logmetrics.sources import notify, tailfile
+from logmetrics.sources import discovery, notify
 from logmetrics.sources import tailer as sources
 from logmetrics.sources.chunks import SourceStats
 from logmetrics.sources.tailer import FileTailer
@@ -25,7 +25,7 @@ Make = Callable[..., FileTailer]
 def watched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Make, list[int]]]:
     """Tailers watched through inotify with no safety rescan, and how often the directories were listed."""
     listings = [0]
-    real = tailfile.discover
+    real = discovery.discover
 
     def counting(paths: list[str], onerror: Callable[[OSError], None],
                  wanted: Callable[[str], bool] | None = None) -> list[str]:

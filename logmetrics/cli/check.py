@@ -35,7 +35,7 @@ def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, s
     parser; files that are not logs are left out, as watch does. Exit code 0; with --strict, 1 if
     a parser failed on a record or made an event the engine would refuse; 2 for a usage error."""
     from logmetrics.plugins.checker import report, summary
-    from logmetrics.sources.tailfile import is_glob
+    from logmetrics.sources.discovery import is_glob
 
     missing = [f for f in files if f != "-" and not is_glob(f) and not os.path.exists(f)]
     if missing:

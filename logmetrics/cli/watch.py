@@ -18,7 +18,7 @@ from logmetrics.app.procs import ProcessRule
 from logmetrics.cli.common import CONTEXT, ENVELOPE_HELP, label_flag, listen_address, parser_entries, plugin_option
 from logmetrics.envelopes.unwrap import MODES
 from logmetrics.errors import UserError
-from logmetrics.sources.tailfile import covers
+from logmetrics.sources.discovery import covers
 from logmetrics.store.guard import safe_label
 
 if TYPE_CHECKING:

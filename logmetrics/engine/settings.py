@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
+from logmetrics.sources.discovery import covers
 from logmetrics.sources.layouts import Layouts
-from logmetrics.sources.tailfile import covers
 from logmetrics.store.guard import safe_label
 
 StaticLabel = tuple[str | None, str, str]  # (GLOB or None for every input, label name, value)

@@ -33,7 +33,7 @@ from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock, anchor_of
 from logmetrics.sources.chunks import Chunk, SourceStats
-from logmetrics.sources.tailfile import discover
+from logmetrics.sources.discovery import discover
 from logmetrics.store.store import Store
 
 log = logging.getLogger(__name__)

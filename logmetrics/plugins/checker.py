@@ -22,8 +22,8 @@ from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, record_rule
 from logmetrics.plugins.finder import ParserEntry
 from logmetrics.plugins.routing import SNIFF_LINES, route_text
 from logmetrics.records import Batch, Record, split_records
+from logmetrics.sources.discovery import discover
 from logmetrics.sources.layouts import Layouts
-from logmetrics.sources.tailfile import discover
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.store import Store
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from logmetrics.sources.tailfile import covers, is_glob, watch_root
+from logmetrics.sources.discovery import covers, is_glob, watch_root
 
 
 @dataclass(frozen=True)

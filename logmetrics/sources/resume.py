@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from logmetrics.sources.chunks import Position
-from logmetrics.sources.tailfile import Ident, covers
+from logmetrics.sources.discovery import covers
+from logmetrics.sources.tailfile import Ident
 
 
 @dataclass

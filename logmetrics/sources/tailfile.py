@@ -1,31 +1,20 @@
 """Tailfile: the mechanics under the tailer (``logmetrics.sources.tailer`` decides what to follow).
 
 ``LineCutter`` holds a stream's partial last line and applies the line-length cap; ``TailFile`` is
-an open file followed by identity (device, inode) with its read offset; ``discover`` finds the
-files under the given paths (``logmetrics.sources.notify`` says which changed). Reading works per chunk:
+an open file followed by identity (device, inode) with its read offset (``discovery`` finds the
+files under the given paths, ``logmetrics.sources.notify`` says which changed). Reading works per chunk:
 nothing runs per line in Python unless a line is longer than the cap.
 """
 
 from __future__ import annotations
 
-import errno
-import fnmatch
-import glob
-import logging
 import os
-from collections.abc import Callable, Sequence
 
-from logmetrics.sources.filekinds import not_a_log
 from logmetrics.sources.identity import fingerprint
-from logmetrics.sources.layouts import is_log
-
-log = logging.getLogger(__name__)
 
 HEAD_BYTES = 1024  # the head of a file: its first bytes, up to this many
 LAST_BYTES = 64  # the last bytes read of a file, kept to tell it rewritten to as many bytes
 SKIP_BUDGET_FACTOR = 64  # how far past its budget a read goes on to skip the rest of an over-long line
-IGNORED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")  # compressed or temporary rotations
-_GLOB_CHARS = frozenset("*?[")
 
 Ident = tuple[int, int]
 
@@ -195,6 +184,17 @@ class TailFile:
         self.fp_at = -1  # the bytes before it may be other ones now (a cut)
         self.last = b""
 
+    def was_cut(self) -> bool:
+        """Whether the open file's content was cut (or replaced) since it was read: shorter than
+        what was read, or not starting with its head any more (no fstat of its own state)."""
+        if self.fd < 0:
+            return False
+        try:
+            return os.fstat(self.fd).st_size < self.offset or (
+                bool(self.head) and os.pread(self.fd, len(self.head), 0) != self.head)
+        except OSError:
+            return False
+
     def truncated(self) -> bool:
         """fstat the file: whether its content was cut or replaced since the last look (copytruncate)."""
         old, old_mtime = self.size, self.mtime_ns
@@ -263,128 +263,3 @@ class TailFile:
         except OSError:
             pass
         self.fd = -1
-
-
-def is_glob(path: str) -> bool:
-    """Whether a PATH argument is a glob pattern."""
-    return not _GLOB_CHARS.isdisjoint(path)
-
-
-def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
-             wanted: Callable[[str], bool] | None = None) -> list[str]:
-    """The files named by ``paths`` now (files, directories recursively, globs), sorted.
-
-    Compressed and temporary rotations found in directories and globs are left out, and so are the
-    files of a Docker container directory that are not its logs (``config.v2.json``, ``hostname``,
-    ...), files that are no log by their first bytes, and those ``wanted`` refuses (the inputs'
-    include and exclude globs); a file named explicitly is always kept. Symlinked subdirectories are followed, each
-    directory walked once (a symlink loop ends there; real paths are walked before symlinked ones).
-    """
-    found: set[str] = set()
-    seen: set[Ident] = set()
-    named = set(paths)
-    for arg in paths:
-        if is_glob(arg) and not _listable(watch_root(arg)[0], onerror):
-            continue
-        for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
-            if os.path.isdir(path):
-                _walk(path, seen, found, onerror)
-            elif path == arg or _a_log(path):
-                found.add(path)
-    if wanted is not None:  # the inputs' include and exclude globs; a file named is always read
-        found = {path for path in found if path in named or wanted(path)}
-    return sorted(found)
-
-
-def _a_log(path: str, inode: int | None = None) -> bool:
-    """Whether a file found under a directory or glob is to be read as a log: not a compressed or
-    temporary rotation by its name, not a container's other files, not a file that is no log by
-    its first bytes (``filekinds.not_a_log``)."""
-    return not path.endswith(IGNORED_SUFFIXES) and is_log(path) and not_a_log(path, inode) is None
-
-
-def covers(arg: str, path: str) -> bool:
-    """Whether ``path`` is a file that the PATH argument ``arg`` names: the file itself, one under
-    the directory, or one the glob matches (or under a directory it matches; ``*`` may cross ``/``)."""
-    arg, path = os.path.abspath(arg), os.path.abspath(path)
-    if is_glob(arg):
-        return any(fnmatch.fnmatchcase(path, pattern) for pattern in
-                   (arg, arg + "/*", arg.replace("/**/", "/"), arg.replace("/**/", "/") + "/*"))
-    return path == arg or path.startswith(arg.rstrip(os.sep) + os.sep)
-
-
-def _listable(directory: str, onerror: Callable[[OSError], None]) -> bool:
-    """Whether ``directory`` can be listed now as far as descriptors go (``glob`` hides the failure).
-
-    Out of descriptors, ``onerror`` is told, and the caller must not take the empty listing for
-    files gone; any other error is left to ``glob``, which skips what it cannot list.
-    """
-    try:
-        with os.scandir(directory):
-            return True
-    except OSError as err:
-        if err.errno in (errno.EMFILE, errno.ENFILE):
-            onerror(err)
-            return False
-        return True
-
-
-def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSError], None]) -> None:
-    """Add the files under directory ``top`` to ``found``; ``seen`` holds the directories walked."""
-    try:
-        st = os.stat(top)
-    except OSError as err:
-        onerror(err)
-        return
-    if (st.st_dev, st.st_ino) in seen:
-        return
-    seen.add((st.st_dev, st.st_ino))
-    todo: list[tuple[str, int]] = [(top, st.st_dev)]
-    linked: list[str] = []  # symlinked directories: walked after every real one
-    while todo or linked:
-        if not todo:
-            linked.sort(reverse=True)  # the first by name wins, whatever the listing order
-            path = linked.pop()
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue  # dangling, or gone
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            todo.append((path, st.st_dev))
-        directory, dev = todo.pop()
-        try:
-            with os.scandir(directory) as it:
-                entries = list(it)
-        except OSError as err:
-            onerror(err)
-            continue
-        for entry in entries:
-            try:
-                if entry.is_symlink():
-                    if entry.is_dir():
-                        linked.append(entry.path)
-                    elif _a_log(entry.path):
-                        found.add(entry.path)
-                elif entry.is_dir(follow_symlinks=False):
-                    key = (dev, entry.inode())
-                    if key not in seen:
-                        seen.add(key)
-                        todo.append((entry.path, dev))
-                elif _a_log(entry.path, entry.inode()):
-                    found.add(entry.path)
-            except OSError:
-                continue  # gone meanwhile
-
-
-def watch_root(path: str) -> tuple[str, bool]:
-    """The directory to watch for a PATH argument (file, directory or glob), and whether recursively."""
-    if is_glob(path):
-        parts = path.split(os.sep)
-        fixed = next(i for i, part in enumerate(parts) if is_glob(part))
-        root = os.sep.join(parts[:fixed]) or (os.sep if path.startswith(os.sep) else ".")
-        return root, len(parts) - fixed > 1
-    if os.path.isdir(path):
-        return path, True
-    return os.path.dirname(path) or ".", False

@@ -1,0 +1,124 @@
+"""Placement by saved positions: the first polls after a restart with ``--state-file``.
+
+A saved file still there (by identity, starting with the same bytes and with the same fingerprint
+at its position) is read on from its position, under its stream, wherever it now lies; one cut
+while logmetrics was down is read from its start; logrotate's copy of a saved file, made while it
+was down, from that file's position; a file written at a saved stream's path and rotated away
+meanwhile is a rotation of that stream. ``Resumed`` decides these with the saved positions kept
+in the shared registry (``Followed.resume``); other files are placed as at any poll.
+"""
+
+from __future__ import annotations
+
+import os
+
+from logmetrics.sources.chunks import Position
+from logmetrics.sources.copies import copy_name, is_copy, nearest_first, originals
+from logmetrics.sources.followed import Followed, ident_at
+from logmetrics.sources.identity import other_birth, same_file
+from logmetrics.sources.tailfile import Ident
+
+
+def _stream(p: Position) -> str:
+    return p.stream
+
+
+class Resumed:
+    """Places files by the positions an earlier run saved."""
+
+    def __init__(self, followed: Followed) -> None:
+        self.followed = followed
+
+    def real(self, p: Position) -> bool:
+        """At the first poll after a restart: follow a saved file that no listed path leads to (its
+        symlink moved on while we were down) from its real path, if it is still the same file."""
+        followed = self.followed
+        if p.real is None or ident_at(p.real) != (p.dev, p.ino):
+            return False
+        opened = followed.open(p.real)
+        if opened is None:
+            return False
+        fd, size, head = opened
+        if other_birth(fd, p.birth) or not same_file(fd, size, head, p.head, p.offset, p.fp):
+            followed.fds.close(fd)
+            return False
+        self.follow(fd, (p.dev, p.ino), head, p.real, p.stream, p.offset, size)
+        return True
+
+
+    def place(self, path: str, ident: Ident) -> bool:
+        """The first poll after ``resume``: place ``path`` by the saved positions, if they say how."""
+        followed = self.followed
+        followed.resume.later.discard(ident)
+        followed.resume.unseen.pop(ident, None)
+        saved = followed.resume.saved.get(ident)
+        if saved is None and not followed.resume.named(path):
+            return False  # under a PATH argument the state did not have: as at a first start
+        if saved is None:
+            assert followed.resume.at is not None
+            try:
+                if os.stat(path).st_mtime <= followed.resume.at:
+                    # unchanged while we were down: from its end, as without a state, even with
+                    # --from-beginning (which is for a first start): a rotated file read to its end
+                    # and let go before the save is no new file
+                    followed.resume.unchanged.add(ident)
+                    return False
+            except OSError:
+                return False
+        opened = followed.open(path)
+        if opened is None:
+            if path in followed.waiting:  # out of descriptors: placed by the saved positions later
+                followed.resume.later.add(ident)
+                if saved is not None:
+                    followed.unopened[ident] = saved
+            return True
+        fd, size, head = opened
+        if saved is not None:
+            if not other_birth(fd, saved.birth) and same_file(fd, size, head, saved.head, saved.offset, saved.fp):
+                self.follow(fd, ident, head, path, saved.stream, saved.offset, size)
+                return True
+            if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
+                if other_birth(fd, saved.birth):  # replaced: deleted while we were down, as if gone
+                    followed.lost_while_down(saved)
+                else:
+                    followed.stats.truncations[path] = followed.stats.truncations.get(path, 0) + 1
+                self.follow(fd, ident, head, path, path, 0, size)
+                return True
+            # elsewhere, another file that got the saved file's inode after it was deleted: a new file
+        # logrotate's copy of a saved file, made while we were down (not of one found whole: renamed,
+        # that one was not copied)
+        resume = followed.resume
+        for pos in nearest_first(path, list(resume.saved.values()), _stream):
+            if is_copy(head, pos.head) and copy_name(path, pos.stream) and (pos.dev, pos.ino) not in resume.whole:
+                self.follow(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
+                return True
+        at_path = {p.stream: (p.dev, p.ino) for p in followed.resume.saved.values() if p.path == p.stream}
+        if path in at_path:  # the successor of a rotated file
+            followed.stats.rotations[path] = followed.stats.rotations.get(path, 0) + 1
+        for stream in originals(path):
+            if stream not in at_path:
+                continue
+            moved = ident_at(stream) != at_path[stream]
+            if moved or at_path[stream] not in followed.resume.whole:
+                # written at the stream's path and rotated away while we were down (a rotation); or,
+                # its file cut while we were down, a copy of lines written between two copytruncates
+                counts = followed.stats.rotations if moved else followed.stats.truncations
+                counts[stream] = counts.get(stream, 0) + 1
+                self.follow(fd, ident, head, path, stream, 0, size)
+                return True
+        followed.follow(fd, ident, head, path, path, 0, size, active=True)
+        return True
+
+    def _follow_resumed(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int,
+                        size: int) -> None:
+        """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
+        active = path == stream and stream not in self.followed.active
+        self.followed.follow(fd, ident, head, path, stream, offset, size, active=active)  # not active: drained
+        self.followed.streams.add(stream)
+
+    def follow(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int, size: int) -> None:
+        """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
+        followed = self.followed
+        active = path == stream and stream not in followed.active
+        followed.follow(fd, ident, head, path, stream, offset, size, active=active)  # not active: drained
+        followed.streams.add(stream)
