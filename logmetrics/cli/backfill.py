@@ -8,7 +8,16 @@ from datetime import datetime
 import click
 
 from logmetrics.app import config
-from logmetrics.cli.common import CONTEXT, TIME_HELP, label_flag, parser_entries, reading_options, time_arg, zone
+from logmetrics.cli.common import (
+    CONTEXT,
+    TIME_HELP,
+    label_flag,
+    parser_entries,
+    reading_options,
+    time_arg,
+    timezone_option,
+    zone,
+)
 from logmetrics.errors import UserError
 
 
@@ -23,10 +32,7 @@ from logmetrics.errors import UserError
               help=f"Write no sample before this log time ({TIME_HELP}). Counters still count from the start "
                    "of the files, so that they join up.")
 @click.option("--end", default=None, metavar="TIME", help=f"Write no sample after this log time ({TIME_HELP}).")
-@click.option("--timezone", "timezone", default=None, metavar="ZONE",
-              help="The zone of log times that carry none (vLLM's 'INFO 04-10 03:30:00', ISO times without "
-                   "an offset): an IANA name such as UTC or Europe/Berlin. Default: the local time zone of "
-                   "the machine running backfill.")
+@timezone_option()
 @click.option("--config", "config_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Take inputs (with their parser, envelope, source and model) and label_limits from this "
                    "TOML file, as 'watch --config' does; its other settings are for a running watch.")

@@ -66,6 +66,14 @@ def label_flag(spec: str) -> tuple[str | None, str, str]:
 TIME_HELP = "RFC 3339 (2024-04-10T03:30:00Z; without a zone: as --timezone says) or Unix seconds"
 
 
+def timezone_option(also: str = "") -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--timezone``: the zone of log times that carry none (``also``: what else it is the zone of)."""
+    return click.option("--timezone", "timezone", default=None, metavar="ZONE",
+                        help="The zone of log times that carry none (vLLM's 'INFO 04-10 03:30:00', ISO times "
+                             f"without an offset){also}: an IANA name such as UTC or Europe/Berlin. Default: the "
+                             "local time zone of the machine running logmetrics.")
+
+
 def zone(name: str | None) -> tzinfo | None:
     if name is None:
         return None

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from logmetrics.cli.common import CONTEXT, label_flag, parser_entries, reading_options, zone
+from logmetrics.cli.common import CONTEXT, label_flag, parser_entries, reading_options, timezone_option, zone
 from logmetrics.errors import UserError
 
 FORMATS = ("table", "json", "html")
@@ -45,9 +45,7 @@ def write_output(path: str, data: bytes) -> None:
 @click.option("-o", "--output", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Write the report to FILE instead of standard output (a regular file is replaced whole, or not at "
                    "all; a symlink, device or FIFO is written into).")
-@click.option("--timezone", "timezone", default=None, metavar="ZONE",
-              help="The zone of log times that carry none (vLLM's 'INFO 04-10 03:30:00'), and of the times "
-                   "shown: an IANA name such as UTC or Europe/Berlin. Default: the machine's local zone.")
+@timezone_option(", and of the times shown")
 @reading_options
 def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str | None, parser: str | None,
            source: str | None, envelope: str, labels: tuple[str, ...], plugins: tuple[str, ...],
