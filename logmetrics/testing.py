@@ -13,7 +13,8 @@ that is no ``Event``. It returns the events, so that a test can wrap a call::
 on a sample log in a new process and compares the series it prints with ``<log>.expected.prom``
 beside it (``LOGMETRICS_UPDATE_GOLDEN=1`` writes that file instead; check each value by hand).
 
-``assert_fast_path_matches(MyParser, text)`` holds a parser's ``parse_batch`` to ``parse``: on
+``assert_fast_path_matches(MyParser, text)`` holds a parser's fast path (the runs of its
+``frequent`` lines through ``parse_run``, or its own ``parse_batch``) to ``parse``: on
 ``text`` cut into batches the way the engine cuts reads, it must give the same totals, the same
 records and lines matched, and the same state.
 """

@@ -24,12 +24,14 @@ import math
 import posixpath
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import ClassVar
 
 import orjson
 
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
+from logmetrics.records.shapes import Shape
 
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, RouteLabels, access_line, route_template
@@ -70,7 +72,7 @@ class LlamaCppParser(Parser):
 
     name = "llamacpp"
     claims = ("*llama-server*", "*llama_server*", "*llamacpp*", "*llama-cpp*", "*llama_cpp*", "*llama.cpp*")
-    continuation = P.CONTINUATION_LLAMA
+    shapes: ClassVar[tuple[Shape, ...]] = (P.SHAPE,)
     process_names = ("llama-server", "llama_cpp.server", "llama-cpp-python", "llama.cpp/server")
 
     def __init__(self) -> None:

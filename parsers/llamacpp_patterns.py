@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from logmetrics.records import CONTINUATION
+from logmetrics.records.shapes import DEFAULT_SHAPES, Shape, unconditional
 
 from .errors import COMMON_CAUSES, Phrases
 
@@ -45,8 +45,11 @@ TIMING = re.compile(
 TOTAL = re.compile(rf"total time *= *(?P<ms>{NUM}) ms")
 
 #: The timing block's continuation lines (Era D prints them under one ``slot print_timing`` line;
-#: Sep - Dec 2024 builds start each with ``\r``), added to the default continuation rule.
-CONTINUATION_LLAMA = re.compile(rf"(?:{CONTINUATION.pattern})|\r|prompt eval time")
+#: Sep - Dec 2024 builds start each with ``\r``), added to the default shapes' lines (an exception
+#: line continues any record above it).
+CONTINUATION_LLAMA = re.compile(rf"(?:{unconditional(DEFAULT_SHAPES)})|\r|prompt eval time")
+#: The same lines as the parser's record shape.
+SHAPE = Shape("llamacpp", lines=CONTINUATION_LLAMA.pattern)
 
 # --- requests in flight, cache, HTTP -----------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import ClassVar
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Batch, Record
+from logmetrics.records.shapes import Shape
 
 from . import vllm_patterns as P
 from .common import RouteLabels
@@ -51,7 +52,7 @@ class VllmParser(Parser):
 
     name: ClassVar[str] = "vllm"
     claims: ClassVar[tuple[str, ...]] = ("*vllm*",)
-    continuation = P.CONTINUATION
+    shapes: ClassVar[tuple[Shape, ...]] = (P.SHAPE,)
     process_names: ClassVar[tuple[str, ...]] = ("vllm", "VLLM::")  # VLLM::: the titles its engine processes set
 
     def __init__(self) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES, Shape
+
 from .common import EXCEPTION_NAME, PROC_PREFIX, TRACEBACK_BODY, UVICORN_ACCESS
 
 PFX = PROC_PREFIX
@@ -21,6 +23,11 @@ HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 #: Lines that continue the record above: an optional process prefix and vLLM header (vLLM's
 #: formatter repeats the header on every line of a multi-line message), then a traceback-ish body.
 CONTINUATION = re.compile(rf"{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
+#: The same lines as a record shape: a line that is blank (``\n``) is left out of records by the
+#: records stage, so the shape names only lines with something on them (a prefix, a header, ``\r``).
+SHAPE = Shape("vllm", lines=rf"(?a:{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?"
+                            rf"(?:{INDENTED.lines}|{TRACEBACK_LINES}|{EXCEPTION_LINE})"
+                            rf"|{PFX}?{HDR} ?{EOL}|{PFX}{EOL}|\r{EOL})")
 
 ACCESS = re.compile(rf"\n{PFX}?{UVICORN_ACCESS}", re.ASCII)
 #: An access line of a finished request (2xx, POST on an inference route): where the access log

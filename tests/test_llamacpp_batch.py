@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from logmetrics_parsers import llamacpp_patterns as P
 from logmetrics_parsers.llamacpp import LlamaCppParser
 
 from logmetrics.engine.parsing import parse_records
@@ -195,7 +196,7 @@ def test_slot_and_srv_lines_start_records() -> None:
     """The scan takes a slot or srv line below a record as the start of the next one: so does the parser."""
     for line in ("slot launch_slot_: id  0 | task 1 | processing task", "srv  update_slots: all slots are idle",
                  "slot      release: x", "srv  log_server_r: request: GET / 127.0.0.1 200"):
-        assert not LlamaCppParser.continuation.match(line)
+        assert not P.CONTINUATION_LLAMA.match(line)
 
 
 def test_time_outs_at_the_start_of_a_batch() -> None:

@@ -11,7 +11,7 @@ from logmetrics_parsers.llamacpp import LlamaCppParser, number
 from logmetrics_parsers.vllm import VllmParser
 
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
-from logmetrics.plugins import discover
+from logmetrics.plugins import discover, record_rule
 from logmetrics.plugins.routing import choose
 from logmetrics.records import Record, split_records
 from tests.helpers import parse, total
@@ -21,10 +21,10 @@ SAMPLES = ROOT / "samples" / "llamacpp"
 
 
 def run(text: str, parser: LlamaCppParser | None = None) -> list[Event]:
-    """Events of ``text`` split into records with the parser's own continuation rule."""
+    """Events of ``text`` split into records with the parser's own record shape."""
     p = parser or LlamaCppParser()
     out: list[Event] = []
-    for rec in split_records(text, LlamaCppParser.continuation):
+    for rec in split_records(text, record_rule(LlamaCppParser)):
         out.extend(p.parse(Record(rec, 100.0)))
     return out
 
@@ -79,7 +79,7 @@ def test_era_d_block_is_one_record_and_keeps_its_slot() -> None:
              "\r" + PE.format(100.0, 10, 10.0, 100.0) + "\n"
              "\r" + EV.format(200.0, 4, 50.0, 20.0) + "\n"
              "\r" + TT.format(300.0, 14) + "\n")
-    assert len(split_records(block, LlamaCppParser.continuation)) == 1
+    assert len(split_records(block, record_rule(LlamaCppParser))) == 1
     ev = run(block)
     assert observations(ev, "llm_request_duration_seconds") == [0.3]
     assert observations(ev, "llm_time_per_output_token_seconds") == [0.05]

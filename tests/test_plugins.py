@@ -172,8 +172,9 @@ def test_check_events_names_every_event_the_engine_would_refuse() -> None:
     assert "a counter cannot take the value -1" in message
 
 
-def test_shapes_and_continuation_choose_how_records_are_cut() -> None:
-    """A parser's shapes are compiled; one that sets only continuation keeps it; both at once is refused."""
+def test_shapes_cut_records_and_the_old_continuation_is_refused_with_its_replacement() -> None:
+    """A parser's shapes are compiled into its record rule; a plugin that still sets the
+    ``continuation`` of earlier releases is refused at load, told to name those lines as a Shape."""
 
     class Lines(Parser):
         name = "lines"
@@ -182,14 +183,19 @@ def test_shapes_and_continuation_choose_how_records_are_cut() -> None:
         def parse(self, record: Record) -> list[Event]:
             return []
 
-    class Node(Lines):
+    class Node(Parser):
+        name = "node"
         shapes = (NODE_STACK,)
 
-    assert record_rule(Lines) is Lines.continuation
+        def parse(self, record: Record) -> list[Event]:
+            return []
+
     rule = record_rule(Things)
     assert isinstance(rule, Shapes) and rule.shapes == DEFAULT_SHAPES
-    with pytest.raises(PluginError, match="sets both continuation and shapes"):
-        validate(Node, "test")
+    assert record_rule(Node).shapes == (NODE_STACK,)
+    validate(Node, "test")
+    with pytest.raises(PluginError, match=r"sets continuation, which logmetrics no longer reads.*shapes = \(Shape"):
+        validate(Lines, "test")
 
     class Broken(Parser):
         name = "broken"

@@ -6,9 +6,11 @@ import calendar
 import json
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from logmetrics_parsers import vllm_patterns as P
 from logmetrics_parsers.common import (
     MAX_KNOWN_ROUTES,
     MAX_UNKNOWN_ROUTES,
@@ -22,7 +24,7 @@ from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
 from logmetrics_parsers.vllm_errors import ERROR_TYPES, classify_error
 
 from logmetrics.events import UNKNOWN_MODEL, Event, number
-from logmetrics.plugins import validate
+from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import assert_fast_path_matches, check_events, run_batches
@@ -308,7 +310,7 @@ def test_logo_names_the_model_and_args_win() -> None:
                      "{'model': 'org/path-model', 'served_model_name': ['served']}\n", parser)
     assert parser.model == "served"
     assert ("llm_prompt_tokens_total", ("served",)) in totals(events)
-    assert split_records(logo, VllmParser.continuation) == [logo.rstrip("\n")]
+    assert split_records(logo, record_rule(VllmParser)) == [logo.rstrip("\n")]
 
 
 def test_one_start_counts_once() -> None:
@@ -757,22 +759,23 @@ def test_single_error_lines_count_once_each() -> None:
 
 @pytest.mark.parametrize("text", [TRACEBACK, RAW, ASGI, RANK])
 def test_split_records_keeps_a_traceback_in_one_record(text: str) -> None:
-    """The records stage, with this parser's continuation, never cuts a traceback."""
-    records = split_records(text, VllmParser.continuation)
+    """The records stage, with this parser's record shape, never cuts a traceback."""
+    records = split_records(text, record_rule(VllmParser))
     assert len(records) == 1
-    assert RecordAssembler(VllmParser.continuation).feed(text + "INFO:     next line\n")[0] == text
+    assert RecordAssembler(record_rule(VllmParser)).feed(text + "INFO:     next line\n")[0] == text
 
 
-def test_continuation_accepts_prefixes_and_headers() -> None:
-    """A vLLM header or a process prefix in front of a traceback-ish body continues the record."""
-    cont = VllmParser.continuation
-    assert cont.match('(EngineCore_DP0 pid=8884)   File "x.py", line 1')
-    assert cont.match("(RayWorkerWrapper pid=1, ip=10.0.0.1) Traceback (most recent call last):")
-    assert cont.match("ERROR 10-20 03:20:50 [async_llm.py:485[]     outputs = await x()")
-    assert cont.match("ERROR 12-16 21:40:15 engine.py:135] ValueError: x")
-    assert cont.match("ERROR 12-16 21:40:15 engine.py:135] ")
-    assert not cont.match("ERROR 12-16 21:40:15 engine.py:135] Error in model execution.")
-    assert not cont.match("INFO 12-16 21:40:15 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s")
+@pytest.mark.parametrize("cont", [P.CONTINUATION.match, re.compile(P.SHAPE.lines).match], ids=["scan", "shape"])
+def test_continuation_accepts_prefixes_and_headers(cont: Callable[[str], re.Match[str] | None]) -> None:
+    """A vLLM header or a process prefix in front of a traceback-ish body continues the record
+    (for the scan, and in the record shape)."""
+    assert cont('(EngineCore_DP0 pid=8884)   File "x.py", line 1')
+    assert cont("(RayWorkerWrapper pid=1, ip=10.0.0.1) Traceback (most recent call last):")
+    assert cont("ERROR 10-20 03:20:50 [async_llm.py:485[]     outputs = await x()")
+    assert cont("ERROR 12-16 21:40:15 engine.py:135] ValueError: x")
+    assert cont("ERROR 12-16 21:40:15 engine.py:135] ")
+    assert not cont("ERROR 12-16 21:40:15 engine.py:135] Error in model execution.")
+    assert not cont("INFO 12-16 21:40:15 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s")
 
 
 # -- the batch scan against the per-record path ----------------------------------------------
@@ -781,7 +784,7 @@ def test_continuation_accepts_prefixes_and_headers() -> None:
 def by_batches_events(text: str, size: int) -> list[Event]:
     """The events of ``parse_batch`` on batches cut the way the engine cuts them."""
     parser = VllmParser()
-    assembler = RecordAssembler(VllmParser.continuation)
+    assembler = RecordAssembler(record_rule(VllmParser))
     events: list[Event] = []
     buf = ""
     for line in [*text.splitlines(keepends=True), ""]:

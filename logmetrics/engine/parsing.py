@@ -190,7 +190,7 @@ class Applier:
         batch = Batch(stream.source, text, stream.time, lines)
         errors = 0
         models: list[str] = []  # the models of the records that gave events (record by record)
-        if type(parser).parse_batch is Parser.parse_batch:  # written record by record: the engine loops
+        if type(parser).parse_batch is Parser.parse_batch:  # the engine loops: runs of frequent lines, records
             events, matched, matched_lines, errors, models = parse_records(parser, batch, self.raised)
         else:
             try:

@@ -28,9 +28,7 @@ Two optional parts concern the backend's life:
 
 Multi-line records: ``shapes`` names the shapes the backend logs (``logmetrics.records.shapes``:
 ``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``PRETTY_JSON``, ``INDENTED``, or a ``Shape`` of the parser's
-own); the records stage joins them into one pattern. The older ``continuation`` (a compiled regex:
-lines that continue the record above, matched at each line's start) still works: a parser that
-sets it and not ``shapes`` has its records cut by it, line by line.
+own); the records stage joins them into one pattern.
 
 Counters at zero: ``zero_series(model)`` names the series (metric, label values) to start at 0;
 the engine applies it once per stream and model, when a batch of the stream produced events, for
@@ -47,13 +45,12 @@ The finder (``logmetrics.plugins.finder``) loads and validates parsers.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins.fastpath import Run
-from logmetrics.records import CONTINUATION, Batch, Record, Rule
+from logmetrics.records import Batch, Record, Rule
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape, compiled
 from logmetrics.store.catalog import Family
 
@@ -74,9 +71,6 @@ class Parser:
     prefilter: ClassVar[tuple[str, ...]] = ()
     #: The shapes of this backend's multi-line records (``logmetrics.records.shapes``), joined into one pattern.
     shapes: ClassVar[tuple[Shape, ...]] = DEFAULT_SHAPES
-    #: The older way: lines that continue the record above them (matched at the start of each
-    #: line). Used instead of ``shapes`` by a parser that sets it and not ``shapes``.
-    continuation: ClassVar[re.Pattern[str]] = CONTINUATION
     #: The frequent lines, for the framework's fast path (``logmetrics.plugins.fastpath``): a regular
     #: expression that matches one whole line (not its newline), each a record whose events
     #: ``parse_run`` gives for a run of them at once. Empty: every record goes through ``parse``.
@@ -174,12 +168,10 @@ class Parser:
 
 
 def record_rule(cls: type[Parser]) -> Rule:
-    """How a parser's records are cut: its ``continuation`` if it sets that and not ``shapes``,
-    else its shapes, compiled (once per distinct tuple)."""
+    """How a parser's records are cut: its shapes, compiled (once per distinct tuple)."""
     rule = _rules.get(cls)
     if rule is None:
-        own = own_attributes(cls)
-        rule = _rules[cls] = cls.continuation if "continuation" in own and "shapes" not in own else compiled(cls.shapes)
+        rule = _rules[cls] = compiled(cls.shapes)
     return rule
 
 

@@ -60,12 +60,12 @@ def validate(cls: object, origin: str) -> ParserEntry:
         value = getattr(cls, attr)
         if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
             raise PluginError(f"{who}: {attr} must be a tuple of non-empty strings")
-    if not isinstance(cls.continuation, re.Pattern) or not isinstance(cls.continuation.pattern, str):
-        raise PluginError(f"{who}: continuation must be a compiled str regular expression")
+    if "continuation" in own_attributes(cls):  # the attribute of earlier releases: refused, not ignored
+        raise PluginError(f"{who}: sets continuation, which logmetrics no longer reads; name those lines as a "
+                          "record shape: shapes = (Shape('mine', lines=PATTERN),) with "
+                          "logmetrics.records.shapes.Shape, PATTERN the continuation's regular expression text")
     if not isinstance(cls.shapes, tuple) or not all(isinstance(s, Shape) for s in cls.shapes):
         raise PluginError(f"{who}: shapes must be a tuple of logmetrics.records.shapes.Shape values")
-    if {"continuation", "shapes"} <= own_attributes(cls):
-        raise PluginError(f"{who}: sets both continuation and shapes; give its own lines as a Shape")
     try:
         compiled(cls.shapes)
     except re.error as exc:

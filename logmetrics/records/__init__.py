@@ -5,7 +5,6 @@ The names a parser uses are importable from here: ``from logmetrics.records impo
 """
 
 from logmetrics.records.assembly import (
-    CONTINUATION,
     DEFAULT_RULE,
     MAX_RECORD_CHARS,
     Batch,
@@ -17,7 +16,6 @@ from logmetrics.records.assembly import (
 )
 
 __all__ = [
-    "CONTINUATION",
     "DEFAULT_RULE",
     "MAX_RECORD_CHARS",
     "Batch",

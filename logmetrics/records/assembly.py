@@ -2,9 +2,9 @@
 
 A multi-line record (a Python traceback, vLLM's re-prefixed exception lines, the llama.cpp timing
 block) is one record so that one error is counted once. Which lines continue the previous record is said
-either by shapes (``logmetrics.records.shapes``: Python tracebacks, Node stacks, Postgres ``DETAIL:``
+by shapes (``logmetrics.records.shapes``: Python tracebacks, Node stacks, Postgres ``DETAIL:``
 lines, indented lines, a parser's own; ``Parser.shapes``), compiled into one pattern for whole
-records, or by a regular expression matched at the start of each line (``Parser.continuation``).
+records.
 
 The records stage never lets a batch end inside a record: the trailing record of each read is held
 back until more data shows that it is complete, or the stream goes idle (``RecordAssembler``).
@@ -12,18 +12,13 @@ back until more data shows that it is complete, or the stream goes idle (``Recor
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from logmetrics.records.shapes import DEFAULT_SHAPES, Shapes, compiled, unconditional
+from logmetrics.records.shapes import DEFAULT_SHAPES, Shapes, compiled
 
-#: Lines that continue the record above them, one line at a time: the default shapes' lines, with
-#: a ``SomeError: message`` line taken as continuing whatever is above it. The per-line form of
-#: ``DEFAULT_SHAPES`` (which join that line only to a traceback), for ``Parser.continuation``.
-CONTINUATION = re.compile(unconditional(DEFAULT_SHAPES))
-#: How records are told apart: a per-line continuation pattern, or compiled shapes.
-Rule = re.Pattern[str] | Shapes
+#: How records are told apart: a parser's shapes, compiled.
+Rule = Shapes
 DEFAULT_RULE: Rule = compiled(DEFAULT_SHAPES)
 #: A record held back longer than this (characters) is let out as it is, in parts: a block of
 #: indented lines that never ends (a backend that prints nothing else) must neither grow without
@@ -53,33 +48,14 @@ class Batch:
     lines: int
 
 
-def split_records(text: str, continuation: Rule = DEFAULT_RULE) -> list[str]:
+def split_records(text: str, rule: Rule = DEFAULT_RULE) -> list[str]:
     """Split ``text`` (whole lines) into records, joining continuation lines to the one above."""
-    if isinstance(continuation, Shapes):
-        return continuation.split(text)
-    records: list[str] = []
-    match = continuation.match
-    for line in text.split("\n"):
-        if not line:
-            continue
-        if records and match(line):
-            records[-1] += "\n" + line
-        else:
-            records.append(line)
-    return records
+    return rule.split(text)
 
 
-def last_record_start(text: str, continuation: Rule = DEFAULT_RULE) -> int:
+def last_record_start(text: str, rule: Rule = DEFAULT_RULE) -> int:
     """Index in ``text`` (whole lines, ending in ``\\n``) where its last record begins."""
-    if isinstance(continuation, Shapes):
-        return continuation.last_start(text)
-    end = len(text) - 1 if text.endswith("\n") else len(text)
-    match = continuation.match
-    while True:
-        start = text.rfind("\n", 0, end) + 1
-        if start == 0 or not match(text, start):
-            return start
-        end = start - 1
+    return rule.last_start(text)
 
 
 class RecordAssembler:
@@ -89,10 +65,10 @@ class RecordAssembler:
     follows it continues as records of their own.
     """
 
-    __slots__ = ("continuation", "max_chars", "pending", "pending_lines")
+    __slots__ = ("max_chars", "pending", "pending_lines", "rule")
 
-    def __init__(self, continuation: Rule = DEFAULT_RULE, max_chars: int = MAX_RECORD_CHARS) -> None:
-        self.continuation = continuation
+    def __init__(self, rule: Rule = DEFAULT_RULE, max_chars: int = MAX_RECORD_CHARS) -> None:
+        self.rule = rule
         self.max_chars = max_chars
         self.pending = ""
         self.pending_lines = 0
@@ -109,7 +85,7 @@ class RecordAssembler:
             lines += self.pending_lines
         if not text:
             return "", 0
-        cut = last_record_start(text, self.continuation)
+        cut = last_record_start(text, self.rule)
         if len(text) - cut > self.max_chars:
             cut = len(text)  # a record that does not end: out now, held no longer
         self.pending = text[cut:]

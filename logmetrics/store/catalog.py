@@ -106,7 +106,7 @@ SELF_FAMILIES: tuple[Family, ...] = (
     _f("logmetrics_lines_truncated_total", "counter", ("source",), "Lines cut at the line-length cap."),
     _f("logmetrics_parse_errors_total", "counter", ("parser",),
        "Records on which a parser raised an exception (for a parse_batch that raised: every record of "
-       "that batch, which is not parsed again)."),
+       "that batch; for a parse_run: every line of the run; neither is parsed again)."),
     _f("logmetrics_values_rejected_total", "counter", ("parser", "metric"),
        "Events refused, per parser and metric: values NaN or infinite for any type, negative for a "
        "counter or histogram; malformed events (label values that are not strings, not an Event at "
