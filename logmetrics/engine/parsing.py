@@ -40,10 +40,14 @@ def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseEx
             if start > pos:
                 _records(parser, text[pos:start], batch.time, counts, raised)
             pos = end + 1
+            lines = text.count("\n", start, end) + 1
             try:
                 got, n = parser.parse_run(Run(text, start, end, batch.time))
+                got = list(got)
+                if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= lines:
+                    raise ValueError(f"parse_run said {n!r} of a run of {lines} lines gave events")
             except PLUGIN_ERRORS as exc:  # the run is lost (parse_run may have seen some of it)
-                counts.errors += text.count("\n", start, end) + 1
+                counts.errors += lines
                 if raised is not None:
                     raised(parser, exc)
                 continue
@@ -107,9 +111,16 @@ def _records(parser: Parser, text: str, time: float | None, counts: _Counts,
 
 def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
     """A parser's own ``parse_batch`` on ``batch``: its events, the records matched and their
-    physical lines (one per matched record, for a ``parse_batch`` that does not say)."""
+    physical lines (one per matched record, for a ``parse_batch`` that does not say). ValueError
+    if it claims more than the batch holds, or a count that is no count."""
     result = parser.parse_batch(batch)
-    return result[0], result[1], result[2] if len(result) > 2 else result[1]
+    events, matched = list(result[0]), result[1]
+    lines = result[2] if len(result) > 2 else matched
+    most = max(batch.lines, batch.text.count("\n") + 1)
+    for what, n in (("records", matched), ("lines", lines)):
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= most:
+            raise ValueError(f"parse_batch said {n!r} {what} of a batch of {most} lines matched")
+    return events, matched, lines
 
 
 def relabel(events: list[Event], model: str, at: dict[str, int]) -> list[Event]:
