@@ -21,7 +21,6 @@ records and lines matched, and the same state.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import subprocess
@@ -31,18 +30,47 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from logmetrics.engine.parsing import fast_records, parse_records
-from logmetrics.events import Event, values_of
-from logmetrics.plugins import Parser, record_rule
-from logmetrics.records import Batch, RecordAssembler
-from logmetrics.store.catalog import BY_NAME
-from logmetrics.store.store import Store
+from logmetrics.engine.fastcheck import (
+    Outcome,
+    Totals,
+    batches,
+    differences,
+    has_fast_path,
+    has_frequent,
+    has_own_batch,
+    refused,
+    run,
+    totals,
+)
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+__all__ = [
+    "EventError",
+    "GoldenError",
+    "Run",
+    "Totals",
+    "assert_fast_path_matches",
+    "batches",
+    "check_events",
+    "check_golden",
+    "diff",
+    "golden_path",
+    "has_fast_path",
+    "has_frequent",
+    "has_own_batch",
+    "oneshot",
+    "refused",
+    "render",
+    "run_batches",
+    "samples_of",
+    "totals",
+]
 
 #: Series a golden file leaves out: the engine's own figures and the processes found on the machine.
 IGNORED_PREFIXES = ("logmetrics_", "backend_process_")
 UPDATE_VARIABLE = "LOGMETRICS_UPDATE_GOLDEN"
 Key = tuple[str, tuple[tuple[str, str], ...]]
-Totals = dict[tuple[str, tuple[str, ...]], object]
 
 
 class EventError(AssertionError):
@@ -51,19 +79,6 @@ class EventError(AssertionError):
 
 class GoldenError(AssertionError):
     """A sample's metrics differ from its golden file; the message lists each series that differs."""
-
-
-def refused(parser_cls: type[Parser], events: Iterable[Event]) -> list[tuple[object, str]]:
-    """The events of ``events`` the engine would refuse for this parser, each with the reason."""
-    store = Store()
-    store.register(parser_cls.metrics)
-    quiet = logging.getLogger("logmetrics.store.store")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # the reasons come back here; no warnings on the test's output
-    try:
-        return store.apply(events, parser_cls.name or "test", "test")
-    finally:
-        quiet.setLevel(level)
 
 
 def check_events(parser_cls: type[Parser], events: Iterable[Event]) -> list[Event]:
@@ -177,44 +192,6 @@ def check_golden(log: str | Path, parser: str | None = None, *, plugins: Sequenc
 
 # -- the fast path against parse ----------------------------------------------------------------
 
-def batches(text: str, size: int | None, parser_cls: type[Parser]) -> list[str]:
-    """``text`` cut into batches of whole records under the parser's record rule, the way the
-    engine cuts reads of about ``size`` characters (None: one batch)."""
-    assembler = RecordAssembler(record_rule(parser_cls))
-    out: list[str] = []
-    buf = ""
-    for line in text.splitlines(keepends=True):
-        buf += line
-        if size is not None and len(buf) >= size:
-            out.append(assembler.feed(buf)[0])
-            buf = ""
-    out += [assembler.feed(buf)[0], assembler.flush()[0]]
-    return [piece for piece in out if piece]
-
-
-def totals(events: Iterable[Event], parser_cls: type[Parser], digits: int = 9) -> Totals:
-    """What the store makes of ``events``: counters summed (those that stay at 0 left out: zero
-    series are the engine's), gauges' last values, histogram observations sorted; rounded to
-    ``digits`` (sums of floats in another order)."""
-    kinds = {fam.name: fam.kind for fam in (*BY_NAME.values(), *parser_cls.metrics)}
-    out: dict[tuple[str, tuple[str, ...]], float | list[float]] = {}
-    for e in events:
-        key = (e.metric, e.labels)
-        kind = kinds.get(e.metric)
-        if kind == "histogram":
-            seen = out.setdefault(key, [])
-            assert isinstance(seen, list)
-            seen.extend(values_of(e))
-        elif kind == "gauge":
-            out[key] = sum(values_of(e))
-        else:
-            old = out.get(key, 0.0)
-            assert isinstance(old, float)
-            out[key] = old + sum(values_of(e))
-    return {k: sorted(round(x, digits) for x in v) if isinstance(v, list) else round(v, digits)
-            for k, v in out.items() if isinstance(v, list) or v or kinds.get(k[0]) == "gauge"}
-
-
 Run = tuple[Totals, int, int, object]
 
 
@@ -223,78 +200,43 @@ def run_batches(parser_cls: type[Parser], text: str, size: int | None, *, fast: 
                 state: Callable[[Parser], object] | None = None, digits: int = 9) -> Run:
     """Totals, records and lines matched, and the final state of a new parser on ``text`` in
     batches: through its fast path (``fast``: its ``parse_batch``, or the runs of its ``frequent``
-    lines through ``parse_run``), or record by record through ``parse`` alone."""
-    parser = parser_cls()
-    if prepare is not None:
-        prepare(parser)
-    events: list[Event] = []
-    matched = lines = 0
-    for piece in batches(text, size, parser_cls):
-        batch = Batch("test", piece, now, piece.count("\n"))
-        if fast and has_own_batch(parser_cls):
-            got, n, k = fast_records(parser, batch)
-        else:
-            got, n, k, errors, _ = parse_records(parser, batch, fast=fast)
-            assert not errors, f"the parser raised on {errors} record(s)"
-        events += check_events(parser_cls, got)
-        matched += n
-        lines += k
-    return totals(events, parser_cls, digits), matched, lines, (state or parser_cls.state)(parser)
+    lines through ``parse_run``), or record by record through ``parse`` alone. AssertionError if
+    the parser fails on a record, ``EventError`` if it makes an event the engine would refuse."""
+    out = _checked(parser_cls, run(parser_cls, text, size, fast=fast, now=now, prepare=prepare, state=state,
+                                   digits=digits))
+    return out.totals, out.matched, out.lines, out.state
 
 
 def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequence[int | None] = (None, 4096, 500),
                              *, now: float = 0.0, prepare: Callable[[Parser], None] | None = None,
                              state: Callable[[Parser], object] | None = None, digits: int = 9,
                              lines: bool = True) -> Run:
-    """The parser's fast path (its ``parse_batch``, or its ``frequent`` lines) on ``text`` cut into batches of
-    each size gives what ``parse`` gives record by record: the same totals, records and (unless
-    ``lines`` is False) lines matched, and final state (``state(parser)``, by default
-    ``parser.state()``), totals rounded to ``digits``; ``prepare(parser)`` runs on each new parser first
-    (``learn``, say). Returns the record-by-record run of the last size. A parser with neither has no
-    fast path: it is run through ``parse`` alone, its events checked as ``check_events`` does."""
+    """The parser's fast path (its ``parse_batch``, or its ``frequent`` lines) on ``text`` cut into
+    batches of each size gives what ``parse`` gives record by record: the same totals, records and
+    (unless ``lines`` is False) lines matched, and final state (``state(parser)``, by default
+    ``parser.state()``), totals rounded to ``digits``; ``prepare(parser)`` runs on each new parser
+    first (``learn``, say). The failure names each series that differs. Returns the
+    record-by-record run of the last size. A parser with neither has no fast path: it is run
+    through ``parse`` alone, its events checked as ``check_events`` does."""
     want: Run = ({}, 0, 0, None)
     for size in sizes:
-        want = run_batches(parser_cls, text, size, fast=False, now=now, prepare=prepare, state=state, digits=digits)
-        if not has_own_batch(parser_cls) and not has_frequent(parser_cls):
+        slow = _checked(parser_cls, run(parser_cls, text, size, fast=False, now=now, prepare=prepare, state=state,
+                                        digits=digits))
+        want = (slow.totals, slow.matched, slow.lines, slow.state)
+        if not has_fast_path(parser_cls):
             continue
-        got = run_batches(parser_cls, text, size, fast=True, now=now, prepare=prepare, state=state, digits=digits)
-        if not lines:
-            got = (got[0], got[1], want[2], got[3])
-        if got != want:
-            wrong = [f"  {what}: parse gives {w!r}, the fast path {g!r}"
-                     for what, w, g in zip(("records matched", "lines matched", "state"), want[1:], got[1:],
-                                           strict=True) if w != g]
-            if got[0] != want[0]:
-                wrong.insert(0, "  totals:\n" + _totals_diff(want[0], got[0]))
+        got = _checked(parser_cls, run(parser_cls, text, size, fast=True, now=now, prepare=prepare, state=state,
+                                       digits=digits))
+        wrong = differences(slow, got, lines=lines)
+        if wrong:
             raise AssertionError(f"{parser_cls.__name__}: the fast path differs from parse in batches of "
-                                 f"{size or 'the whole text'}:\n" + "\n".join(wrong))
+                                 f"{size or 'the whole text'}:\n" + "\n".join(f"  {w}" for w in wrong))
     return want
 
 
-def has_own_batch(parser_cls: type[Parser]) -> bool:
-    """Whether the parser has a ``parse_batch`` of its own."""
-    return parser_cls.parse_batch is not Parser.parse_batch
-
-
-def has_frequent(parser_cls: type[Parser]) -> bool:
-    """Whether the parser names frequent lines (``frequent``, or ``frequent_lines`` of its own)."""
-    return bool(parser_cls.frequent) or parser_cls.frequent_lines is not Parser.frequent_lines
-
-
-def _totals_diff(want: Totals, got: Totals, most: int = 20) -> str:
-    """The series whose totals differ, ``most`` of them at the most, one a line."""
-    lines = []
-    for key in sorted(want.keys() | got.keys()):
-        w, g = want.get(key), got.get(key)
-        if w == g:
-            continue
-        name = f"{key[0]}{{{','.join(key[1])}}}"
-        if isinstance(w, list) and isinstance(g, list):
-            extra = sorted(set(g) - set(w))[:5]
-            gone = sorted(set(w) - set(g))[:5]
-            lines.append(f"    {name}: parse observes {len(w)} values, the fast path {len(g)}"
-                         f" (only in the fast path: {extra}, only in parse: {gone})")
-        else:
-            lines.append(f"    {name}: parse gives {w!r}, the fast path {g!r}")
-    more = f"\n    ... and {len(lines) - most} more series" if len(lines) > most else ""
-    return "\n".join(lines[:most]) + more
+def _checked(parser_cls: type[Parser], out: Outcome) -> Outcome:
+    """``out``, or AssertionError if the parser failed on a record, ``EventError`` if it made an
+    event the engine would refuse."""
+    assert not out.errors, f"the parser failed on {out.errors} record(s): {out.failure}"
+    check_events(parser_cls, out.events)
+    return out

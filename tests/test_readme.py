@@ -212,6 +212,37 @@ def test_check_strict_fails_on_a_parser_fault(tmp_path: Path) -> None:
     assert clean.returncode == 0, clean.stdout + clean.stderr
 
 
+#: A plugin whose fast path counts one request too many per run, and whose parse is right.
+OFF_BY_ONE = """
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class OffByOne(Parser):
+    name = "offbyone"
+    frequent = "done"
+
+    def parse(self, record):
+        return [Event("llm_requests_total", ("m", "ok"), 1)] if record.text == "done" else []
+
+    def parse_run(self, run):
+        n = len(run.lines())
+        return [Event("llm_requests_total", ("m", "ok"), n + 1)], n
+"""
+
+
+def test_check_strict_holds_the_fast_path_to_parse(tmp_path: Path) -> None:
+    """'check --strict' runs a parser's fast path as watch runs it: one that gives other figures
+    than parse fails the check, naming the series; without --strict the check does not run it."""
+    (tmp_path / "offbyone.py").write_text(OFF_BY_ONE)
+    (tmp_path / "gateway.log").write_text("done\ndone\nother\ndone\n")
+    strict = cli("check", "--strict", "--plugin", "offbyone.py", "--parser", "offbyone", "gateway.log", cwd=tmp_path)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "llm_requests_total{m,ok}: parse gives 3.0, the fast path 5.0" in strict.stdout
+    loose = cli("check", "--plugin", "offbyone.py", "--parser", "offbyone", "gateway.log", cwd=tmp_path)
+    assert loose.returncode == 0 and "fast path" not in loose.stdout
+
+
 def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     """The README's quick start, run word for word in a copy of the repository: it installs, serves
     the samples' metrics at the URL it prints, and every backend's sample is counted there."""

@@ -22,8 +22,8 @@ from logmetrics.errors import UserError
               help="How many series to show per rule, and how many unmatched line shapes.")
 @click.option("--strict", is_flag=True,
               help="Exit 1 when the parser fails on a record or makes an event the engine would refuse "
-                   "(a label it must not have, a family it did not declare): a gate for a plugin's CI. "
-                   "Unmatched records never fail it.")
+                   "(a label it must not have, a family it did not declare), or when its fast path fails or "
+                   "gives other figures than parse: a gate for a plugin's CI. Unmatched records never fail it.")
 @plugin_option
 def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, strict: bool,
           plugins: tuple[str, ...]) -> None:
@@ -32,8 +32,11 @@ def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, s
     A `docker compose logs` file is checked per service, each routed by itself, as watch does.
     Several files, a directory or a glob give one line per file (its parser, records, those that
     counted something and those read without a count, and the share read) and the totals per
-    parser; files that are not logs are left out, as watch does. Exit code 0; with --strict, 1 if
-    a parser failed on a record or made an event the engine would refuse; 2 for a usage error."""
+    parser; files that are not logs are left out, as watch does. With --strict, a parser's fast
+    path is run too, as watch runs it, and held to parse. Exit code 0; with --strict, 1 if a parser
+    failed on a record, made an event the engine would refuse or has a fast path that fails or
+    differs from parse; 2 for a usage error."""
+    from logmetrics.engine.fastcheck import problems
     from logmetrics.plugins.checker import report, summary
     from logmetrics.sources.discovery import is_glob
 
@@ -41,14 +44,15 @@ def check(files: tuple[str, ...], parser: str | None, envelope: str, top: int, s
     if missing:
         raise UserError(f"{', '.join(missing)}: no such file or directory")
     entries = parser_entries(plugins, parser)
+    fast_check = problems if strict else None  # (it runs the parser twice more)
     if len(files) == 1 and (files[0] == "-" or os.path.isfile(files[0])):
-        text, faulty = report(files[0], entries, parser=parser, envelope=envelope, top=top)
+        text, faulty = report(files[0], entries, parser=parser, envelope=envelope, top=top, fast_check=fast_check)
     else:
-        text, faulty = summary(files, entries, parser=parser, envelope=envelope)
+        text, faulty = summary(files, entries, parser=parser, envelope=envelope, fast_check=fast_check)
     click.echo(text, nl=False)
     if strict and faulty:
-        click.echo("logmetrics: check --strict: the parser failed on a record or made an event the engine "
-                   "would refuse (listed above)", err=True)
+        click.echo("logmetrics: check --strict: the parser failed on a record, made an event the engine "
+                   "would refuse, or has a fast path that fails or differs from parse (listed above)", err=True)
         sys.exit(1)
 
 

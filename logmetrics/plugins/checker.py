@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from logmetrics.envelopes.unwrap import Unwrapper
@@ -81,6 +81,11 @@ def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[s
     return kept
 
 
+#: What is wrong with a parser's fast path on a stream's text (``logmetrics.engine.fastcheck.problems``),
+#: given by the caller: the check itself runs each record through ``parse``.
+FastCheck = Callable[[type[Parser], str, float, tuple[str, ...]], list[str]]
+
+
 class Tally(NamedTuple):
     """What one stream's check came to: where it is, its parser, its records, those matched (that
     counted something) and used (read without a count), parse errors and events refused."""
@@ -92,24 +97,26 @@ class Tally(NamedTuple):
     used: int
     errors: int
     refused: int
+    fast: int = 0  # problems of its fast path (it fails, makes refused events, or differs from parse)
 
     @property
     def faulty(self) -> bool:
-        """Whether the parser failed on a record or made an event the engine would refuse."""
-        return bool(self.errors or self.refused)
+        """Whether the parser failed on a record, made an event the engine would refuse, or has a
+        fast path that fails or gives other figures than ``parse``."""
+        return bool(self.errors or self.refused or self.fast)
 
 
 def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str,
-           top: int) -> tuple[str, bool]:
+           top: int, fast_check: FastCheck | None = None) -> tuple[str, bool]:
     """The text ``logmetrics check`` prints: one report per stream ``watch`` would make of ``path``
     (a ``docker compose logs`` file holds one per service, each routed by itself); and whether a
     parser failed on a record or made an event the engine would refuse (``Tally.faulty``)."""
-    reports = _reports(path, entries, parser=parser, envelope=envelope, top=top)
+    reports = _reports(path, entries, parser=parser, envelope=envelope, top=top, fast_check=fast_check)
     return "\n".join(text for text, _ in reports), any(t is not None and t.faulty for _, t in reports)
 
 
 def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str,
-             top: int) -> list[tuple[str, Tally | None]]:
+             top: int, fast_check: FastCheck | None = None) -> list[tuple[str, Tally | None]]:
     """Each stream's report on ``path`` and its tally (``None``: no parser took it)."""
     streams, mtime = _read(path, envelope)
     layout = Layouts().of(path)
@@ -123,7 +130,8 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
             names = (os.path.basename(path), path)
         where = path if service is None else f"{path} [service {service}]"
         try:
-            reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top))
+            reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top,
+                                          fast_check=fast_check))
         except UserError as exc:
             if len(streams) == 1:
                 raise
@@ -138,7 +146,7 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
 
 
 def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: str | None,
-            envelope: str) -> tuple[str, bool]:
+            envelope: str, fast_check: FastCheck | None = None) -> tuple[str, bool]:
     """What ``logmetrics check`` prints for several files or a directory: a line per stream (its
     parser, records, those matched and used, the share read, and its faults), then the totals
     per parser; and whether any stream was faulty. Files under a directory or glob are found as
@@ -152,7 +160,7 @@ def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: st
     faulty = False
     for path in files:
         try:
-            reports = _reports(path, entries, parser=parser, envelope=envelope, top=0)
+            reports = _reports(path, entries, parser=parser, envelope=envelope, top=0, fast_check=fast_check)
         except UserError as exc:
             out.append(f"{'-':<16} {'':>8} {'':>8} {'':>6} {'':>6}  {path}: {str(exc).split(': ', 1)[-1]}")
             totals["(none)"][0] += 1
@@ -160,7 +168,8 @@ def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: st
         for _, t in reports:
             if t is None:
                 continue
-            faults = f" ({t.errors} parse errors, {t.refused} events refused)" if t.faulty else ""
+            fast = f", fast path: {t.fast} problem{'s' * (t.fast != 1)}" if t.fast else ""
+            faults = f" ({t.errors} parse errors, {t.refused} events refused{fast})" if t.faulty else ""
             faulty = faulty or t.faulty
             out.append(f"{t.parser:<16} {t.records:>8} {t.matched:>8} {t.used:>6} "
                        f"{_share(t.matched + t.used, t.records):>6}  {t.where}{faults}")
@@ -178,7 +187,7 @@ def _share(part: int, whole: int) -> str:
 
 
 def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], entries: dict[str, ParserEntry],
-                   *, parser: str | None, top: int) -> tuple[str, Tally]:
+                   *, parser: str | None, top: int, fast_check: FastCheck | None = None) -> tuple[str, Tally]:
     """The report on one stream's text, and its tally."""
     found = route_text(entries, parser, names, text, SNIFF_LINES)
     entry = found.entry
@@ -259,5 +268,9 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
     out += ["", f"unmatched records by shape (top {top}):"]
     for key, n in unmatched.most_common(top):
         out.append(f"{n:>8}  {examples[key]}")
+    fast = fast_check(entry.cls, text, mtime, names) if fast_check is not None else []
+    if fast:
+        out += ["", "its fast path, run as watch runs it (fix these in the parser):"]
+        out += [f"{'':>8}  {problem}" for problem in fast]
     return "\n".join(out) + "\n", Tally(path, entry.name, len(records), matched, used, errors,
-                                         sum(refused.values()))
+                                         sum(refused.values()), len(fast))
