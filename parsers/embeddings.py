@@ -111,18 +111,7 @@ class EmbeddingsParser(RunReader):
         self._routes = RouteLabels()
         self._infinity = False  # the stream is infinity's (it logs no embeddings count)
 
-    # -- state -------------------------------------------------------------------------------
-
-    def state(self) -> dict[str, object]:
-        """The model name and whether the server was ready."""
-        return {**super().state(), "model": self.model}
-
-    def restore(self, state: dict[str, object]) -> None:
-        """Take back the model name and readiness."""
-        super().restore(state)
-        model = state.get("model")
-        if isinstance(model, str) and model:
-            self.model = model
+    # -- what came before reading began ----------------------------------------------------
 
     def learn(self, text: str) -> None:
         """Model and readiness from the lines logged before reading began (no events)."""

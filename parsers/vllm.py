@@ -76,14 +76,11 @@ class VllmParser(Parser):
     def state(self) -> dict[str, object]:
         """The served model's name and whether the server was ready, so that a restart goes on with
         the same series (``backend_ready`` is a gauge: it is not in the saved counters)."""
-        return {**super().state(), "model": self.model, "max_log_len": self._requests.max_log_len}
+        return {**super().state(), "max_log_len": self._requests.max_log_len}
 
     def restore(self, state: dict[str, object]) -> None:
         """The model name and readiness an earlier run had learned."""
         super().restore(state)
-        model = state.get("model")
-        if isinstance(model, str) and model:
-            self.model = model
         max_log_len = state.get("max_log_len")
         if isinstance(max_log_len, int):
             self._requests.max_log_len = max_log_len

@@ -109,15 +109,12 @@ class WhisperParser(Parser):
 
     def state(self) -> dict[str, object]:
         """The model name, readiness and the kind of stream, kept across a restart."""
-        return {**super().state(), "model": self.model, "server": self._server,
+        return {**super().state(), "server": self._server,
                 "explicit": self._audio.explicit, "lfai": self._lfai}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` returned."""
         super().restore(state)
-        model = state.get("model")
-        if isinstance(model, str) and model:
-            self.model = model
         self._server = state.get("server") is True
         self._audio.explicit = state.get("explicit") is True
         self._lfai = state.get("lfai") is True

@@ -128,13 +128,14 @@ def test_claims_and_process_names() -> None:
 
 
 def test_state_keeps_readiness() -> None:
-    """``state``/``restore`` and ``learn`` keep whether the server was listening."""
+    """``state``/``restore`` and ``learn`` keep whether the server was listening (and the model,
+    which the UI's log never names)."""
     parser = UiParser()
     parser.learn("Listening on http://0.0.0.0:3000\n")
     other = UiParser()
     other.restore(parser.state())
-    assert other.state() == {"ready": True}
-    assert UiParser().state() == {"ready": False}
+    assert other.state() == {"ready": True, "model": "unknown"}
+    assert UiParser().state() == {"ready": False, "model": "unknown"}
 
 
 def test_zero_series_cover_the_types() -> None:

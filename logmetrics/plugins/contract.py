@@ -85,7 +85,8 @@ class Parser:
     #: is applied for it.
     model: str = UNKNOWN_MODEL
     #: Whether the backend said it is ready (and has not stopped since), as far as the parser knows
-    #: (it sets it with its ``backend_ready`` events): kept across restarts by ``state``/``restore``,
+    #: (it sets it with its ``backend_ready`` events): kept across restarts by ``state``/``restore``
+    #: (as ``model`` is),
     #: and said again by the engine after them and after ``learn`` (``readiness``).
     ready: bool = False
 
@@ -105,13 +106,16 @@ class Parser:
         return ()
 
     def state(self) -> dict[str, object]:
-        """Per-stream state worth keeping across a restart (JSON values), e.g. the model name.
-        Default: whether the backend was ready (extend it with ``super().state()``)."""
-        return {"ready": self.ready}
+        """Per-stream state worth keeping across a restart (JSON values). Default: whether the
+        backend was ready, and the model (extend it with ``super().state()``)."""
+        return {"ready": self.ready, "model": self.model}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` returned in an earlier run. Default: readiness."""
+        """Take back what ``state`` returned in an earlier run. Default: readiness and the model."""
         self.ready = state.get("ready") is True
+        model = state.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
 
     def learn(self, text: str) -> None:
         """Take what the lines logged before reading began say (the model name): state only, no events."""
