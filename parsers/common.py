@@ -182,13 +182,22 @@ def route_template(path: str) -> str:
     else:
         parts = path.split("/")[1:]
         more = len(parts) > MAX_ROUTE_SEGMENTS
-        parts = ["{id}" if _ID_SEGMENT.fullmatch(p) or _ID_SEGMENT.fullmatch(p.rpartition(".")[0]) else p
-                 for p in parts[:MAX_ROUTE_SEGMENTS]]
+        parts = ["{id}" if _is_id(p) else p for p in parts[:MAX_ROUTE_SEGMENTS]]
         route = "/" + "/".join(parts) + ("/..." if more else "")
     if len(_route_cache) >= _ROUTE_CACHE_MAX:
         _route_cache.clear()
     _route_cache[raw] = route
     return route
+
+
+def _is_id(segment: str) -> bool:
+    """Whether a path segment (or, with a file extension, its stem) is an id (``_ID_SEGMENT``). A
+    short segment of ASCII letters only (``threads``, ``models``) never is: no alternative of
+    ``_ID_SEGMENT`` matches it, so it is told without a regex (most segments are such words)."""
+    if len(segment) < 16 and segment.isascii() and segment.isalpha():
+        return False
+    stem = segment.rpartition(".")[0] if "." in segment else ""  # ("" is never an id)
+    return bool(_ID_SEGMENT.fullmatch(segment) or (stem and _ID_SEGMENT.fullmatch(stem)))
 
 
 _labels_cache: dict[str, tuple[str, str, str]] = {}

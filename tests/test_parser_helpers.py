@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from logmetrics_parsers.common import access_line, route_template, strip_prefix
+from hypothesis import given
+from hypothesis import strategies as st
+from logmetrics_parsers.common import _ID_SEGMENT, _is_id, access_line, route_template, strip_prefix
 from logmetrics_parsers.errors import COMMON_CAUSES, Phrases, is_traceback, node_error, python_exception
 from logmetrics_parsers.leapfrog import leapfrog_line
 from logmetrics_parsers.pairs import TIMED_OUT, Pairs
@@ -98,3 +100,12 @@ def test_store_counts_time_outs_under_the_parser() -> None:
     store = Store()
     assert store.apply([Event(TIMED_OUT, (), 2)], "whisper", "s") == []
     assert store.counters[(TIMED_OUT, ("whisper",))] == 2
+
+
+@given(st.one_of(st.text(alphabet="abcdefXYZ", max_size=20), st.text(alphabet="abcz019-_.%é~: ", max_size=45),
+                 st.text(max_size=20)))
+def test_an_id_segment_is_told_as_the_id_pattern_tells_it(segment: str) -> None:
+    """The quick test of a path segment (short words of ASCII letters are never ids) agrees with
+    the id pattern on the segment and on its stem before an extension, for any segment."""
+    slow = bool(_ID_SEGMENT.fullmatch(segment) or _ID_SEGMENT.fullmatch(segment.rpartition(".")[0]))
+    assert _is_id(segment) == slow
