@@ -125,3 +125,37 @@ def test_a_parked_file_missed_by_two_listings_is_lost_or_remembered(tmp_path: Pa
         assert str(log) not in followed.stats.bytes_lost
     else:
         assert followed.stats.bytes_lost[str(log)] == 10 + len("one\ntwo\n")
+
+
+def test_a_claimed_copy_deleted_before_it_is_read_counts_its_bytes_lost(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """copytruncate with the copy found first (held), then the cut that claims it: the bytes the
+    cut file held unread are the copy's to give. If the copy is deleted before it is read, they
+    are counted lost when it is forgotten, not lost without a word."""
+    from logmetrics.sources import identity
+
+    monkeypatch.setattr(identity, "KEEP", 0.0)  # forgotten at the first listing that misses it
+    followed = registry()
+    followed.first = False
+    placement = Placement(followed)
+    log, copy = tmp_path / "a.log", tmp_path / "a.log.1"
+    log.write_text("one\n")
+    ident = follow(followed, log)
+    f = followed.files[ident]
+    f.read(4096, 1 << 20)  # "one\n" read
+    with log.open("a") as fh:
+        fh.write("two\nthree\n")  # not read yet
+    f.size = log.stat().st_size
+    copy.write_bytes(log.read_bytes())  # logrotate copies first ...
+    st = os.stat(copy)
+    cuts: list[Cut] = []
+    placement.place(str(copy), (st.st_dev, st.st_ino), st, cuts)
+    held = followed.copies.known[(st.st_dev, st.st_ino)]
+    assert held.offset is None  # a presumed copy, held until its original's truncation shows
+    log.write_text("")  # ... then truncates
+    assert placement.check_cut(f, cuts) and not cuts  # the cut claimed the held copy
+    assert held.offset == len("one\n") and held.unread == len("two\nthree\n")
+    copy.unlink()  # gone before anything read it
+    placement.absent({str(log)}, {ident})
+    assert followed.stats.bytes_lost[str(log)] == len("two\nthree\n")
+    assert (st.st_dev, st.st_ino) not in followed.copies.known

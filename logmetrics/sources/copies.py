@@ -43,7 +43,9 @@ class Known:
     mtime_ns: int = -1  # a retired file: its modification time when last found the same (-1: not yet)
     seen: float = 0.0  # when it was last found in a listing (monotonic)
     birth: int | None = None  # when it was created (``logmetrics.sources.identity.birth``), if known
-    unread: int = 0  # a file let go with bytes it was known to hold unread (its directory moved away)
+    #: bytes it holds that were never read: a file let go whose directory moved away, or the copy a
+    #: truncated file's unread bytes are in (counted lost if it goes before it is read)
+    unread: int = 0
 
 
 @dataclass(slots=True)

@@ -93,7 +93,8 @@ class Placement:
             # empty. An empty one (the copy of a file just cut, two copytruncates in a row) or a
             # shorter one is an older copy, or one still being written: the cut waits in ``cuts``.
             if known.offset is None and known.stream == f.stream and known.head and known.size >= cut.offset:
-                known.offset, known.pending = cut.offset, pending
+                # what the cut file held unread is this copy's now: lost if the copy goes before it is read
+                known.offset, known.pending, known.unread = cut.offset, pending, 0 if claimed else cut.unread
                 claimed = True
         if not claimed:  # its copy may show up at a later look; a claimed cut is matched no more, so
             cuts.append(cut)  # that a later copy (logs of identical lines) does not take its offset
@@ -279,8 +280,8 @@ class Placement:
                     drain(f)
         for k in followed.copies.forget_absent(idents, time.monotonic()):
             if k.unread:
-                followed.lost(k.stream, k.unread,
-                              "was in a directory that went away while closed for want of descriptors")
+                followed.lost(k.stream, k.unread, "held bytes that went away unread (a closed file whose directory "
+                              "went away, or logrotate's copy of it deleted before it was read)")
         for ident in [i for i in followed.unopened if i not in idents]:
             del followed.unopened[ident]
 
