@@ -43,7 +43,7 @@ from logmetrics.engine.fastcheck import (
     totals,
 )
 from logmetrics.events import Event
-from logmetrics.plugins import Parser
+from logmetrics.plugins import Parser, validate
 
 __all__ = [
     "EventError",
@@ -70,6 +70,7 @@ __all__ = [
 #: Series a golden file leaves out: the engine's own figures and the processes found on the machine.
 IGNORED_PREFIXES = ("logmetrics_", "backend_process_")
 UPDATE_VARIABLE = "LOGMETRICS_UPDATE_GOLDEN"
+MAX_LISTED = 20  # refused events listed in a failure, at the most
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -86,7 +87,9 @@ def check_events(parser_cls: type[Parser], events: Iterable[Event]) -> list[Even
     out = list(events)
     bad = refused(parser_cls, out)
     if bad:
-        lines = [f"  {ev!r}: {reason}" for ev, reason in bad]
+        lines = [f"  {ev!r}: {reason}" for ev, reason in bad[:MAX_LISTED]]
+        if len(bad) > MAX_LISTED:
+            lines.append(f"  ... and {len(bad) - MAX_LISTED} more")
         raise EventError(f"{len(bad)} event(s) of parser {parser_cls.name!r} would be refused:\n" + "\n".join(lines))
     return out
 
@@ -203,7 +206,7 @@ def run_batches(parser_cls: type[Parser], text: str, size: int | None, *, fast: 
     lines through ``parse_run``), or record by record through ``parse`` alone. AssertionError if
     the parser fails on a record, ``EventError`` if it makes an event the engine would refuse."""
     out = _checked(parser_cls, run(parser_cls, text, size, fast=fast, now=now, prepare=prepare, state=state,
-                                   digits=digits))
+                                   digits=digits), "its fast path" if fast else "parse")
     return out.totals, out.matched, out.lines, out.state
 
 
@@ -219,14 +222,15 @@ def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequenc
     record-by-record run of the last size. A parser with neither has no fast path: it is run
     through ``parse`` alone, its events checked as ``check_events`` does."""
     want: Run = ({}, 0, 0, None)
+    validate(parser_cls, "the test kit")  # as logmetrics loads it
     for size in sizes:
         slow = _checked(parser_cls, run(parser_cls, text, size, fast=False, now=now, prepare=prepare, state=state,
-                                        digits=digits))
+                                        digits=digits), "parse")
         want = (slow.totals, slow.matched, slow.lines, slow.state)
         if not has_fast_path(parser_cls):
             continue
         got = _checked(parser_cls, run(parser_cls, text, size, fast=True, now=now, prepare=prepare, state=state,
-                                       digits=digits))
+                                       digits=digits), "its fast path")
         wrong = differences(slow, got, lines=lines)
         if wrong:
             raise AssertionError(f"{parser_cls.__name__}: the fast path differs from parse in batches of "
@@ -234,9 +238,10 @@ def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequenc
     return want
 
 
-def _checked(parser_cls: type[Parser], out: Outcome) -> Outcome:
-    """``out``, or AssertionError if the parser failed on a record, ``EventError`` if it made an
-    event the engine would refuse."""
-    assert not out.errors, f"the parser failed on {out.errors} record(s): {out.failure}"
+def _checked(parser_cls: type[Parser], out: Outcome, path: str) -> Outcome:
+    """``out``, or AssertionError if the parser failed on a record (through ``path``: "parse" or
+    "its fast path"), ``EventError`` if it made an event the engine would refuse."""
+    assert not out.errors, (f"{parser_cls.__name__}: {path} failed on {out.errors} record(s) or lines of runs "
+                            f"(first: {out.failure})")
     check_events(parser_cls, out.events)
     return out

@@ -3,7 +3,10 @@ engine does with a ``parse_run`` or ``parse_batch`` that claims counts its input
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +111,34 @@ def test_the_kit_names_the_series_a_wrong_fast_path_gets_wrong() -> None:
     message = str(failed.value)
     assert "http_requests_total{GET,/x,200}: parse gives 3.0, the fast path 5.0" in message
     assert "backend_restarts_total" not in message and len(message) < 400
+
+
+RAISING = """
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Raising(Parser):
+    name = "raising"
+    frequent = "GET /x 200"
+
+    def parse(self, record):
+        return [Event("http_requests_total", ("GET", "/x", "200"), 1)] if record.text == "GET /x 200" else []
+
+    def parse_run(self, run):
+        raise RuntimeError("broken on purpose")
+"""
+
+
+def test_a_failing_fast_path_is_said_to_fail_not_to_match_nothing(tmp_path: Path) -> None:
+    """watch on a stream whose every run fails: the parser's failure is warned about and counted
+    in logmetrics_parse_errors_total, and no hint about envelopes (a stream matching nothing) follows."""
+    (tmp_path / "raising.py").write_text(RAISING)
+    log = tmp_path / "x.log"
+    log.write_text(f"{DONE}\n" * 3000)
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--plugin", "raising.py",
+                          "--parser", "raising", str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "parser raising raised RuntimeError: broken on purpose" in out.stderr
+    assert "matched none" not in out.stderr
+    assert 'logmetrics_parse_errors_total{parser="raising"} 3000.0' in out.stdout

@@ -194,8 +194,30 @@ def test_shapes_cut_records_and_the_old_continuation_is_refused_with_its_replace
     assert isinstance(rule, Shapes) and rule.shapes == DEFAULT_SHAPES
     assert record_rule(Node).shapes == (NODE_STACK,)
     validate(Node, "test")
-    with pytest.raises(PluginError, match=r"sets continuation, which logmetrics no longer reads.*shapes = \(Shape"):
+    with pytest.raises(PluginError, match=r"sets continuation, which logmetrics no longer reads.*"
+                                          r"shapes = \(Shape\('lines', lines='\\\\\+'\),\)"):
         validate(Lines, "test")
+
+
+COMPILED = r"lines must be the text of a regular expression \(a str, not Pattern\): write lines=PATTERN.pattern"
+
+
+@pytest.mark.parametrize(("lines", "says"), [(re.compile(r"\s"), COMPILED),
+                                             (r"^\s", "starts with \\^, which never matches there"),
+                                             (r"\s|^Traceback", "starts with \\^")])
+def test_a_shape_written_as_a_continuation_was_is_refused_in_one_line(lines: object, says: str) -> None:
+    """A shape given a compiled pattern, or a pattern anchored with ``^`` (as a continuation
+    regex was written), is refused at load with what to write instead, not a traceback."""
+
+    class Moved(Parser):
+        name = "moved"
+        shapes = (Shape("mine", lines=lines),)  # type: ignore[arg-type]  # the mistake under test
+
+        def parse(self, record: Record) -> list[Event]:
+            return []
+
+    with pytest.raises(PluginError, match=says):
+        validate(Moved, "test")
 
     class Broken(Parser):
         name = "broken"

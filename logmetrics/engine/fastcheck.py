@@ -148,12 +148,13 @@ def differences(want: Outcome, got: Outcome, lines: bool = True, most: int = 20)
         if w == g:
             continue
         name = f"{key[0]}{{{','.join(key[1])}}}"
-        if isinstance(w, list) and isinstance(g, list):
-            extra, gone = sorted(set(g) - set(w))[:5], sorted(set(w) - set(g))[:5]
-            out.append(f"{name}: parse observes {len(w)} values, the fast path {len(g)}"
+        if isinstance(w, list) or isinstance(g, list):
+            ws, gs = w if isinstance(w, list) else [], g if isinstance(g, list) else []
+            extra, gone = sorted(set(gs) - set(ws))[:5], sorted(set(ws) - set(gs))[:5]
+            out.append(f"{name}: parse observes {len(ws)} values, the fast path {len(gs)}"
                        f" (only in the fast path: {extra}, only in parse: {gone})")
         else:
-            out.append(f"{name}: parse gives {w!r}, the fast path {g!r}")
+            out.append(f"{name}: parse gives {_said(w)}, the fast path {_said(g)}")
     if len(out) > most:
         out[most:] = [f"... and {len(out) - most} more series"]
     counts = [("records matched", want.matched, got.matched), ("state", want.state, got.state)]
@@ -182,6 +183,11 @@ def problems(parser_cls: type[Parser], text: str, time: float, names: tuple[str,
     if not out:  # a fast path that fails or makes refused events differs anyway: said once
         out += differences(want, got, lines=False)
     return out
+
+
+def _said(total: object) -> str:
+    """A series' total as a difference states it (``None``: the run made no such series)."""
+    return "no such series" if total is None else repr(total)
 
 
 def _valid(events: list[Event]) -> list[Event]:

@@ -230,7 +230,7 @@ class Applier:
             ("logmetrics_parse_errors_total", (name,), errors),
         ))
         if stream.unmatched >= 0:  # until the first match: per batch, not per line
-            if matched:
+            if matched or errors:  # (a parser that fails is said to fail, not to match nothing)
                 stream.unmatched = -1
             else:
                 stream.unmatched += lines

@@ -45,6 +45,19 @@ class PluginError(Exception):
     """A plugin that cannot be loaded; the message names the plugin and the problem."""
 
 
+#: A pattern (or an alternative of one) that begins with ``^``: never true inside a shape's pattern.
+_ANCHORED = re.compile(r"(?:^|[(|])\^")
+
+
+def _shape_for(cls: type) -> str:
+    """The ``shapes`` line to write for the ``continuation`` a parser of earlier releases set."""
+    cont = getattr(cls, "continuation", None)
+    pattern = getattr(cont, "pattern", cont)
+    text = pattern.removeprefix("^") if isinstance(pattern, str) else "PATTERN"
+    return (f"shapes = (Shape({getattr(cls, 'name', 'mine') or 'mine'!r}, lines={text!r}),) with "
+            "from logmetrics.records.shapes import Shape")
+
+
 def validate(cls: object, origin: str) -> ParserEntry:
     """Check a parser class against the contract, or raise ``PluginError``."""
     label = getattr(cls, "__name__", repr(cls))
@@ -62,10 +75,18 @@ def validate(cls: object, origin: str) -> ParserEntry:
             raise PluginError(f"{who}: {attr} must be a tuple of non-empty strings")
     if "continuation" in own_attributes(cls):  # the attribute of earlier releases: refused, not ignored
         raise PluginError(f"{who}: sets continuation, which logmetrics no longer reads; name those lines as a "
-                          "record shape: shapes = (Shape('mine', lines=PATTERN),) with "
-                          "logmetrics.records.shapes.Shape, PATTERN the continuation's regular expression text")
+                          f"record shape instead: {_shape_for(cls)}")
     if not isinstance(cls.shapes, tuple) or not all(isinstance(s, Shape) for s in cls.shapes):
         raise PluginError(f"{who}: shapes must be a tuple of logmetrics.records.shapes.Shape values")
+    for shape in cls.shapes:
+        for part in ("lines", "ends", "head", "body", "close"):
+            pattern = getattr(shape, part)
+            if not isinstance(pattern, str):
+                raise PluginError(f"{who}: shape {shape.name!r}: {part} must be the text of a regular expression "
+                                  f"(a str, not {type(pattern).__name__}): write {part}=PATTERN.pattern")
+            if _ANCHORED.search(pattern):
+                raise PluginError(f"{who}: shape {shape.name!r}: {part} starts with ^, which never matches there: "
+                                  "a shape's patterns are matched at the start of each line; leave the ^ out")
     try:
         compiled(cls.shapes)
     except re.error as exc:
