@@ -12,10 +12,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from logmetrics.engine.parsing import fast_records, parse_records
+from logmetrics.engine.parsing import run_parser
 from logmetrics.events import Event, values_of
-from logmetrics.plugins import PLUGIN_ERRORS, Parser, record_rule
-from logmetrics.records import Batch, RecordAssembler, split_records
+from logmetrics.plugins import Parser, record_rule
+from logmetrics.records import Batch, RecordAssembler
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.store import Store
 
@@ -108,17 +108,8 @@ def run(parser_cls: type[Parser], text: str, size: int | None, *, fast: bool = T
         failures.append(f"{type(exc).__name__}: {exc}")
 
     for piece in batches(text, size, parser_cls):
-        batch = Batch("test", piece, now, piece.count("\n"))
-        if fast and has_own_batch(parser_cls):
-            try:
-                got, n, k = fast_records(parser, batch)
-            except PLUGIN_ERRORS as exc:
-                failed(parser, exc)
-                errors += len(split_records(piece, record_rule(parser_cls)))
-                continue
-        else:
-            got, n, k, e, _ = parse_records(parser, batch, failed, fast=fast)
-            errors += e
+        got, n, k, e, _ = run_parser(parser, Batch("test", piece, now, piece.count("\n")), failed, fast)
+        errors += e
         events += got
         matched += n
         lines += k

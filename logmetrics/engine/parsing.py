@@ -44,8 +44,7 @@ def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseEx
             try:
                 got, n = parser.parse_run(Run(text, start, end, batch.time))
                 got = list(got)
-                if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= lines:
-                    raise ValueError(f"parse_run said {n!r} of a run of {lines} lines gave events")
+                _check_count("parse_run", n, "lines gave events, of a run of", lines)
             except PLUGIN_ERRORS as exc:  # the run is lost (parse_run may have seen some of it)
                 counts.errors += lines
                 if raised is not None:
@@ -117,10 +116,31 @@ def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
     events, matched = list(result[0]), result[1]
     lines = result[2] if len(result) > 2 else matched
     most = max(batch.lines, batch.text.count("\n") + 1)
-    for what, n in (("records", matched), ("lines", lines)):
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= most:
-            raise ValueError(f"parse_batch said {n!r} {what} of a batch of {most} lines matched")
+    _check_count("parse_batch", matched, "records matched, of a batch of", most)
+    _check_count("parse_batch", lines, "lines matched, of a batch of", most)
     return events, matched, lines
+
+
+def _check_count(who: str, n: object, what: str, most: int) -> None:
+    """ValueError unless ``n`` (what ``who`` said) is a count from 0 to ``most``."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= most:
+        raise ValueError(f"{who} said {n!r} {what} {most} lines")
+
+
+def run_parser(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseException], None],
+               fast: bool = True) -> tuple[list[Event], int, int, int, list[str]]:
+    """A batch through its parser the engine's way: its own ``parse_batch`` (if ``fast``), else
+    ``parse_records``. Gives what ``parse_records`` gives (the models only record by record)."""
+    if not fast or type(parser).parse_batch is Parser.parse_batch:
+        return parse_records(parser, batch, raised, fast)
+    try:
+        events, matched, lines = fast_records(parser, batch)
+    except PLUGIN_ERRORS as exc:
+        # The parser may have seen some of these records: running them again would advance its
+        # state twice. The batch is lost, counted and reported with its own exception.
+        raised(parser, exc)
+        return [], 0, 0, len(split_records(batch.text, record_rule(type(parser)))), []
+    return events, matched, lines, 0, []
 
 
 def relabel(events: list[Event], model: str, at: dict[str, int]) -> list[Event]:
@@ -199,19 +219,8 @@ class Applier:
         if not text or parser is None:
             return
         batch = Batch(stream.source, text, stream.time, lines)
-        errors = 0
-        models: list[str] = []  # the models of the records that gave events (record by record)
-        if type(parser).parse_batch is Parser.parse_batch:  # the engine loops: runs of frequent lines, records
-            events, matched, matched_lines, errors, models = parse_records(parser, batch, self.raised)
-        else:
-            try:
-                events, matched, matched_lines = fast_records(parser, batch)
-            except PLUGIN_ERRORS as exc:
-                # The parser may have seen some of these records: running them again would advance
-                # its state twice. The batch is lost, counted and reported with its own exception.
-                events, matched, matched_lines = [], 0, 0
-                errors = len(split_records(batch.text, record_rule(type(parser))))
-                self.raised(parser, exc)
+        # models: those of the records that gave events (record by record)
+        events, matched, matched_lines, errors, models = run_parser(parser, batch, self.raised)
         if stream.announce is not None:
             events.insert(0, Event(READY, (stream.announce,), 1, rule="ready"))
             stream.announce = None
