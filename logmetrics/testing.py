@@ -30,20 +30,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from logmetrics.engine.fastcheck import (
-    Outcome,
-    Totals,
-    batches,
-    differences,
-    has_fast_path,
-    has_frequent,
-    has_own_batch,
-    refused,
-    run,
-    totals,
-)
+from logmetrics.engine.fastcheck import Outcome, Totals, batches, differences, refused, run, totals
 from logmetrics.events import Event
-from logmetrics.plugins import Parser, validate
+from logmetrics.plugins import Parser, has_fast_path, has_frequent, has_own_batch, validate
 
 __all__ = [
     "EventError",

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from logmetrics.engine.parsing import run_parser
 from logmetrics.events import Event, values_of
-from logmetrics.plugins import Parser, record_rule
+from logmetrics.plugins import Parser, has_fast_path, record_rule
 from logmetrics.records import Batch, RecordAssembler
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.store import Store
@@ -35,21 +35,6 @@ class Outcome(NamedTuple):
     errors: int
     failure: str
     events: list[Event]
-
-
-def has_own_batch(parser_cls: type[Parser]) -> bool:
-    """Whether the parser has a ``parse_batch`` of its own."""
-    return parser_cls.parse_batch is not Parser.parse_batch
-
-
-def has_frequent(parser_cls: type[Parser]) -> bool:
-    """Whether the parser names frequent lines (``frequent``, or ``frequent_lines`` of its own)."""
-    return bool(parser_cls.frequent) or parser_cls.frequent_lines is not Parser.frequent_lines
-
-
-def has_fast_path(parser_cls: type[Parser]) -> bool:
-    """Whether the parser has a fast path of either kind."""
-    return has_own_batch(parser_cls) or has_frequent(parser_cls)
 
 
 def batches(text: str, size: int | None, parser_cls: type[Parser]) -> list[str]:

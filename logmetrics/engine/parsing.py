@@ -11,7 +11,7 @@ from collections.abc import Callable
 from logmetrics.engine.streams import Stream
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.events import Event
-from logmetrics.plugins import PLUGIN_ERRORS, Parser, record_rule
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, has_own_batch, record_rule
 from logmetrics.plugins.fastpath import Run, runs
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.store.store import READY, Store
@@ -131,7 +131,7 @@ def run_parser(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseExcep
                fast: bool = True) -> tuple[list[Event], int, int, int, list[str]]:
     """A batch through its parser the engine's way: its own ``parse_batch`` (if ``fast``), else
     ``parse_records``. Gives what ``parse_records`` gives (the models only record by record)."""
-    if not fast or type(parser).parse_batch is Parser.parse_batch:
+    if not fast or not has_own_batch(type(parser)):
         return parse_records(parser, batch, raised, fast)
     try:
         events, matched, lines = fast_records(parser, batch)

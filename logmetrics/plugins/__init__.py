@@ -4,7 +4,15 @@
 A plugin's names are importable from here: ``from logmetrics.plugins import Parser``.
 """
 
-from logmetrics.plugins.contract import PLUGIN_ERRORS, BatchResult, Parser, record_rule
+from logmetrics.plugins.contract import (
+    PLUGIN_ERRORS,
+    BatchResult,
+    Parser,
+    has_fast_path,
+    has_frequent,
+    has_own_batch,
+    record_rule,
+)
 from logmetrics.plugins.finder import ParserEntry, PluginError, discover, load_spec, validate
 
 __all__ = [
@@ -14,6 +22,9 @@ __all__ = [
     "ParserEntry",
     "PluginError",
     "discover",
+    "has_fast_path",
+    "has_frequent",
+    "has_own_batch",
     "load_spec",
     "record_rule",
     "validate",

@@ -182,6 +182,21 @@ def record_rule(cls: type[Parser]) -> Rule:
 _rules: dict[type[Parser], Rule] = {}
 
 
+def has_own_batch(parser_cls: type[Parser]) -> bool:
+    """Whether the parser has a ``parse_batch`` of its own."""
+    return parser_cls.parse_batch is not Parser.parse_batch
+
+
+def has_frequent(parser_cls: type[Parser]) -> bool:
+    """Whether the parser names frequent lines (``frequent``, or ``frequent_lines`` of its own)."""
+    return bool(parser_cls.frequent) or parser_cls.frequent_lines is not Parser.frequent_lines
+
+
+def has_fast_path(parser_cls: type[Parser]) -> bool:
+    """Whether the parser has a fast path of either kind."""
+    return has_own_batch(parser_cls) or has_frequent(parser_cls)
+
+
 def own_attributes(cls: type) -> set[str]:
     """The attributes set by ``cls`` or its bases below ``Parser``."""
     return {name for klass in cls.__mro__ if klass is not Parser and issubclass(klass, Parser)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, own_attributes
+from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, has_own_batch, own_attributes
 from logmetrics.plugins.fastpath import runs
 from logmetrics.records.shapes import Shape, compiled
 from logmetrics.store.catalog import BY_NAME, COMMON_LABELS, Family
@@ -67,7 +67,7 @@ def validate(cls: object, origin: str) -> ParserEntry:
     who = f"plugin {name or label!r} ({origin})"
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise PluginError(f"{who}: name must match [a-z][a-z0-9_]* (at most 32 characters), got {name!r}")
-    if cls.parse is Parser.parse and cls.parse_batch is Parser.parse_batch:
+    if cls.parse is Parser.parse and not has_own_batch(cls):
         raise PluginError(f"{who}: implements neither parse() nor parse_batch()")
     for attr in ("claims", "prefilter", "process_names"):
         value = getattr(cls, attr)
