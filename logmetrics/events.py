@@ -25,6 +25,11 @@ class Event(NamedTuple):
     rule: str = ""
 
 
+#: A record understood without a figure of its own (it named the model, or showed which series
+#: the log can move): the record counts as matched, and the store changes nothing.
+SEEN = Event("", (), 0)
+
+
 def values_of(ev: Event) -> tuple[float, ...]:
     """The numbers an event carries: its one value, or a histogram event's observations."""
     value = ev.value

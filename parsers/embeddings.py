@@ -26,7 +26,8 @@ import re
 from collections.abc import Iterable
 from typing import ClassVar
 
-from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
+from logmetrics.plugins import ZeroSeries
 from logmetrics.records import Record
 from logmetrics.records.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 from logmetrics.store.catalog import DURATION_BUCKETS, Family
@@ -168,10 +169,10 @@ class EmbeddingsParser(RunReader):
             return self._pairs.events()
         return ()
 
-    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+    def zero_series(self, model: str) -> Iterable[ZeroSeries]:
         """Restarts, every error type, ``ok`` and ``error`` requests; embeddings where LeapfrogAI's
         backend logs them (not TEI)."""
-        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
+        zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
         zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
         if not self._is_tei and not self._infinity:
@@ -245,9 +246,9 @@ class EmbeddingsParser(RunReader):
             if level not in ("ERROR", "CRITICAL"):
                 return
         m = None if self._infinity else _ST_MODEL.search(msg)  # (infinity named its served model before)
-        if m:  # the model InstructorEmbedding serves: its embeddings counter starts (and its zero series)
+        if m:  # the model InstructorEmbedding serves (its zero series start)
             self.model = _model_name(m.group(1)) or self.model
-            events.append(Event("llm_embeddings_total", (self.model,), 0, rule="model"))
+            events.append(SEEN)
         if "load INSTRUCTOR_Transformer" in msg or "Initializing LeapfrogAI" in msg:
             self._start(events)
         elif "Starting server. Listening on" in msg:

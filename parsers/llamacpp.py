@@ -29,7 +29,7 @@ from typing import ClassVar
 import orjson
 
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
+from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.records import Batch, Record
 from logmetrics.records.shapes import Shape
 
@@ -63,7 +63,7 @@ def model_of_path(path: str) -> str:
     return base or UNKNOWN_MODEL
 
 
-#: Events of a start-up or shutdown line alone: no reason yet to give a model's zero series.
+#: Events of a start-up or shutdown line alone: no reason yet to start a model's zero series.
 LIFE_ONLY = frozenset(("backend_restarts_total", "backend_ready", "llm_requests_running"))
 
 
@@ -84,9 +84,9 @@ class LlamaCppParser(Parser):
         self._errors = Errors()
         self._starting: str | None = None  # the start-up marker seen since the server was last ready
         self._ready: str | None = None  # the model the server said it was ready with
-        self._zeroed: set[str] = set()
+        self._counting: dict[str, None] = {}  # the models events counted for (a bounded set)
+        self._passed: list[str] = []  # those of the batch being read, in order
         self._server = False  # a llama-server line seen: its client errors can come
-        self._client_zeroed: set[str] = set()
         self._routes = RouteLabels()
         self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
 
@@ -131,10 +131,24 @@ class LlamaCppParser(Parser):
 
     # -- records ----------------------------------------------------------------------------
 
-    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int, list[str]]:
         """Events of a batch of whole records in one scan (``llamacpp_batch``): the same as ``parse``
-        on each record, with the frequent records counted per run and the silent ones skipped."""
-        return scan(self, batch.text, batch.time)
+        on each record, with the frequent records counted per run and the silent ones skipped; and
+        the models it counted for."""
+        self._passed = []
+        return (*scan(self, batch.text, batch.time), self._passed)
+
+    def zero_series(self, model: str) -> list[ZeroSeries]:
+        """For a model events counted for: restarts, errors by type, requests ``ok`` and
+        ``error``, and client errors once the log is known to be llama-server's."""
+        if model not in self._counting:
+            return []
+        zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
+        zeros += [("backend_errors_total", (model, kind)) for kind in P.ERROR_TYPES]
+        zeros += [("llm_requests_total", (model, outcome)) for outcome in ("ok", "error")]
+        if self._server:
+            zeros += [("llm_client_errors_total", (model, kind)) for kind in P.CLIENT_TYPES]
+        return zeros
 
     def parse(self, record: Record) -> list[Event]:
         """Events of one record: a traceback as one error, else each of its lines."""
@@ -150,7 +164,7 @@ class LlamaCppParser(Parser):
             for line in text.split("\n"):
                 self._line(line, t, out)
         if out:
-            self._zeros(out)
+            self._counts(out)
         return out
 
     def _line(self, raw: str, t: float, out: list[Event]) -> None:
@@ -371,29 +385,18 @@ class LlamaCppParser(Parser):
             out.append(Event("backend_ready", (self._ready,), 0, rule=rule))
         self._ready = None
 
-    def _zeros(self, out: list[Event]) -> None:
-        """Zero-valued counters, once per model, for the series the log can move."""
-        model = self.model
-        if (model in self._zeroed and (not self._server or model in self._client_zeroed)) or (
-                model == UNKNOWN_MODEL and all(e.metric in LIFE_ONLY for e in out)):
-            return  # a start-up line: the model is named in the lines that follow
-        self._zero(out)
+    def _counts(self, out: list[Event]) -> None:
+        """A record's events count for the current model (``zero_series``), unless they are only
+        a start-up's or shutdown's while the model is not known yet (it is named in the lines after)."""
+        if self.model != UNKNOWN_MODEL or not all(e.metric in LIFE_ONLY for e in out):
+            self._count()
 
-    def _zero(self, out: list[Event]) -> None:
-        """The zero-valued counters of the current model, if not given yet, after events that count;
-        those of client errors once the log is known to be llama-server's."""
+    def _count(self) -> None:
+        """Events count for the current model."""
         model = self.model
-        if self._server and model not in self._client_zeroed:
-            if len(self._client_zeroed) >= 64:
-                self._client_zeroed.clear()
-            self._client_zeroed.add(model)
-            out.extend(Event("llm_client_errors_total", (model, kind), 0, rule="model") for kind in P.CLIENT_TYPES)
-        if model in self._zeroed:
-            return
-        if len(self._zeroed) >= 64:
-            self._zeroed.clear()
-        if not self._zeroed:
-            out.append(Event("backend_restarts_total", (), 0, rule="model"))
-        self._zeroed.add(model)
-        out.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in P.ERROR_TYPES)
-        out.extend(Event("llm_requests_total", (model, outcome), 0, rule="model") for outcome in ("ok", "error"))
+        if model not in self._counting:
+            if len(self._counting) >= 64:
+                self._counting.clear()
+            self._counting[model] = None
+        if not self._passed or self._passed[-1] != model:
+            self._passed.append(model)

@@ -54,8 +54,8 @@ class LlamaStream(Protocol):
     _block_key: str
 
     def parse(self, record: Record) -> list[Event]: ...
-    def _zeros(self, out: list[Event]) -> None: ...
-    def _zero(self, out: list[Event]) -> None: ...
+    def _counts(self, out: list[Event]) -> None: ...
+    def _count(self) -> None: ...
 
 
 #: The counters of a batch, summed: (metric, labels) -> value.
@@ -89,7 +89,7 @@ def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, in
         pos = first.end()
         record = _clean(first.group(1))
         out = pairs.events() + (parser.parse(Record(record, t)) if record else [])
-        parser._zeros(out)
+        parser._counts(out)
         events += out
         matched, lines = 1, record.count("\n") + 1
     timings = parser._timings
@@ -218,7 +218,7 @@ RULES = {"llm_prompt_tokens_total": "timing", "llm_generation_tokens_total": "ti
 
 
 def _flush(parser: LlamaStream, run: _Run, events: list[Event], sums: Sums) -> None:
-    """A run's counters added to the batch's sums, its gauge and its zeros (the model is the run's)."""
+    """A run's counters added to the batch's sums, and its gauge (the model is the run's)."""
     model = (parser.model,)
     if run.ok:
         for metric, n in (("llm_prompt_tokens_total", run.prompt), ("llm_generation_tokens_total", run.gen)):
@@ -236,4 +236,4 @@ def _flush(parser: LlamaStream, run: _Run, events: list[Event], sums: Sums) -> N
     if run.pairs and parser._pairs.models:
         events += parser._pairs.events()
     parser._server = True  # every record the scan reads is llama-server's
-    parser._zero(events)  # the run gave events: those of its model count from zero
+    parser._count()  # the run gave events: they count for its model

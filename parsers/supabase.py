@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser, record_rule
+from logmetrics.plugins import Parser, ZeroSeries, record_rule
 from logmetrics.records import Record, split_records
 from logmetrics.records.shapes import POSTGRES, PRETTY_JSON, Shape
 from logmetrics.store.catalog import Family
@@ -163,7 +163,9 @@ class SupabaseParser(Parser):
             return []
         component = self._component(line, record.text)
         backend = component or None
-        events: list[Event] = self._zeros(component)
+        if component:
+            self._seen.add(component)
+        events: list[Event] = []
         if line.request is not None:
             self._request(line, component, events)
         else:
@@ -196,16 +198,15 @@ class SupabaseParser(Parser):
         self._elixir = E.service(text) or self._elixir
         return self._elixir or P.REALTIME
 
-    def _zeros(self, component: str) -> list[Event]:
-        """Counters started at 0 the first time a component shows up (a backend of its own, which
-        the engine's ``zero_series`` cannot name)."""
-        if not component or component in self._seen:
-            return []
-        self._seen.add(component)
-        zeros = [Event("backend_errors_total", (self.model, kind), 0, component, rule="zero")
-                 for kind in _ZERO_TYPES.get(component, ("error",))]
-        if component != P.KONG:
-            zeros.append(Event("backend_restarts_total", (), 0, component, rule="zero"))
+    def zero_series(self, model: str) -> list[ZeroSeries]:
+        """Each component's counters from its first line (a backend of its own): its error types,
+        and its restarts (Kong's are Kong's own lines)."""
+        zeros: list[ZeroSeries] = []
+        for component in self._seen:
+            kinds = _ZERO_TYPES.get(component, ("error",))
+            zeros += [("backend_errors_total", (model, kind), component) for kind in kinds]
+            if component != P.KONG:
+                zeros.append(("backend_restarts_total", (), component))
         return zeros
 
     def _request(self, line: L.Line, component: str, events: list[Event]) -> None:

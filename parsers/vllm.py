@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import ClassVar
 
-from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
+from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.records import Batch, Record
 from logmetrics.records.shapes import Shape
 
@@ -113,13 +113,20 @@ class VllmParser(Parser):
 
     def parse(self, record: Record) -> list[Event]:
         """Events of one record: the batch scan run on a one-record text."""
+        self._caps.passed = []
         return self._scan(record.text, record.time if record.time is not None else 0.0)[0]
 
-    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int]:
-        """Events of a batch of whole records, how many records produced one, and their lines."""
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int, list[str]]:
+        """Events of a batch of whole records, how many records produced one, their lines, and the
+        models it counted for."""
         self._more_lines = 0
+        self._caps.passed = []
         events, matched = self._scan(batch.text, batch.time)
-        return events, matched, matched + self._more_lines
+        return events, matched, matched + self._more_lines, self._caps.passed
+
+    def zero_series(self, model: str) -> list[ZeroSeries]:
+        """Only the series the log seen so far can move (``vllm_zeros``)."""
+        return self._caps.zero_series(model)
 
     # -- the scan ---------------------------------------------------------------------------
 
@@ -301,7 +308,8 @@ class VllmParser(Parser):
                 caps = V1_REQUESTS if value == "v1" else V0_REQUESTS
                 if self._caps.has(caps):
                     continue
-                self._caps.can(*caps)  # the line's events: the zero series it starts
+                self._caps.can(*caps)
+                out.append(SEEN)  # the line shows which series can move
                 if self._caps.has(V1_REQUESTS):  # V1's Added lines have nothing more to tell
                     self._rare = P.RARE_KNOWN
                 if value == "v0 finished":  # counted as a finished request
@@ -334,8 +342,8 @@ class VllmParser(Parser):
             out.append(Event("llm_preemptions_total", model, stats.preempted, rule="stats_v1"))
         if gauge_rule:
             self._stats.gauges(model, gauge_rule, out)
-        if out or self._caps.new:
-            self._caps.zeros(self.model, events)
+        if out:
+            self._caps.moves(self.model)
             events.extend(out)
         return matched
 
@@ -365,7 +373,8 @@ class VllmParser(Parser):
         if model:
             self.model = model
             if kind != Control.LOGO:  # the logo may show the path; the served name follows in the args
-                self._caps.zeros(model, events)
+                if self._caps.moves(model):  # the line's news: which series can move
+                    events.append(SEEN)
         if starts:
             self._stats.engines.clear()
             self._started.clear()

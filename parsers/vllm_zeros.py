@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from logmetrics.events import Event
+from logmetrics.plugins import ZeroSeries
 
 from .vllm_errors import ERROR_TYPES
 
@@ -35,12 +35,26 @@ ZERO_SERIES: dict[str, tuple[tuple[str, str | None], ...]] = {
 
 
 class Capabilities:
-    """What the log has shown it can move (keys of ``ZERO_SERIES``), and the zero series given."""
+    """What the log has shown it can move (keys of ``ZERO_SERIES``), and for which models."""
 
     def __init__(self) -> None:
         self.caps: set[str] = set()
-        self.new = False  # a capability was learned since the last zero series were given
-        self._zeroed: dict[str, set[str]] = {}
+        self.models: dict[str, None] = {}  # the models the log named or counted for (a bounded set)
+        self.passed: list[str] = []  # those of the batch being read, in order
+        self.new = False  # a capability was learned since ``moves`` was last called
+
+    def moves(self, model: str) -> bool:
+        """The log names ``model``, or counts for it: its series can move. Whether that, or a
+        capability learned since the last call, is news."""
+        news, self.new = self.new, False
+        if model not in self.models:
+            if len(self.models) >= 64:
+                self.models.clear()
+            self.models[model] = None
+            news = True
+        if not self.passed or self.passed[-1] != model:
+            self.passed.append(model)
+        return news
 
     def has(self, caps: Iterable[str]) -> bool:
         """Whether the log has shown all of ``caps``."""
@@ -52,19 +66,13 @@ class Capabilities:
             self.caps.update(caps)
             self.new = True
 
-    def zeros(self, model: str, events: list[Event]) -> None:
-        """Zero-valued counter events, once per model and series, for the series the log can move."""
-        self.new = False
-        done = self._zeroed.get(model)
-        if done is None:
-            if len(self._zeroed) >= 64:
-                self._zeroed.clear()
-            if not self._zeroed:  # once per stream: so that the first restart shows in increase()
-                events.append(Event("backend_restarts_total", (), 0, rule="model"))
-            # per model: any version can log any error type
-            events.extend(Event("backend_errors_total", (model, kind), 0, rule="model") for kind in ERROR_TYPES)
-            done = self._zeroed[model] = set()
-        for cap in self.caps - done:
-            done.add(cap)
-            events.extend(Event(name, (model,) if outcome is None else (model, outcome), 0, rule="model")
-                          for name, outcome in ZERO_SERIES[cap])
+    def zero_series(self, model: str) -> list[ZeroSeries]:
+        """The series the log can move for ``model``: restarts and every error type (any version
+        can log them), and those of what it has shown; none for a model it never named or counted for."""
+        if model not in self.models:
+            return []
+        zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
+        zeros += [("backend_errors_total", (model, kind)) for kind in ERROR_TYPES]
+        zeros += [(name, (model,) if outcome is None else (model, outcome))
+                  for cap in sorted(self.caps) for name, outcome in ZERO_SERIES[cap]]
+        return zeros

@@ -36,8 +36,8 @@ import os
 from collections.abc import Iterable
 from typing import ClassVar
 
-from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
+from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
+from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
@@ -95,7 +95,6 @@ class WhisperParser(Parser):
         self._error_end: str | None = None  # the last line of the record before, if it was an error's
         self._routes = RouteLabels(P.HTTP_ROUTES)
         self._http = False  # the stream logs HTTP access lines: they count the requests
-        self._client_zeroed: set[str] = set()  # models whose client error series started at 0
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -169,7 +168,7 @@ class WhisperParser(Parser):
         last = self._error_end
         if last is not None and P.continues(text, last):
             # the rest of the error record before it, which a read pause cut in two: counted there
-            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+            out.append(SEEN)
         elif not any(e.metric == ERRORS for e in out):
             self._error(text, msg, out)
             last = None
@@ -177,7 +176,7 @@ class WhisperParser(Parser):
             last = None
         self._error_end = text.rpartition("\n")[2] if last is not None or any(e.metric == ERRORS for e in out) else None
         if not out and P.INFO.search(msg.text):  # the stream is a working server's: its zero series
-            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+            out.append(SEEN)
         return out
 
     def frequent_lines(self, text: str) -> str:
@@ -205,14 +204,18 @@ class WhisperParser(Parser):
         alive = S.alive_lines(text, a, b)
         if alive:
             n += alive
-            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+            out.append(SEEN)
         return out, n
 
-    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
-        """Series any whisper server can move: restarts; errors by type and audio per model. (The
-        request outcomes start at 0 with a stream's first request: they depend on the kind of server.)"""
-        return [("backend_restarts_total", ()), *((ERRORS, (model, kind)) for kind in P.ERROR_TYPES),
-                (AUDIO, (model,))]
+    def zero_series(self, model: str) -> Iterable[ZeroSeries]:
+        """Series any whisper server can move: restarts; errors by type and audio per model. Those
+        the log has shown it can: request outcomes from a stream's first request (they depend on
+        the kind of server), client errors once it logs access lines."""
+        zeros: list[ZeroSeries] = [("backend_restarts_total", ()), *((ERRORS, (model, kind)) for kind in P.ERROR_TYPES),
+                                   (AUDIO, (model,)), *((REQUESTS, labels) for labels in self._outcomes.shown)]
+        if self._http:
+            zeros += [(CLIENT_ERRORS, (model, kind)) for kind in P.CLIENT_ERROR_TYPES]
+        return zeros
 
     # -- per kind of line -----------------------------------------------------------------
 
@@ -249,7 +252,7 @@ class WhisperParser(Parser):
             if self.ready:
                 self._set_ready(False, out)
             else:
-                out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+                out.append(SEEN)
             return True
         if "Model" in body:
             loading = P.FWS_LOADING.search(body)
@@ -267,7 +270,7 @@ class WhisperParser(Parser):
             if self._server:
                 self._settle(out)
                 self._pending = True
-                self._zero_requests(SERVER_OUTCOMES, out)
+                self._outcomes.can(SERVER_OUTCOMES, self.model)
             return True
         return False
 
@@ -281,13 +284,13 @@ class WhisperParser(Parser):
                 self._settle(out)
                 self._set_ready(False, out)
             else:
-                out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+                out.append(SEEN)
             return
         times = {name: float(val.replace(",", ".")) * (1.0 if unit == "s" else 0.001)
                  for name, val, unit in P.TIMING.findall(text)}
         total = times.get("total")
         if total is None:
-            out.append(Event(AUDIO, (self.model,), 0.0, rule="alive"))
+            out.append(SEEN)
             return
         self._request("ok", out, CLI_OUTCOMES)
         if math.isfinite(total):
@@ -342,11 +345,6 @@ class WhisperParser(Parser):
         labels = self._routes.fold(access)
         out.append(Event(HTTP, labels, 1.0, rule="access"))
         model = self.model
-        if model not in self._client_zeroed:
-            if len(self._client_zeroed) >= 64:
-                self._client_zeroed.clear()
-            self._client_zeroed.add(model)
-            out += [Event(CLIENT_ERRORS, (model, kind), 0.0, rule="access") for kind in P.CLIENT_ERROR_TYPES]
         answer = access_answer(code, labels[1], labels[1].endswith(P.SPEECH_ROUTES))
         if answer is None:
             return
@@ -391,6 +389,3 @@ class WhisperParser(Parser):
 
     def _request(self, outcome: str, out: list[Event], outcomes: tuple[str, ...], model: str | None = None) -> None:
         self._outcomes.count(outcome, outcomes, model or self.model, out)
-
-    def _zero_requests(self, outcomes: tuple[str, ...], out: list[Event]) -> None:
-        self._outcomes.zero(outcomes, self.model, out)

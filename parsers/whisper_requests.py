@@ -1,7 +1,7 @@
 """The whisper parser's request accounting: outcomes by kind of server, and LeapfrogAI's requests.
 
-``Outcomes`` counts finished requests (``llm_requests_total``); each kind of server starts its own
-set of outcomes at 0 together, per model, with its first request. ``LfaiRequests`` pairs
+``Outcomes`` counts finished requests (``llm_requests_total``); each kind of server can move its own
+set of outcomes, per model, from its first request (they start at 0 together). ``LfaiRequests`` pairs
 LeapfrogAI's ``Task t is starting`` and ``Transcription|Translation complete!`` lines in order
 (the backend logs no request id) into the running gauge and the durations, taken from the lines'
 own times; ``Error transcribing audio`` makes the next completion an ``error``.
@@ -21,22 +21,23 @@ LFAI_OUTCOMES = ("ok", "error")
 
 
 class Outcomes:
-    """``llm_requests_total`` by model and outcome, each kind of server's outcomes started at 0."""
+    """``llm_requests_total`` by model and outcome, and the outcomes the log can move (each kind of
+    server's, per model, from its first request: the parser's ``zero_series``)."""
 
     def __init__(self) -> None:
-        self.zeroed: set[tuple[str, str]] = set()  # (model, outcome) series already started at 0
+        self.shown: dict[tuple[str, str], None] = {}  # (model, outcome): a bounded set, in order
 
     def count(self, outcome: str, outcomes: tuple[str, ...], model: str, out: list[Event]) -> None:
         """One request of ``model`` ended with ``outcome`` (one of the server's ``outcomes``)."""
-        self.zero(outcomes, model, out)
+        self.can(outcomes, model)
         out.append(Event(REQUESTS, (model, outcome), 1.0))
 
-    def zero(self, outcomes: tuple[str, ...], model: str, out: list[Event]) -> None:
-        """Start ``outcomes`` of ``model`` at 0, once."""
-        for outcome in outcomes:
-            if (model, outcome) not in self.zeroed:
-                self.zeroed.add((model, outcome))
-                out.append(Event(REQUESTS, (model, outcome), 0.0))
+    def can(self, outcomes: tuple[str, ...], model: str) -> None:
+        """``outcomes`` of ``model`` can move from now on."""
+        if (model, outcomes[0]) not in self.shown:
+            if len(self.shown) >= 256:
+                self.shown.clear()
+            self.shown.update(((model, outcome), None) for outcome in outcomes)
 
 
 class LfaiRequests:
@@ -57,7 +58,7 @@ class LfaiRequests:
         key = str(self.seq)
         self.pairs.start(key, model, now)
         self.starts[key] = t
-        self.outcomes.zero(LFAI_OUTCOMES, model, out)
+        self.outcomes.can(LFAI_OUTCOMES, model)
         out.extend(self.pairs.events())
 
     def complete(self, model: str, t: float, out: list[Event]) -> None:
@@ -106,7 +107,7 @@ class LfaiRequests:
     def run(self, text: str, a: int, b: int, model: str, now: float, out: list[Event]) -> int:
         """The start and completion lines in the run ``text[a:b]``, in order, as ``start`` and
         ``complete`` take them one by one; how many there were."""
-        pairs, starts, zeroed, line_time = self.pairs, self.starts, self.outcomes.zeroed, S.line_time
+        pairs, starts, shown, line_time = self.pairs, self.starts, self.outcomes.shown, S.line_time
         done: dict[tuple[str, str], int] = {}
         took: dict[str, list[float]] = {}  # durations by model: one event per series
         n = 0
@@ -139,8 +140,8 @@ class LfaiRequests:
                         took.setdefault(ended, []).append(t - t0)
                 labels = (ended, outcome)
                 done[labels] = done.get(labels, 0) + 1
-            if (ended, "ok") not in zeroed:  # each kind of server starts "ok" and "error" together
-                self.outcomes.zero(LFAI_OUTCOMES, ended, out)
+            if (ended, "ok") not in shown:  # each kind of server can move "ok" and "error" together
+                self.outcomes.can(LFAI_OUTCOMES, ended)
         out += [Event(REQUESTS, labels, float(count)) for labels, count in done.items()]
         out += [Event(DURATION, (name,), tuple(values)) for name, values in took.items()]
         if n:

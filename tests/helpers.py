@@ -8,12 +8,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from logmetrics.events import Event, values_of
+from logmetrics.engine.parsing import run_parser
+from logmetrics.events import SEEN, Event, values_of
+from logmetrics.plugins import Parser, ZeroKey, start_zeros
+from logmetrics.records import Batch
 from logmetrics.store.catalog import BY_NAME
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -139,3 +143,19 @@ def store_view(events: list[Event], digits: int | None = None) -> Totals:
             assert isinstance(seen, list)
             seen.extend(values_of(e))
     return {k: sorted(v) if isinstance(v, list) else v for k, v in out.items()}
+
+
+_STARTED: weakref.WeakKeyDictionary[Parser, set[ZeroKey]] = weakref.WeakKeyDictionary()
+
+
+def engine_batch(parser: Parser, text: str, now: float = 0.0, fast: bool = True) -> tuple[list[Event], int]:
+    """A batch of ``text`` through ``parser`` the engine's way (its fast path if ``fast``), with
+    the zero series the engine starts for it (once per parser instance) and without ``SEEN``
+    marks; and the records matched. What the parser raises is raised."""
+    def raise_(_: Parser, exc: BaseException) -> None:
+        raise exc
+
+    events, matched, _, _, models = run_parser(parser, Batch("test", text, now, text.count("\n")), raise_, fast)
+    if events:
+        events = start_zeros(parser, [*models, parser.model], _STARTED.setdefault(parser, set())) + events
+    return [e for e in events if e != SEEN], matched

@@ -54,7 +54,7 @@ def test_parser_passes_plugin_validation_and_the_engine_takes_every_event() -> N
     for path in SAMPLES:
         parser = EmbeddingsParser()
         events = check_events(EmbeddingsParser, run(parser, path.read_text(encoding="utf-8")))
-        zeros = [Event(m, labels, 0) for m, labels in parser.zero_series(parser.model)]
+        zeros = [Event(z[0], z[1], 0) for z in parser.zero_series(parser.model)]
         assert any(e.value for e in events) and check_events(EmbeddingsParser, zeros), path.name
 
 
@@ -66,7 +66,7 @@ def test_zero_series_hold_embeddings_only_where_the_backend_logs_them() -> None:
     assert ("llm_embeddings_total", ("unknown",)) in set(lfai_parser.zero_series("unknown"))
     tei = set(tei_parser.zero_series("unknown"))
     assert ("llm_requests_total", ("unknown", "error")) in tei
-    assert not any(m == "llm_embeddings_total" for m, _ in tei)
+    assert not any(z[0] == "llm_embeddings_total" for z in tei)
 
 
 def test_rust_error_and_its_causes_are_one_record() -> None:
@@ -280,7 +280,7 @@ def test_infinity_names_its_served_model_and_its_lines_count_as_matched() -> Non
     assert Event("backend_ready", ("e5-base",), 0, rule="model") in per_record[1]
     assert sum(counted(evs, "backend_restarts_total") for evs in per_record) == 1
     assert all(any(e.value for e in evs) or any(e.metric == "backend_ready" for e in evs) for evs in per_record[:2])
-    zeros = {metric for metric, _ in parser.zero_series("e5-base")}
+    zeros = {z[0] for z in parser.zero_series("e5-base")}
     assert "llm_embeddings_total" not in zeros and "llm_requests_total" in zeros
     got = run(parser, "INFO:     Application startup complete.\n")
     assert Event("backend_ready", ("e5-base",), 1, rule="ready") in got

@@ -159,7 +159,7 @@ def test_fast_path_never_claims_more_than_it_got(name: str, data: st.DataObject)
     n = text.count("\n")
     batch = Batch("/in/b.log", text, 0.0, n)
     if has_own_batch(type(parser)):
-        _, matched, physical = fast_records(parser, batch)
+        _, matched, physical, _ = fast_records(parser, batch)
     else:
         _, matched, physical, errors, _ = parse_records(parser, batch)
         assert errors == 0

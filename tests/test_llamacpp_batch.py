@@ -117,9 +117,8 @@ def totals(events: list[Event]) -> Totals:
 def state(parser: LlamaCppParser) -> tuple[object, ...]:
     """What the parser keeps between records: the scan must leave it as ``parse`` does."""
     return (parser.model, parser._errors.after_decode, parser._block_key, list(parser._pairs.open),
-            sorted(parser._pairs.models), list(parser._timings), parser._ready, sorted(parser._zeroed),
-            sorted(parser._routes.known), sorted(parser._routes.unknown), parser._server,
-            sorted(parser._client_zeroed))
+            sorted(parser._pairs.models), list(parser._timings), parser._ready, sorted(parser._counting),
+            sorted(parser._routes.known), sorted(parser._routes.unknown), parser._server)
 
 
 def base(parser: LlamaCppParser, batch: Batch) -> tuple[list[Event], int, int]:
@@ -185,7 +184,7 @@ def test_current_format_is_read_by_the_scan() -> None:
 
     parser = Counting()
     text = "".join(current(i % 2, i) for i in range(50))
-    events, matched, lines = parser.parse_batch(Batch("test", text, NOW, text.count("\n")))
+    events, matched, lines, _ = parser.parse_batch(Batch("test", text, NOW, text.count("\n")))
     assert calls == []
     assert sum(number(e) for e in events if e.metric == "llm_requests_total") == 50
     assert (matched, lines) == (250, 250)  # start, three timing lines and release of each request
@@ -210,7 +209,7 @@ def test_time_outs_at_the_start_of_a_batch() -> None:
         for text, t in ((first, NOW), (later, NOW + 3600)):
             batch = Batch("test", text, t, text.count("\n"))
             got.append(parser.parse_batch(batch) if scan else base(parser, batch))
-        events, matched, lines = got[1]
+        events, matched, lines = got[1][:3]
         timed_out = sum(number(e) for e in events if e.metric == "logmetrics_requests_timed_out_total")
         kept = totals([e for e in events if e.metric in BY_NAME])
         results.append((timed_out, kept, matched, lines, state(parser)))

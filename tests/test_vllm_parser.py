@@ -28,7 +28,7 @@ from logmetrics.plugins import record_rule, validate
 from logmetrics.records import Batch, Record, RecordAssembler, split_records
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.testing import assert_fast_path_matches, check_events, run_batches
-from tests.helpers import Totals, store_view
+from tests.helpers import Totals, engine_batch, store_view
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "vllm").glob("*.log"))
@@ -44,7 +44,7 @@ ACCEPTANCE = (
 def scan(text: str, parser: VllmParser | None = None, now: float = NOW) -> tuple[list[Event], int]:
     """``parse_batch`` on ``text`` (whole lines) with a fresh parser unless one is given; its events
     pass the engine's checks (``check_events``)."""
-    events, matched, _lines = (parser or VllmParser()).parse_batch(Batch("test", text, now, text.count("\n")))
+    events, matched = engine_batch(parser or VllmParser(), text, now)
     return check_events(VllmParser, events), matched
 
 
@@ -793,7 +793,7 @@ def by_batches_events(text: str, size: int) -> list[Event]:
             piece = assembler.feed(buf)[0] + (assembler.flush()[0] if not line else "")
             buf = ""
             if piece:
-                events += parser.parse_batch(Batch("test", piece, NOW, piece.count("\n")))[0]
+                events += engine_batch(parser, piece, NOW)[0]
     return events
 
 
@@ -866,7 +866,7 @@ def test_logging_prefix_tag_before_the_header() -> None:
             "4.2%, Prefix cache hit rate: 0.0%\n"
             "[Stage-1] (APIServer pid=1) ERROR 04-10 03:35:28 [serving_chat.py:200] Error in chat completion: "
             "ValueError: bad\n")
-    events, matched, lines = VllmParser().parse_batch(Batch("s", text, 1_712_720_000.0, 2))
+    events, matched, lines, _ = VllmParser().parse_batch(Batch("s", text, 1_712_720_000.0, 2))
     got = {(e.metric, e.labels): e.value for e in events if e.value}
     assert got[("llm_requests_running", ("unknown",))] == 3
     assert got[("backend_errors_total", ("unknown", "bad_request"))] == 1

@@ -22,7 +22,7 @@ from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.exposition import make_registry, text
 from logmetrics.store.store import Store
 from logmetrics.testing import check_events
-from tests.helpers import Samples, parse, total
+from tests.helpers import Samples, engine_batch, parse, total
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "whisper"
@@ -61,7 +61,7 @@ def test_parser_passes_plugin_validation_and_the_engine_takes_every_event() -> N
     for log in sorted(SAMPLES.glob("*.log")):
         parser = WhisperParser()
         events = check_events(WhisperParser, run(log.read_text(), parser))
-        events += check_events(WhisperParser, (Event(m, labels, 0) for m, labels in parser.zero_series(parser.model)))
+        events += check_events(WhisperParser, (Event(z[0], z[1], 0) for z in parser.zero_series(parser.model)))
         assert any(e.value for e in events), log.name
 
 
@@ -71,14 +71,16 @@ def test_zero_series_are_what_any_whisper_server_can_move() -> None:
     assert ("backend_restarts_total", ()) in zeros
     assert ("backend_errors_total", ("base.en", "transcribe_failed")) in zeros
     assert ("llm_audio_seconds_total", ("base.en",)) in zeros
-    assert not any(m == "llm_requests_total" for m, _ in zeros)
+    assert not any(z[0] == "llm_requests_total" for z in zeros)
 
 
 def test_info_lines_alone_show_a_working_server() -> None:
     """A faster-whisper excerpt with only its language lines matches (so its zero series start)."""
-    events = run("INFO:faster_whisper:Detected language 'en' with probability 0.97\n"
-                 "INFO:faster_whisper:Processing segment at 00:00.000\n")
-    assert events == [Event("llm_audio_seconds_total", ("unknown",), 0.0, rule="alive")] * 2
+    events, matched = engine_batch(WhisperParser(), "INFO:faster_whisper:Detected language 'en' with probability 0.97\n"
+                                   "INFO:faster_whisper:Processing segment at 00:00.000\n")
+    assert matched == 2
+    assert {e.metric for e in events if e.labels == ("unknown",)} == {"llm_audio_seconds_total"}
+    assert {e.value for e in events} == {0}
 
 
 @pytest.mark.parametrize("text,seconds", [

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from logmetrics.engine.streams import Stream
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.events import Event
-from logmetrics.plugins import PLUGIN_ERRORS, Parser, has_own_batch, record_rule
+from logmetrics.plugins import PLUGIN_ERRORS, Parser, has_own_batch, record_rule, start_zeros
 from logmetrics.plugins.fastpath import Run, runs
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.store.store import READY, Store
@@ -108,17 +108,18 @@ def _records(parser: Parser, text: str, time: float | None, counts: _Counts,
             counts.gave(parser, got, 1, record.count("\n") + 1)
 
 
-def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int]:
-    """A parser's own ``parse_batch`` on ``batch``: its events, the records matched and their
-    physical lines (one per matched record, for a ``parse_batch`` that does not say). ValueError
-    if it claims more than the batch holds, or a count that is no count."""
+def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int, list[str]]:
+    """A parser's own ``parse_batch`` on ``batch``: its events, the records matched, their
+    physical lines (one per matched record, for a ``parse_batch`` that does not say) and the models
+    it passed through. ValueError if it claims more than the batch holds, or a count that is no count."""
     result = parser.parse_batch(batch)
     events, matched = list(result[0]), result[1]
     lines = result[2] if len(result) > 2 else matched
+    models = [m for m in result[3] if isinstance(m, str)] if len(result) > 3 else []
     most = max(batch.lines, batch.text.count("\n") + 1)
     _check_count("parse_batch", matched, "records matched, of a batch of", most)
     _check_count("parse_batch", lines, "lines matched, of a batch of", most)
-    return events, matched, lines
+    return events, matched, lines, models
 
 
 def _check_count(who: str, n: object, what: str, most: int) -> None:
@@ -130,17 +131,17 @@ def _check_count(who: str, n: object, what: str, most: int) -> None:
 def run_parser(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseException], None],
                fast: bool = True) -> tuple[list[Event], int, int, int, list[str]]:
     """A batch through its parser the engine's way: its own ``parse_batch`` (if ``fast``), else
-    ``parse_records``. Gives what ``parse_records`` gives (the models only record by record)."""
+    ``parse_records``. Gives what ``parse_records`` gives."""
     if not fast or not has_own_batch(type(parser)):
         return parse_records(parser, batch, raised, fast)
     try:
-        events, matched, lines = fast_records(parser, batch)
+        events, matched, lines, models = fast_records(parser, batch)
     except PLUGIN_ERRORS as exc:
         # The parser may have seen some of these records: running them again would advance its
         # state twice. The batch is lost, counted and reported with its own exception.
         raised(parser, exc)
         return [], 0, 0, len(split_records(batch.text, record_rule(type(parser)))), []
-    return events, matched, lines, 0, []
+    return events, matched, lines, 0, models
 
 
 def relabel(events: list[Event], model: str, at: dict[str, int]) -> list[Event]:
@@ -226,9 +227,7 @@ class Applier:
             stream.announce = None
         if events:
             models.append(parser.model)
-            new = [m for m in dict.fromkeys(models) if m not in stream.zeroed]
-            if new:
-                events = self._zeros(stream, parser, new, events)
+            events = self._zeros(stream, parser, models, events)
         if stream.model is not None and events:
             events = relabel(events, stream.model, self._model_at)
         name = parser.name
@@ -247,19 +246,12 @@ class Applier:
                     self.no_match(stream)
 
     def _zeros(self, stream: Stream, parser: Parser, models: list[str], events: list[Event]) -> list[Event]:
-        """``events`` after the zero-valued events of ``parser.zero_series`` for ``models`` (the
-        parser's models during the batch that are new to the stream), once per stream and model (a
-        bounded set: a stream serves few models)."""
-        zeros: list[Event] = []
-        for model in models:
-            if len(stream.zeroed) >= 64:
-                stream.zeroed.clear()
-            stream.zeroed.add(model)
-            try:
-                zeros += [Event(metric, tuple(labels), 0, rule="zero") for metric, labels in parser.zero_series(model)]
-            except PLUGIN_ERRORS as exc:
-                self.raised(parser, exc)
-                return events
+        """``events`` after the zero series ``start_zeros`` gives (a parser's failure reported)."""
+        try:
+            zeros = start_zeros(parser, models, stream.started)
+        except PLUGIN_ERRORS as exc:
+            self.raised(parser, exc)
+            return events
         return zeros + events if zeros else events
 
     def raised(self, parser: Parser, exc: BaseException) -> None:

@@ -8,10 +8,13 @@ from logmetrics.plugins.contract import (
     PLUGIN_ERRORS,
     BatchResult,
     Parser,
+    ZeroKey,
+    ZeroSeries,
     has_fast_path,
     has_frequent,
     has_own_batch,
     record_rule,
+    start_zeros,
 )
 from logmetrics.plugins.finder import ParserEntry, PluginError, discover, load_spec, validate
 
@@ -21,11 +24,14 @@ __all__ = [
     "Parser",
     "ParserEntry",
     "PluginError",
+    "ZeroKey",
+    "ZeroSeries",
     "discover",
     "has_fast_path",
     "has_frequent",
     "has_own_batch",
     "load_spec",
     "record_rule",
+    "start_zeros",
     "validate",
 ]

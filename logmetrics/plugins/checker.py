@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.errors import UserError
-from logmetrics.events import Event
-from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, record_rule
+from logmetrics.events import SEEN, Event
+from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, ZeroKey, record_rule, start_zeros
 from logmetrics.plugins.finder import ParserEntry
 from logmetrics.plugins.routing import SNIFF_LINES, route_text
 from logmetrics.records import Batch, Record, split_records
@@ -204,7 +204,8 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
     rules: dict[str, int] = Counter()
     produced: dict[str, Counter[str]] = defaultdict(Counter)
     unmatched: Counter[str] = Counter()
-    zeroed: dict[str, None] = {}  # series a parser started at 0: they exist, but nothing was counted
+    zeroed: dict[str, None] = {}  # series started at 0: they exist, but nothing was counted
+    started: set[ZeroKey] = set()
     examples: dict[str, str] = {}
     errors = 0
     used = 0  # records that counted nothing but were read: a model named, a series started at 0
@@ -222,6 +223,8 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
             errors += 1
             events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
         read = bool(events) or getattr(inst, "model", None) != model
+        if events:  # the engine's zero series for the parser's model, and no SEEN marks
+            events = start_zeros(inst, [inst.model], started) + [ev for ev in events if ev != SEEN]
         events = _without_zero_starts(events, counters, zeroed)
         # a counter increment of 0 only makes its series exist: listed with those, not as a count
         zeroed.update((f"{ev.metric}{{{','.join(ev.labels)}}}", None)

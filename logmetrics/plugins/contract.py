@@ -30,10 +30,12 @@ Multi-line records: ``shapes`` names the shapes the backend logs (``logmetrics.r
 ``PYTHON_TRACEBACK``, ``NODE_STACK``, ``POSTGRES``, ``PRETTY_JSON``, ``INDENTED``, or a ``Shape`` of the parser's
 own); the records stage joins them into one pattern.
 
-Counters at zero: ``zero_series(model)`` names the series (metric, label values) to start at 0;
-the engine applies it once per stream and model, when a batch of the stream produced events, for
-the model in ``self.model`` (after each record that gave events, for a ``parse`` parser: a model
-the log leaves within a batch gets its zeros too). ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
+Counters at zero: the engine alone makes them. ``zero_series(model)`` names the series (metric,
+label values, optionally a backend) to start at 0; the engine asks it after every batch of the
+stream that gave events, for ``self.model`` and each model the batch passed through (after each
+record that gave events, or those ``parse_batch`` names), and starts each series once per stream.
+What it names may grow with what the log shows (a parser that has seen request lines names their
+outcomes). ``tick(now)`` gives time-driven events (see ``parsers.pairs``).
 
 Speed: a parser that names its ``frequent`` lines and reads a run of them in ``parse_run`` gets
 the framework's fast path (``logmetrics.plugins.fastpath``); ``parse_batch`` is a whole-batch
@@ -57,8 +59,14 @@ from logmetrics.store.catalog import Family
 #: What a plugin's code may raise that must not end logmetrics: any error, and ``sys.exit()``.
 PLUGIN_ERRORS = (Exception, SystemExit)
 #: What ``parse_batch`` returns: events and records matched, and optionally the physical lines of
-#: the records that matched (else the engine counts one line per matched record).
-BatchResult = tuple[list[Event], int] | tuple[list[Event], int, int]
+#: the records that matched (else the engine counts one line per matched record), and the models
+#: it passed through before its last (for their zero series; the last is ``model``).
+BatchResult = tuple[list[Event], int] | tuple[list[Event], int, int] | tuple[list[Event], int, int, list[str]]
+#: A series to start at 0: its family, its label values, and optionally a backend of its own.
+ZeroSeries = tuple[str, tuple[str, ...]] | tuple[str, tuple[str, ...], str]
+#: A series started at 0: family, label values, backend (None: the parser's).
+ZeroKey = tuple[str, tuple[str, ...], str | None]
+MAX_STARTED = 4096  # the zero-started series a stream remembers
 
 
 class Parser:
@@ -99,10 +107,11 @@ class Parser:
         """Events for one record. Pure apart from this instance's bounded per-stream state."""
         raise NotImplementedError
 
-    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
-        """Counter series (family, label values) to start at 0 for ``model``, so that the first
-        increase shows in ``increase()``. The engine applies them once per stream and model, after
-        a batch that produced events. Default: none."""
+    def zero_series(self, model: str) -> Iterable[ZeroSeries]:
+        """Counter series (family, label values[, backend]) to start at 0 for ``model``, so that
+        the first increase shows in ``increase()``: those the log seen so far can move. The engine
+        asks after every batch that produced events, and starts each series once per stream.
+        Default: none."""
         return ()
 
     def state(self) -> dict[str, object]:
@@ -161,8 +170,9 @@ class Parser:
     def parse_batch(self, batch: Batch) -> BatchResult:
         """Optional, a whole-batch fast path of the parser's own (``frequent`` is the framework's): events for a
         batch of whole records, how many records matched, and (optional third value) how many physical
-        lines those records have, for ``logmetrics_lines_unmatched_total``; the same as ``parse`` on
-        each record (hold it to that with ``logmetrics.testing.assert_fast_path_matches``).
+        lines those records have, for ``logmetrics_lines_unmatched_total``, and (optional fourth) the
+        models it counted for, for their zero series; the same as ``parse`` on each record (hold it
+        to that with ``logmetrics.testing.assert_fast_path_matches``).
 
         A parser without one is run record by record by the engine (an exception then costs one
         record). One that raises loses its batch, which is counted and never run again through
@@ -180,6 +190,23 @@ def record_rule(cls: type[Parser]) -> Rule:
 
 
 _rules: dict[type[Parser], Rule] = {}
+
+
+def start_zeros(parser: Parser, models: list[str], started: set[ZeroKey]) -> list[Event]:
+    """Zero-valued events for the series ``parser.zero_series`` names for ``models`` (those the
+    parser passed through in a batch that gave events) and that are not in ``started`` (the
+    stream's, which they join). Asked after every such batch: what a parser can name grows with
+    what its log shows. ``started`` is bounded (forgotten, a series starts again: +0)."""
+    zeros: list[Event] = []
+    for model in dict.fromkeys(models):
+        for item in parser.zero_series(model):
+            key = (item[0], tuple(item[1]), item[2] if len(item) > 2 else None)
+            if key not in started:
+                started.add(key)
+                zeros.append(Event(key[0], key[1], 0, key[2], rule="zero"))
+    if len(started) > MAX_STARTED:
+        started.clear()
+    return zeros
 
 
 def has_own_batch(parser_cls: type[Parser]) -> bool:

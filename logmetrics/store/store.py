@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
-from logmetrics.events import Event
+from logmetrics.events import SEEN, Event
 from logmetrics.store.catalog import BY_NAME, SELF_BY_NAME, Family
 from logmetrics.store.guard import LabelGuard, safe_label
 from logmetrics.store.values import Changes, Histogram, Key, Snapshot
@@ -147,6 +147,8 @@ class Store:
                     hist.count += 1
                     return
         fam = self.families.get(ev.metric)
+        if fam is None and ev == SEEN:  # a record understood, no figure
+            return
         if fam is None and ev.metric == TIMED_OUT and not ev.labels:
             fam, ev = SELF_BY_NAME[TIMED_OUT], ev._replace(labels=(backend,))
         if fam is None or len(ev.labels) != len(fam.labels):
