@@ -268,6 +268,32 @@ def model_label(value: str) -> str | None:
     return value
 
 
+# --- the models a stream counted for -------------------------------------------------------
+
+
+class Counted:
+    """The models a stream's events counted for, whose series can move (a bounded set: the
+    parser's ``zero_series``), and those of the batch being read, in order (``parse_batch``'s
+    fourth value: reset it per batch)."""
+
+    __slots__ = ("models", "passed")
+
+    def __init__(self) -> None:
+        self.models: dict[str, None] = {}
+        self.passed: list[str] = []
+
+    def add(self, model: str) -> bool:
+        """Events count for ``model``; whether it is new."""
+        if not self.passed or self.passed[-1] != model:
+            self.passed.append(model)
+        if model in self.models:
+            return False
+        if len(self.models) >= 64:
+            self.models.clear()
+        self.models[model] = None
+        return True
+
+
 # --- which routes keep their label ----------------------------------------------------------
 
 MAX_KNOWN_ROUTES = 1024

@@ -34,7 +34,7 @@ from logmetrics.records import Batch, Record
 from logmetrics.records.shapes import Shape
 
 from . import llamacpp_patterns as P
-from .common import HTTP_METHODS, RouteLabels, access_line, route_template
+from .common import HTTP_METHODS, Counted, RouteLabels, access_line, route_template
 from .errors import is_traceback
 from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, Timing, scan
 from .llamacpp_errors import Errors, error
@@ -84,8 +84,7 @@ class LlamaCppParser(Parser):
         self._errors = Errors()
         self._starting: str | None = None  # the start-up marker seen since the server was last ready
         self._ready: str | None = None  # the model the server said it was ready with
-        self._counting: dict[str, None] = {}  # the models events counted for (a bounded set)
-        self._passed: list[str] = []  # those of the batch being read, in order
+        self._counted = Counted()
         self._server = False  # a llama-server line seen: its client errors can come
         self._routes = RouteLabels()
         self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
@@ -135,13 +134,13 @@ class LlamaCppParser(Parser):
         """Events of a batch of whole records in one scan (``llamacpp_batch``): the same as ``parse``
         on each record, with the frequent records counted per run and the silent ones skipped; and
         the models it counted for."""
-        self._passed = []
-        return (*scan(self, batch.text, batch.time), self._passed)
+        self._counted.passed = []
+        return (*scan(self, batch.text, batch.time), self._counted.passed)
 
     def zero_series(self, model: str) -> list[ZeroSeries]:
         """For a model events counted for: restarts, errors by type, requests ``ok`` and
         ``error``, and client errors once the log is known to be llama-server's."""
-        if model not in self._counting:
+        if model not in self._counted.models:
             return []
         zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in P.ERROR_TYPES]
@@ -389,14 +388,4 @@ class LlamaCppParser(Parser):
         """A record's events count for the current model (``zero_series``), unless they are only
         a start-up's or shutdown's while the model is not known yet (it is named in the lines after)."""
         if self.model != UNKNOWN_MODEL or not all(e.metric in LIFE_ONLY for e in out):
-            self._count()
-
-    def _count(self) -> None:
-        """Events count for the current model."""
-        model = self.model
-        if model not in self._counting:
-            if len(self._counting) >= 64:
-                self._counting.clear()
-            self._counting[model] = None
-        if not self._passed or self._passed[-1] != model:
-            self._passed.append(model)
+            self._counted.add(self.model)

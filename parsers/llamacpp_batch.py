@@ -19,7 +19,7 @@ from logmetrics.events import Event
 from logmetrics.records import Record
 
 from . import llamacpp_patterns as P
-from .common import HTTP_METHODS, RouteLabels, route_template
+from .common import HTTP_METHODS, Counted, RouteLabels, route_template
 from .llamacpp_errors import Errors, client_type
 from .pairs import Pairs
 
@@ -52,10 +52,10 @@ class LlamaStream(Protocol):
     _server: bool
     _errors: Errors
     _block_key: str
+    _counted: Counted
 
     def parse(self, record: Record) -> list[Event]: ...
     def _counts(self, out: list[Event]) -> None: ...
-    def _count(self) -> None: ...
 
 
 #: The counters of a batch, summed: (metric, labels) -> value.
@@ -236,4 +236,4 @@ def _flush(parser: LlamaStream, run: _Run, events: list[Event], sums: Sums) -> N
     if run.pairs and parser._pairs.models:
         events += parser._pairs.events()
     parser._server = True  # every record the scan reads is llama-server's
-    parser._count()  # the run gave events: they count for its model
+    parser._counted.add(parser.model)  # the run gave events: they count for its model

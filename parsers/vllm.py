@@ -113,16 +113,16 @@ class VllmParser(Parser):
 
     def parse(self, record: Record) -> list[Event]:
         """Events of one record: the batch scan run on a one-record text."""
-        self._caps.passed = []
+        self._caps.counted.passed = []
         return self._scan(record.text, record.time if record.time is not None else 0.0)[0]
 
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int, list[str]]:
         """Events of a batch of whole records, how many records produced one, their lines, and the
         models it counted for."""
         self._more_lines = 0
-        self._caps.passed = []
+        self._caps.counted.passed = []
         events, matched = self._scan(batch.text, batch.time)
-        return events, matched, matched + self._more_lines, self._caps.passed
+        return events, matched, matched + self._more_lines, self._caps.counted.passed
 
     def zero_series(self, model: str) -> list[ZeroSeries]:
         """Only the series the log seen so far can move (``vllm_zeros``)."""

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from logmetrics.plugins import ZeroSeries
 
+from .common import Counted
 from .vllm_errors import ERROR_TYPES
 
 #: What request lines show the log can produce (see the module docstring).
@@ -39,22 +40,14 @@ class Capabilities:
 
     def __init__(self) -> None:
         self.caps: set[str] = set()
-        self.models: dict[str, None] = {}  # the models the log named or counted for (a bounded set)
-        self.passed: list[str] = []  # those of the batch being read, in order
+        self.counted = Counted()  # the models the log named or counted for
         self.new = False  # a capability was learned since ``moves`` was last called
 
     def moves(self, model: str) -> bool:
         """The log names ``model``, or counts for it: its series can move. Whether that, or a
         capability learned since the last call, is news."""
         news, self.new = self.new, False
-        if model not in self.models:
-            if len(self.models) >= 64:
-                self.models.clear()
-            self.models[model] = None
-            news = True
-        if not self.passed or self.passed[-1] != model:
-            self.passed.append(model)
-        return news
+        return self.counted.add(model) or news
 
     def has(self, caps: Iterable[str]) -> bool:
         """Whether the log has shown all of ``caps``."""
@@ -69,7 +62,7 @@ class Capabilities:
     def zero_series(self, model: str) -> list[ZeroSeries]:
         """The series the log can move for ``model``: restarts and every error type (any version
         can log them), and those of what it has shown; none for a model it never named or counted for."""
-        if model not in self.models:
+        if model not in self.counted.models:
             return []
         zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in ERROR_TYPES]

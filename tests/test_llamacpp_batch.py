@@ -117,7 +117,7 @@ def totals(events: list[Event]) -> Totals:
 def state(parser: LlamaCppParser) -> tuple[object, ...]:
     """What the parser keeps between records: the scan must leave it as ``parse`` does."""
     return (parser.model, parser._errors.after_decode, parser._block_key, list(parser._pairs.open),
-            sorted(parser._pairs.models), list(parser._timings), parser._ready, sorted(parser._counting),
+            sorted(parser._pairs.models), list(parser._timings), parser._ready, sorted(parser._counted.models),
             sorted(parser._routes.known), sorted(parser._routes.unknown), parser._server)
 
 
