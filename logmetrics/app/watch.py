@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
+from logmetrics.app import shards
 from logmetrics.app.options import Options
 from logmetrics.app.progress import Progress
 from logmetrics.app.runner import Runner, tune_allocator
@@ -28,16 +29,18 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
     reads the --config file again (``reloader``)."""
     tune_allocator()
     raise_open_file_limit()
-    runner = Runner(opts, entries, reloader)
-    try:
-        if opts.listen is None:
-            runner.drain(Progress(sys.stderr) if sys.stderr.isatty() else None)
+    if opts.listen is None:
+        runner, failed = shards.run(opts, entries, opts.workers, Progress(sys.stderr) if sys.stderr.isatty() else None)
+        try:
             sys.stdout.buffer.write(text(runner.registry))
             sys.stdout.flush()
-            failed = runner.tailer.failed_args() if runner.tailer is not None else []
-            if failed:  # what could be read is printed; a named input that could not be read fails the run
-                raise UserError("; ".join(failed))
-            return
+        finally:
+            runner.close()
+        if failed:  # what could be read is printed; a named input that could not be read fails the run
+            raise UserError("; ".join(dict.fromkeys(failed)))
+        return
+    runner = Runner(opts, entries, reloader)
+    try:
         host, port = opts.listen
         from logmetrics.serve.server import MetricsServer  # not needed by --oneshot
         from logmetrics.serve.webconfig import LiveWebConfig

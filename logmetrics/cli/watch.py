@@ -133,6 +133,10 @@ PROCESS_HELP = (
 @plugin_option
 @click.option("--oneshot", is_flag=True,
               help="Read every input from the start to EOF, print the metrics on stdout and exit.")
+@click.option("--workers", type=click.IntRange(0, 64), default=0, show_default=True, metavar="N",
+              help="With --oneshot: read the files in up to N processes, each file and its source in one, and "
+                   "merge what they count (the output is the same). 0: one per core, where the files are "
+                   "several and large enough to pay for it; 1: one process.")
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True, callback=_finite,
               metavar="SECONDS",
               help="How often files are checked for new data, rotation and truncation where no file system "
@@ -176,7 +180,7 @@ PROCESS_HELP = (
                    "match (as --include matches). Repeatable.")
 def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
           source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
-          oneshot: bool,
+          oneshot: bool, workers: int,
           poll_interval: float, rescan_interval: float, state_file: str | None, state_adopt: bool, max_line_bytes: int,
           processes: tuple[ProcessRule, ...], expire_after: float | None, include: tuple[str, ...],
           exclude: tuple[str, ...]) -> None:
@@ -231,7 +235,7 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_conf
             inputs=inputs,
             web_config=web_config if web_config is not None else cfg.web_config, label_limits=cfg.label_limits,
             expire_after=cfg.expire_after if cfg.expire_after_set and not given("expire_after") else expire_after,
-            include=include, exclude=exclude)
+            include=include, exclude=exclude, workers=workers)
 
     opts = options()
     _check_watch(opts, oneshot)

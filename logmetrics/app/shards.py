@@ -1,0 +1,205 @@
+"""``--oneshot`` over several files on several cores: each worker process reads a share of the
+files whole, and their stores and figures are merged into the first one's.
+
+The result is the one a single process prints, byte for byte, because nothing is shared between
+shares: a file and every other file of its ``source`` label go to one worker (a source's series,
+its gauges above all, are made in one process, in file order), every series of the catalog carries
+its source, and the engine's own counters are whole counts, exact in any order. A run is sharded
+only where that holds and it pays: no stdin, no ``--source`` for every input, every PATH argument
+readable, several sources each read from one file, and enough bytes to outweigh a fork; and the
+cardinality guard must not have folded a label value in any share, nor would it fold the values
+of all shares together (else the single process runs after all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import struct
+from typing import NamedTuple
+
+from logmetrics.app.options import Options, wanted
+from logmetrics.app.progress import Progress
+from logmetrics.app.runner import Runner
+from logmetrics.engine.settings import Settings
+from logmetrics.plugins import ParserEntry
+from logmetrics.sources.chunks import SourceStats
+from logmetrics.sources.discovery import discover, is_glob
+from logmetrics.store.catalog import BY_NAME, SELF_BY_NAME
+from logmetrics.store.guard import DEFAULT_LIMIT, LABEL_LIMITS, NOISE_SHARE
+from logmetrics.store.values import Histogram
+
+log = logging.getLogger("logmetrics.app.shards")
+
+#: Below this many bytes in all, one process: a worker costs a fork and a merge (a few ms).
+MIN_BYTES = 8 << 20
+Key = tuple[str, tuple[str, ...]]
+
+
+class Share(NamedTuple):
+    """What a worker made of its share of the files."""
+
+    counters: dict[Key, float]
+    gauges: dict[Key, float]
+    histograms: dict[Key, Histogram]
+    seen: dict[tuple[str, int, str], set[str]]  # the cardinality guard's admitted values
+    stats: SourceStats
+    failed: list[str]
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def plan(opts: Options, workers: int) -> list[tuple[str, ...]] | None:
+    """The files of each worker, the largest share first (None: one process does it all).
+    ``workers``: how many at most (0: one per core)."""
+    n = workers or cores()
+    if n < 2 or "-" in opts.paths or opts.source is not None or any(i.source is not None for i in opts.inputs):
+        return None
+    errors: list[OSError] = []
+    for arg in opts.paths:
+        if not is_glob(arg) and not os.path.exists(arg):
+            return None  # the single process says what is missing
+    files = discover(opts.paths, errors.append, wanted(opts))
+    if errors or len(files) < 2:
+        return None
+    settings = Settings(source=opts.source)
+    settings.set_inputs(opts.inputs)
+    sizes: dict[str, int] = {}
+    for path in files:
+        source = settings.source_label(path)
+        if source in sizes:
+            return None  # a source read from several files: its gauges' last value is their order's
+        try:
+            sizes[source] = os.stat(path).st_size
+        except OSError:
+            return None
+    if sum(sizes.values()) < MIN_BYTES and not workers:
+        return None
+    if len(sizes) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
+        return None  # the guard folds sources: in the order one process reads them
+    shares: list[list[str]] = [[] for _ in range(min(n, len(files)))]
+    load = [0] * len(shares)
+    for path in sorted(files, key=lambda p: -sizes[settings.source_label(p)]):
+        i = load.index(min(load))
+        shares[i].append(path)
+        load[i] += sizes[settings.source_label(path)]
+    shares.sort(key=lambda share: -sum(sizes[settings.source_label(p)] for p in share))
+    return [tuple(sorted(share)) for share in shares if share]
+
+
+def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
+        progress: Progress | None) -> tuple[Runner, list[str]]:
+    """Read every input whole (``--oneshot``), sharded over worker processes where ``plan`` says
+    so: the runner whose store and figures hold the whole result, and the PATH arguments that
+    could not be read."""
+    shares = plan(opts, workers)
+    if shares is not None:
+        log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
+        children = [_fork(opts, entries, share) for share in shares[1:]]
+        runner = Runner(dataclasses.replace(opts, paths=shares[0]), entries)
+        runner.drain(progress)
+        results = [_collect(child) for child in children]
+        done = [r for r in results if r is not None]
+        why = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
+        if why is None:
+            return runner, _failed(runner) + [f for r in done for f in r.failed]
+        log.info("reading them again in one process: %s", why)
+        runner.close()
+    runner = Runner(opts, entries)
+    runner.drain(progress)
+    return runner, _failed(runner)
+
+
+def _failed(runner: Runner) -> list[str]:
+    return runner.tailer.failed_args() if runner.tailer is not None else []
+
+
+def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]) -> bytes:
+    """A worker's run over its files, pickled (while its files are open: they are counted)."""
+    runner = Runner(dataclasses.replace(opts, paths=paths), entries)
+    try:
+        runner.drain()
+        store = runner.store
+        share = Share(store.counters, store.gauges, store.histograms, store.guard.seen, runner.stats, _failed(runner))
+        return pickle.dumps(share, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        runner.close()
+
+
+def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]) -> tuple[int, int]:
+    """A worker process for ``paths``: its pid and the pipe its pickled ``Share`` comes on."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
+        os.close(read)
+        code = 0
+        try:
+            data = _share(opts, entries, paths)
+        except BaseException:  # whatever went wrong, the parent runs it all itself
+            data, code = b"", 1
+        try:
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(struct.pack("<Q", len(data)) + data)
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _collect(child: tuple[int, int]) -> Share | None:
+    """A child's result (None: it failed), once it has ended."""
+    pid, read = child
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or len(data) < 8:
+        return None
+    size = struct.unpack("<Q", data[:8])[0]
+    share = pickle.loads(data[8:8 + size]) if size else None
+    return share if isinstance(share, Share) else None
+
+
+def _merge(runner: Runner, shares: list[Share]) -> str | None:
+    """The shares' series and figures added to ``runner``'s; or why the result could differ from
+    one process's (a label value folded, or one that would be; a series made in two shares)."""
+    store, stats = runner.store, runner.stats
+    seen = {key: set(values) for key, values in store.guard.seen.items()}
+    for share in [Share(store.counters, store.gauges, store.histograms, {}, stats, []), *shares]:
+        if any(key[0] == "logmetrics_label_overflow_total" for key in share.counters):
+            return "a label value was folded into __other__"
+    for share in shares:
+        for place, values in share.seen.items():
+            seen.setdefault(place, set()).update(values)
+        for table, mine in ((share.counters, store.counters), (share.gauges, store.gauges),
+                            (share.histograms, store.histograms)):
+            if any(key in mine for key in table if key[0] not in SELF_BY_NAME):
+                return "a source in two processes (a compose service in two files, say)"
+        for key, value in share.gauges.items():
+            store.gauges[key] = store.gauges.get(key, 0.0) + value  # the engine's: sums of its shares
+        for key, value in share.counters.items():
+            store.counters[key] = store.counters.get(key, 0.0) + value  # (whole counts: exact)
+        store.histograms.update(share.histograms)
+        for name, value in vars(share.stats).items():
+            mine_value = getattr(stats, name)
+            if isinstance(value, dict):
+                mine_value.update(value)
+            else:
+                setattr(stats, name, mine_value + value)
+    limits = store.guard.limits
+    for (name, i, _backend), values in seen.items():
+        fam = store.families.get(name) or BY_NAME.get(name)
+        if fam is None:
+            continue
+        label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
+        limit = limits.get(label, DEFAULT_LIMIT)
+        if len(values) > (int(limit * NOISE_SHARE) if label == "route" else limit):
+            return f"more {label} values than the cardinality guard keeps"  # folded in one process's order
+    return None

@@ -1,0 +1,63 @@
+"""``watch --oneshot`` in several worker processes prints what one process prints, byte for byte."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The families whose values are times of the run (of reading lines without stamps, of reading the
+#: --config file): they differ between any two runs.
+RUN_TIMES = ("logmetrics_last_line_timestamp_seconds", "logmetrics_config_last_reload_success_timestamp_seconds")
+
+
+def oneshot(*args: str, workers: int, cwd: Path) -> tuple[str, str]:
+    """``logmetrics -v watch --oneshot --workers N ARGS``: its output without the time of reading,
+    and its messages."""
+    proc = subprocess.run([sys.executable, "-m", "logmetrics", "-v", "watch", "--oneshot", "--workers", str(workers),
+                           *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    kept = [line for line in proc.stdout.splitlines(keepends=True) if not line.startswith(RUN_TIMES)]
+    return "".join(kept), proc.stderr
+
+
+def test_the_samples_in_two_processes_give_one_process_output(tmp_path: Path) -> None:
+    """Every sample log, read in two worker processes, gives the single process's exposition."""
+    one, said = oneshot(str(ROOT / "samples"), workers=1, cwd=tmp_path)
+    two, said2 = oneshot(str(ROOT / "samples"), workers=2, cwd=tmp_path)
+    assert "in 2 processes" in said2 and "processes" not in said
+    assert "backend_errors_total" in one and one == two
+
+
+def test_the_mixed_corpus_in_two_processes_gives_one_process_output(tmp_path: Path) -> None:
+    """The benchmark's mixed corpus (a log per backend, routed by content), in two processes: the same bytes."""
+    corpus = tmp_path / "mix"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_corpus.py"), "-n", "30000", "--mix", str(corpus)],
+                   check=True, capture_output=True, timeout=300)
+    one, _ = oneshot(str(corpus), workers=1, cwd=tmp_path)
+    two, said = oneshot(str(corpus), workers=2, cwd=tmp_path)
+    assert "in 2 processes" in said and "again" not in said
+    assert one.count("\n") > 100 and one == two
+
+
+@pytest.mark.parametrize("why", ["folded", "source"])
+def test_where_shares_could_differ_one_process_reads_it_all(tmp_path: Path, why: str) -> None:
+    """A label value the guard folds (one model place, two models), or one source for every file
+    (--source): the run is one process's, so the output is still the same."""
+    logs = [str(ROOT / "samples" / "vllm" / name) for name in ("v1-0.10.log", "v0-0.5.log", "v1-0.33.log")]
+    args = list(logs)
+    if why == "folded":
+        (tmp_path / "lm.toml").write_text("[label_limits]\nmodel = 1\n")
+        args = ["--config", "lm.toml", *logs]
+    else:
+        args = ["--source", "all", *logs]
+    one, _ = oneshot(*args, workers=1, cwd=tmp_path)
+    two, said = oneshot(*args, workers=2, cwd=tmp_path)
+    assert one == two
+    if why == "folded":
+        assert "__other__" in one and "reading them again in one process: a label value was folded" in said
+    else:
+        assert "processes" not in said
