@@ -127,9 +127,11 @@ def access_line(line: str) -> tuple[str, str, str] | None:
         key = m.group(1)
         method, _, rest = key.partition(" ")
         return (method if method in HTTP_METHODS else "OTHER"), rest[: rest.rfind(" HTTP/")], key[-3:]
-    if " HTTP/" not in line:
-        return None
-    a = _ACCESS_ANY.search(line, 0, line.find(" HTTP/") + 20)
+    http = line.find(" HTTP/")
+    quote = line.rfind('"', 0, http)  # the request's: no quote may come before it, but in ('ip', port)
+    if quote < 0 or line.find('"', 0, quote) >= 0 or (line.find("'", 0, quote) >= 0 and "('" not in line[:quote]):
+        return None  # (a message quoting an access line)
+    a = _ACCESS_ANY.search(line, 0, http + 20)
     if a is None:
         return None
     start = a.start()

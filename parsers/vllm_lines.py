@@ -120,17 +120,21 @@ def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: Route
     lines that start as an error record (counted as one), are skipped."""
     n = 0
     pos = t.find(" HTTP/")
+    uvicorn, find = UVICORN_LINE.match, t.find
     while pos >= 0:
         start = t.rfind("\n", 0, pos) + 1
-        end = t.find("\n", pos)
+        m = uvicorn(t, start)  # (it never crosses a line's end)
+        if m is not None and m.end() > pos:  # the scanned form, counted already: on after it
+            pos = find(" HTTP/", m.end())
+            continue
+        end = find("\n", pos)
         end = len(t) if end < 0 else end
-        line = t[start:end]
-        if UVICORN_LINE.match(line) is None and not line.startswith(("ERROR", "CRITICAL")):
-            got = access_labels(line)
+        if m is None and not t.startswith(("ERROR", "CRITICAL"), start):
+            got = access_labels(t[start:end])
             if got is not None:
                 access[routes.fold(got)] += 1
                 n += 1
-        pos = t.find(" HTTP/", end)
+        pos = find(" HTTP/", end)
     return n
 
 
