@@ -174,9 +174,8 @@ def route_template(path: str) -> str:
     if route is not None:
         return route
     raw = path
-    cut = min((i for i in (path.find("?"), path.find("#")) if i >= 0), default=-1)
-    if cut >= 0:
-        path = path[:cut]
+    if "?" in path or "#" in path:
+        path = path.partition("?")[0].partition("#")[0]
     if "://" in path:  # absolute-form request target (proxies): keep only the path
         path = "/" + path.split("://", 1)[1].partition("/")[2]
     if not path.startswith("/"):
@@ -184,7 +183,7 @@ def route_template(path: str) -> str:
     else:
         parts = path.split("/")[1:]
         more = len(parts) > MAX_ROUTE_SEGMENTS
-        parts = ["{id}" if _is_id(p) else p for p in parts[:MAX_ROUTE_SEGMENTS]]
+        parts = [p if p in _WORDS else "{id}" if _is_id(p) else p for p in parts[:MAX_ROUTE_SEGMENTS]]
         route = "/" + "/".join(parts) + ("/..." if more else "")
     if len(_route_cache) >= _ROUTE_CACHE_MAX:
         _route_cache.clear()
@@ -195,11 +194,29 @@ def route_template(path: str) -> str:
 def _is_id(segment: str) -> bool:
     """Whether a path segment (or, with a file extension, its stem) is an id (``_ID_SEGMENT``). A
     short segment of ASCII letters only (``threads``, ``models``) never is: no alternative of
-    ``_ID_SEGMENT`` matches it, so it is told without a regex (most segments are such words)."""
-    if len(segment) < 16 and segment.isascii() and segment.isalpha():
-        return False
+    ``_ID_SEGMENT`` matches it, so it is told without a regex (most segments are such words), and
+    ASCII digits always are; the segments found no id are kept in ``_WORDS``."""
+    if segment.isascii():
+        if len(segment) < 16 and segment.isalpha():
+            _word(segment)
+            return False
+        if segment.isdigit():  # (the first alternative)
+            return True
     stem = segment.rpartition(".")[0] if "." in segment else ""  # ("" is never an id)
-    return bool(_ID_SEGMENT.fullmatch(segment) or (stem and _ID_SEGMENT.fullmatch(stem)))
+    if _ID_SEGMENT.fullmatch(segment) or (stem and _ID_SEGMENT.fullmatch(stem)):
+        return True
+    _word(segment)
+    return False
+
+
+#: Segments found no id (``v1``, ``threads``): met again and again, told by a look-up (bounded).
+_WORDS: set[str] = set()
+
+
+def _word(segment: str) -> None:
+    if len(_WORDS) >= _ROUTE_CACHE_MAX:
+        _WORDS.clear()
+    _WORDS.add(segment)
 
 
 _labels_cache: dict[str, tuple[str, str, str]] = {}
