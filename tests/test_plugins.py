@@ -43,6 +43,22 @@ def test_builtin_vllm_comes_from_the_entry_point_group() -> None:
     assert entry.origin.startswith("entry point logmetrics_parsers.vllm:VllmParser")
 
 
+def test_one_parser_asked_for_is_loaded_alone_and_an_unknown_one_names_them_all() -> None:
+    """``only`` loads the one installed parser a run reads every input with; the others are named
+    (for an unknown name's error) without being imported."""
+    broken: dict[str, str] = {}
+    entries = discover(broken=broken, only="vllm")
+    assert list(entries) == ["vllm"] and {"whisper", "llamacpp", "api"} <= set(broken)
+    alone = subprocess.run([sys.executable, "-c", "import sys; from logmetrics.plugins import discover; "
+                            "discover(only='vllm'); print(sorted(m for m in sys.modules if 'parsers.' in m))"],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "vllm" in alone and "whisper" not in alone and "llamacpp" not in alone, alone
+    proc = subprocess.run([sys.executable, "-c", "import sys; from logmetrics.cli.main import main; "
+                           "sys.argv = ['logmetrics', 'watch', '--oneshot', '--parser', 'nope', '-']; main()"],
+                          capture_output=True, text=True, input="", timeout=60)
+    assert proc.returncode == 2 and "installed: api, embeddings, llamacpp" in proc.stderr, proc.stderr
+
+
 def test_file_plugin_is_loaded_and_listed(tmp_path: Path) -> None:
     """--plugin path.py loads every Parser subclass the file defines."""
     found = discover([write(tmp_path, GOOD)])

@@ -31,16 +31,18 @@ plugin_option = click.option(
 
 
 
-def parser_entries(plugins: Sequence[str], parser: str | None) -> dict[str, ParserEntry]:
+def parser_entries(plugins: Sequence[str], parser: str | None, alone: bool = False) -> dict[str, ParserEntry]:
+    """The parsers (``--plugin`` specs too); ``alone``: a run that reads every input with
+    ``parser`` loads no other installed one (start-up is shorter by their imports and patterns)."""
     broken: dict[str, str] = {}
     try:
-        entries = discover(plugins, broken)
+        entries = discover(plugins, broken, only=parser if alone else None)
     except PluginError as exc:
         raise UserError(str(exc)) from exc
-    if parser is not None and parser not in entries and parser in broken:
+    if parser is not None and parser not in entries and broken.get(parser):
         raise UserError(broken[parser])  # asked for by name: its failure is the run's
     if parser is not None and parser not in entries:
-        known = ", ".join(sorted(entries)) or "none"
+        known = ", ".join(sorted({*entries, *broken})) or "none"
         raise UserError(f"unknown parser {parser!r} (installed: {known}; see 'logmetrics parsers')")
     return entries
 

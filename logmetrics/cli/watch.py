@@ -205,7 +205,7 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_conf
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
-    entries = parser_entries(plugins, parser)
+    entries = parser_entries(plugins, parser, alone=oneshot and parser is not None and config_file is None)
     static = tuple(label_flag(spec) for spec in labels)
     if source is not None and not source.strip():
         raise UserError("--source needs a name; leave it out for the file path, 'stdin' or the compose service")

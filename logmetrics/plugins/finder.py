@@ -185,15 +185,22 @@ def _load_entry_point(ep: EntryPoint) -> ParserEntry:
     return entry
 
 
-def discover(extra: Iterable[str] = (), broken: dict[str, str] | None = None) -> dict[str, ParserEntry]:
+def discover(extra: Iterable[str] = (), broken: dict[str, str] | None = None,
+             only: str | None = None) -> dict[str, ParserEntry]:
     """All parsers: the entry-point group first, then ``--plugin`` specs (which may override).
 
     An installed parser that fails to load is left out with a warning (and its message put in
     ``broken`` under its name), so that one broken third-party package does not stop the others.
-    A ``--plugin`` the user named that fails is an error (``PluginError``).
+    A ``--plugin`` the user named that fails is an error (``PluginError``). ``only``: of the
+    installed parsers, load that one alone (a run that reads every input with it); the names of
+    the others are put in ``broken`` with an empty message, for an error to list them.
     """
     found: dict[str, ParserEntry] = {}
     for ep in entry_points(group=GROUP):
+        if only is not None and ep.name != only:
+            if broken is not None:
+                broken.setdefault(ep.name, "")
+            continue
         try:
             entry = _load_entry_point(ep)
         except PluginError as exc:
