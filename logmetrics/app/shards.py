@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import pickle
-import struct
 from typing import NamedTuple
 
 from logmetrics.app.options import Options, wanted
@@ -124,6 +122,8 @@ def _failed(runner: Runner) -> list[str]:
 
 def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]) -> bytes:
     """A worker's run over its files, pickled (while its files are open: they are counted)."""
+    import pickle  # only where workers run
+
     runner = Runner(dataclasses.replace(opts, paths=paths), entries)
     try:
         runner.drain()
@@ -136,6 +136,8 @@ def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...
 
 def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]) -> tuple[int, int]:
     """A worker process for ``paths``: its pid and the pipe its pickled ``Share`` comes on."""
+    import struct
+
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
@@ -156,6 +158,9 @@ def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]
 
 def _collect(child: tuple[int, int]) -> Share | None:
     """A child's result (None: it failed), once it has ended."""
+    import pickle
+    import struct
+
     pid, read = child
     with os.fdopen(read, "rb") as pipe:
         data = pipe.read()
