@@ -43,17 +43,21 @@ def test_the_mixed_corpus_in_two_processes_gives_one_process_output(tmp_path: Pa
     assert one.count("\n") > 100 and one == two
 
 
-@pytest.mark.parametrize("why", ["folded", "source"])
+@pytest.mark.parametrize("why", ["folded", "source", "link"])
 def test_where_shares_could_differ_one_process_reads_it_all(tmp_path: Path, why: str) -> None:
-    """A label value the guard folds (one model place, two models), or one source for every file
-    (--source): the run is one process's, so the output is still the same."""
+    """A label value the guard folds (one model place, two models), one source for every file
+    (--source), or one file under two names (a link, read once): the run is one process's, so the
+    output is still the same."""
     logs = [str(ROOT / "samples" / "vllm" / name) for name in ("v1-0.10.log", "v0-0.5.log", "v1-0.33.log")]
     args = list(logs)
     if why == "folded":
         (tmp_path / "lm.toml").write_text("[label_limits]\nmodel = 1\n")
         args = ["--config", "lm.toml", *logs]
-    else:
+    elif why == "source":
         args = ["--source", "all", *logs]
+    else:
+        (tmp_path / "again.log").symlink_to(logs[0])
+        args = [*logs, str(tmp_path / "again.log")]
     one, _ = oneshot(*args, workers=1, cwd=tmp_path)
     two, said = oneshot(*args, workers=2, cwd=tmp_path)
     assert one == two

@@ -2,13 +2,14 @@
 files whole, and their stores and figures are merged into the first one's.
 
 The result is the one a single process prints, byte for byte, because nothing is shared between
-shares: a file and every other file of its ``source`` label go to one worker (a source's series,
-its gauges above all, are made in one process, in file order), every series of the catalog carries
-its source, and the engine's own counters are whole counts, exact in any order. A run is sharded
-only where that holds and it pays: no stdin, no ``--source`` for every input, every PATH argument
-readable, several sources each read from one file, and enough bytes to outweigh a fork; and the
-cardinality guard must not have folded a label value in any share, nor would it fold the values
-of all shares together (else the single process runs after all).
+shares: each source label is read from one file, in one worker (a source's series, its gauges
+above all, are made in one process, in file order), every series of the catalog carries its
+source, and the engine's own counters are whole counts, exact in any order. A run is sharded only
+where that holds and it pays: no stdin, no ``--source`` for every input, every PATH argument
+readable, no source read from several files, no file under two names (a link), no name that
+reads as a glob, and enough bytes to outweigh a fork; and the cardinality guard must not have
+folded a label value in any share, nor would it fold the values of all shares together (else the
+single process runs after all).
 """
 
 from __future__ import annotations
@@ -71,14 +72,19 @@ def plan(opts: Options, workers: int) -> list[tuple[str, ...]] | None:
     settings = Settings(source=opts.source)
     settings.set_inputs(opts.inputs)
     sizes: dict[str, int] = {}
+    idents: set[tuple[int, int]] = set()
     for path in files:
         source = settings.source_label(path)
-        if source in sizes:
+        if source in sizes or is_glob(path):
             return None  # a source read from several files: its gauges' last value is their order's
         try:
-            sizes[source] = os.stat(path).st_size
+            st = os.stat(path)
         except OSError:
             return None
+        if (st.st_dev, st.st_ino) in idents:
+            return None  # one file under two names (a link): one process reads it once
+        idents.add((st.st_dev, st.st_ino))
+        sizes[source] = st.st_size
     if sum(sizes.values()) < MIN_BYTES and not workers:
         return None
     if len(sizes) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
