@@ -65,9 +65,9 @@ FREQUENT = rf"(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}[^\n]*"
 _REQUESTS = re.compile(rf"^(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}", re.MULTILINE)
 _UVICORN = re.compile(r"(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+([^\n]*)")
 _EXC_FIRST = re.compile(EXCEPTION_LINE)
-_SNIFF_STRONG = re.compile(r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}-')
-_SNIFF_SOME = re.compile(r"Exception in ASGI application|Using worker: uvicorn|\] \[[A-Z]+\] Booting worker")
-_SNIFF_WEAK = re.compile(r"httpx\.ConnectError|httpcore\.|starlette\.|fastapi\.")
+_SNIFF_STRONG = r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}-'
+_SNIFF_SOME = r"Exception in ASGI application|Using worker: uvicorn|\] \[[A-Z]+\] Booting worker"
+_SNIFF_WEAK = r"httpx\.ConnectError|httpcore\.|starlette\.|fastapi\."
 _ERROR_LEVELS = ("ERROR", "CRITICAL")
 _READY = ("Application startup complete.", "Uvicorn running on", "Listening at: ")
 
@@ -79,6 +79,8 @@ class ApiParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-api*", "*leapfrogai_api*", "api", "api.log", "api-*",
                                          "api_*")
     process_names: ClassVar[tuple[str, ...]] = ("leapfrogai_api.main", "leapfrogai-api")
+    #: LeapfrogAI API routes or loggers; ASGI tracebacks and gunicorn with uvicorn workers.
+    sniffs = ((0.9, _SNIFF_STRONG), (0.6, _SNIFF_SOME), (0.4, _SNIFF_WEAK))
     frequent: ClassVar[str] = FREQUENT
 
     def __init__(self) -> None:
@@ -97,16 +99,8 @@ class ApiParser(Parser):
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
-        """High for LeapfrogAI API routes or loggers; some for ASGI tracebacks and gunicorn with
-        uvicorn workers; a little for bare uvicorn access lines (other backends score higher)."""
-        text = "\n".join(lines)
-        if _SNIFF_STRONG.search(text):
-            return 0.9
-        if _SNIFF_SOME.search(text):
-            return 0.6
-        if _SNIFF_WEAK.search(text):
-            return 0.4
-        return 0.35 if any(access_line(line) for line in lines) else 0.0
+        """``sniffs``; else a little for bare uvicorn access lines (other backends score higher)."""
+        return super().sniff(lines) or (0.35 if any(access_line(line) for line in lines) else 0.0)
 
     def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
         """Start-ups and the error types of the phrase table."""

@@ -54,10 +54,8 @@ _START = re.compile(r"processing CreateEmbedding request: char-length: \d+")
 _DONE = re.compile(r"finished processing CreateEmbedding request, created (\d+) embeddings")
 _ST_MODEL = re.compile(r"Load pretrained SentenceTransformer: (\S+)")
 _FATAL = re.compile(r"Error: |thread '[^'\n]*' panicked at ")
-_SNIFF_TEI = re.compile(
-    r"\s(?:INFO|WARN|ERROR|DEBUG)\s.*text_embeddings_(?:router|core|backend)|\"target\":\"text_embeddings_"
-)
-_SNIFF_LFAI = re.compile(r"CreateEmbedding request|load INSTRUCTOR_Transformer|Load pretrained SentenceTransformer")
+_SNIFF_TEI = r"\s(?:INFO|WARN|ERROR|DEBUG)\s.*text_embeddings_(?:router|core|backend)|\"target\":\"text_embeddings_"
+_SNIFF_LFAI = r"CreateEmbedding request|load INSTRUCTOR_Transformer|Load pretrained SentenceTransformer"
 
 
 _model_name = model_label
@@ -92,6 +90,8 @@ class EmbeddingsParser(RunReader):
     shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, RUST_ERROR)
     process_names: ClassVar[tuple[str, ...]] = ("text-embeddings-router", "text-embeddings", "text_embeddings",
                                                 "infinity_emb")
+    #: TEI's own targets and LeapfrogAI's CreateEmbedding lines; InstructorEmbedding.
+    sniffs = ((0.95, rf"{_SNIFF_TEI}|CreateEmbedding request"), (0.5, _SNIFF_LFAI))
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("embeddings_queue_duration_seconds", "histogram", ("model",),
                "Time a text-embeddings-inference request waited in the queue (its span's queue_time).",
@@ -139,14 +139,6 @@ class EmbeddingsParser(RunReader):
                 self.ready = False
             elif "Starting server. Listening on" in line:
                 self.ready = True
-
-    @classmethod
-    def sniff(cls, lines: list[str]) -> float:
-        """High for TEI's own targets and LeapfrogAI's CreateEmbedding lines; some for InstructorEmbedding."""
-        text = "\n".join(lines)
-        if _SNIFF_TEI.search(text) or "CreateEmbedding request" in text:
-            return 0.95
-        return 0.5 if _SNIFF_LFAI.search(text) else 0.0
 
     # -- records -----------------------------------------------------------------------------
 

@@ -74,6 +74,8 @@ class LlamaCppParser(Parser):
     claims = ("*llama-server*", "*llama_server*", "*llamacpp*", "*llama-cpp*", "*llama_cpp*", "*llama.cpp*")
     shapes: ClassVar[tuple[Shape, ...]] = (P.SHAPE,)
     process_names = ("llama-server", "llama_cpp.server", "llama-cpp-python", "llama.cpp/server")
+    #: llama.cpp library, llama-server slot/srv and llama-cpp-python lines.
+    sniffs = ((0.9, P.SNIFF_STRONG),)
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
@@ -88,11 +90,6 @@ class LlamaCppParser(Parser):
         self._server = False  # a llama-server line seen: its client errors can come
         self._routes = RouteLabels()
         self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
-
-    @classmethod
-    def sniff(cls, lines: list[str]) -> float:
-        """High for llama.cpp library, llama-server slot/srv and llama-cpp-python lines."""
-        return 0.9 if P.SNIFF_STRONG.search("\n".join(lines)) else 0.0
 
     def state(self) -> dict[str, object]:
         """The model name and readiness, kept across a restart of logmetrics (``backend_ready`` is a

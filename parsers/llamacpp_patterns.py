@@ -146,14 +146,13 @@ PHRASES = Phrases(
 )
 
 #: Strong signs of llama.cpp / llama-cpp-python in a stream's first lines.
-SNIFF_STRONG = re.compile(
+SNIFF_STRONG = (
     r"llama_print_timings:|llama_perf_context_print:|llama_model_loader: |llama_new_context_with_model:"
     r"|llm_load_print_meta:|llama_model_load_internal:|llama\.cpp: loading model|^slot +\w+: id +\d+ \| task"
     r"|^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWED] )?(?:srv|slot) +\w+: |\"function\":\"(?:main|print_timings|update_slots"
     r"|log_server_request|launch_slot_with_task)\"|^(?:INFO|WARN|ERR) \[ +\w+\] |Llama\.generate: "
     r"|^print_info: |^load_tensors: |^llama_context: |^build: \d+ \("
-    r"|/llama_cpp/(?:server/|llama\.py)|Requested tokens \(\d+\) exceed context window of \d+",
-    re.M,
+    r"|/llama_cpp/(?:server/|llama\.py)|Requested tokens \(\d+\) exceed context window of \d+"
 )
 #: The error types this parser can count (``bad_request`` needs a request handler's ValueError,
 #: which llama.cpp does not log).

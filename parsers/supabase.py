@@ -33,7 +33,6 @@ else the parser's name, ``supabase``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -68,19 +67,21 @@ _ELIXIR_SERVICES = (P.REALTIME, P.ANALYTICS, P.POOLER)
 #: Each component's own routes, for the paths it logs without Kong's mount.
 _OWN_ROUTES: dict[str, Rules] = {P.STORAGE: STORAGE_RULES, P.AUTH: AUTH_RULES, P.REST: REST_RULES,
                                  P.REALTIME: REALTIME_RULES}
-_SNIFF_STRONG = re.compile(
+_SNIFF_STRONG = (
     r"^\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: |PostgREST|GoTrue|\[POP\] |\"tenantId\":"
     r"|\"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) /(?:rest|auth|storage|realtime|functions)/v1/"
     r"|^(?:postgresql|kong|gotrue|postgrest|supabase-[\w-]+) \d{2}:\d{2}:\d{2}\.\d{2} |kong_request_id: "
     r"|\[kong\]|server: kong|\"component\":\"api\",[^\n]*\"msg\":\"request completed\""
     r"|Kernel pid terminated \(application_controller\)|\bSupavisor(?:Web)?\.[A-Z]"
-    r"|^supabase-(?:db|kong|rest|auth|storage|realtime|analytics|meta|studio|vector|pooler|imgproxy) +\|", re.M)
-_SNIFF_SOME = re.compile(
+    r"|^supabase-(?:db|kong|rest|auth|storage|realtime|analytics|meta|studio|vector|pooler|imgproxy) +\|"
+)
+_SNIFF_SOME = (
     r"^(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} (?:\w+=\S+ )*\[(?:debug|info|notice|warning|warn|error)\] "
     r"|^[^\w\n]*(?:\S+ )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? [A-Z]{2,5} \[\d+\] (?:\S*@\S* )?[A-Z]+:  "
     r"|^time=\"[^\"]*\" level=\w+ msg=|^\{\"level\":\d\d,\"time\""
-    r"|^\[[^\]\n]{8,32}\] (?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \((?:[^\s/()]+/)?\d+ on [^)\n]+\): ", re.M)
-_SNIFF_WEAK = re.compile(r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[\w+\] \d+#\d+: |^\S+ \S+ \S+ \[[^\]]+\] "', re.M)
+    r"|^\[[^\]\n]{8,32}\] (?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) \((?:[^\s/()]+/)?\d+ on [^)\n]+\): "
+)
+_SNIFF_WEAK = r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[\w+\] \d+#\d+: |^\S+ \S+ \S+ \[[^\]]+\] "'
 
 
 class SupabaseParser(Parser):
@@ -93,6 +94,10 @@ class SupabaseParser(Parser):
         "*supabase-storage*", "*supavisor*")
     shapes: ClassVar[tuple[Shape, ...]] = (POSTGRES, E.CRASH, PRETTY_JSON, INDENTED_NOT_PG)
     process_names: ClassVar[tuple[str, ...]] = ("postgrest", "gotrue", "kong", "realtime", "storage-api")
+    #: Lines only Supabase's components print (PostgREST's diagnostics, GoTrue, Storage's tenant,
+    #: Kong's service paths, Bitnami Supabase modules); Elixir and Postgres lines, logrus text and
+    #: pino-pretty's ``(pid on host)`` lines (Storage); any nginx log.
+    sniffs = ((0.9, _SNIFF_STRONG), (0.6, _SNIFF_SOME), (0.4, _SNIFF_WEAK))
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("supabase_log_records_total", "counter", ("level",),
                "Log records of Supabase's components other than request lines, by level (debug, info, notice, "
@@ -142,18 +147,6 @@ class SupabaseParser(Parser):
                 self._ready.add(component)
             else:
                 self._ready.discard(component)
-
-    @classmethod
-    def sniff(cls, lines: list[str]) -> float:
-        """High for lines only Supabase's components print (PostgREST's diagnostics, GoTrue, Storage's
-        tenant, Kong's service paths, Bitnami Supabase modules); some for Elixir and Postgres lines,
-        logrus text and pino-pretty's ``(pid on host)`` lines (Storage); a little for any nginx log."""
-        text = "\n".join(lines)
-        if _SNIFF_STRONG.search(text):
-            return 0.9
-        if _SNIFF_SOME.search(text):
-            return 0.6
-        return 0.4 if _SNIFF_WEAK.search(text) else 0.0
 
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record, each with the component that wrote it as its backend."""

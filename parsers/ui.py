@@ -91,6 +91,9 @@ class UiParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*leapfrogai-ui*", "*leapfrogai_ui*", "*sveltekit*", "ui", "ui-*")
     shapes: ClassVar[tuple[Shape, ...]] = (NODE_STACK, INDENTED)
     process_names: ClassVar[tuple[str, ...]] = ("leapfrogai-ui", "node build")
+    #: SvelteKit's 404 lines; Node's warnings, ``Listening on`` and ``file://`` frames.
+    sniffs = ((0.9, r"SvelteKitError|^Error: Not found: /"), (0.6, r"^\(node:\d+\) (?:\[\w+\] )?\w*Warning: "),
+              (0.5, r"^Listening on (?:https?://)?\S+$"), (0.4, r"^\s+at \S.*\((?:file://|node:)"))
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("ui_not_found_total", "counter", (),
                "Requests answered 404 (Not found lines, scanners included), counted apart from the errors."),
@@ -105,18 +108,6 @@ class UiParser(Parser):
         """Whether the server was listening before reading began (no events)."""
         self.ready = self.ready or any("Listening on" in line and _LISTENING.match(_message(line))
                                          for line in text.split("\n"))
-
-    @classmethod
-    def sniff(cls, lines: list[str]) -> float:
-        """High for SvelteKit's 404 lines; some for Node's warnings, ``Listening on`` and ``file://`` frames."""
-        text = "\n".join(lines)
-        if "SvelteKitError" in text or re.search(r"^Error: Not found: /", text, re.M):
-            return 0.9
-        if re.search(r"^\(node:\d+\) (?:\[\w+\] )?\w*Warning: ", text, re.M):
-            return 0.6
-        if re.search(r"^Listening on (?:https?://)?\S+$", text, re.M):
-            return 0.5
-        return 0.4 if re.search(r"^\s+at \S.*\((?:file://|node:)", text, re.M) else 0.0
 
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record: a start-up, a 404, a warning or an error."""

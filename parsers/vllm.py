@@ -54,6 +54,8 @@ class VllmParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*vllm*",)
     shapes: ClassVar[tuple[Shape, ...]] = (P.SHAPE,)
     process_names: ClassVar[tuple[str, ...]] = ("vllm", "VLLM::")  # VLLM::: the titles its engine processes set
+    #: vLLM start-up, stats or process-prefixed lines; vLLM-style headers.
+    sniffs = ((0.95, P.SNIFF_STRONG), (0.6, P.SNIFF_HEADER))
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
@@ -102,14 +104,6 @@ class VllmParser(Parser):
                 self._max_log_len(value)
             ready = kind == Control.READY  # any later start-up or shutdown line says it is not
         self.ready = ready
-
-    @classmethod
-    def sniff(cls, lines: list[str]) -> float:
-        """High for vLLM start-up, stats or process-prefixed lines; some for vLLM-style headers."""
-        text = "\n".join(lines)
-        if P.SNIFF_STRONG.search(text):
-            return 0.95
-        return 0.6 if P.SNIFF_HEADER.search(text) else 0.0
 
     def parse(self, record: Record) -> list[Event]:
         """Events of one record: the batch scan run on a one-record text."""

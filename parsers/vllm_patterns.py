@@ -218,11 +218,11 @@ EXCEPTION_AT = re.compile(rf"{PFX}?(?:{HDR} )?{EXCEPTION_NAME}(?::|(?=\n))", re.
 EMPTY_AT = re.compile(rf"{PFX}?(?:{HDR} ?)?(?=\n)", re.ASCII)
 
 #: Lines that say this is vLLM (sniffing).
-SNIFF_STRONG = re.compile(
+SNIFF_STRONG = (
     r"vLLM (?:API )?server version|Initializing an? (?:V\d )?LLM engine|Avg prompt throughput: "
     r"|\((?:APIServer|EngineCore\w*) pid=\d+\)|Starting vLLM"
 )
-SNIFF_HEADER = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+\.py:\d+\]")
+SNIFF_HEADER = r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+\.py:\d+\]"
 #: A record that is the rest of a raw traceback whose header was never read (tailing began inside
 #: it, or a rotation cut it): it starts with a frame or with the final exception line. It can only
 #: be a batch's first record: further on, such lines continue the record above them.

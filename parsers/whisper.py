@@ -82,6 +82,8 @@ class WhisperParser(Parser):
     frequent: ClassVar[str] = S.FREQUENT_PY
     process_names: ClassVar[tuple[str, ...]] = ("whisper", "whisper-server", "whisper-cli", "faster-whisper-server",
                                                 "faster_whisper_server", "whisper_server")
+    #: Lines only a whisper server prints; openai-whisper-style lines.
+    sniffs = ((0.95, P.SNIFF_STRONG), (0.6, P.SNIFF_WEAK))
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
@@ -97,14 +99,6 @@ class WhisperParser(Parser):
         self._http = False  # the stream logs HTTP access lines: they count the requests
 
     # -- the contract ---------------------------------------------------------------------
-
-    @classmethod
-    def sniff(cls, lines: list[str]) -> float:
-        """High for lines only a whisper server prints; some for openai-whisper-style lines."""
-        text = "\n".join(line.rstrip("\r") for line in lines)
-        if P.SNIFF_STRONG.search(text):
-            return 0.95
-        return 0.6 if P.SNIFF_WEAK.search(text) else 0.0
 
     def state(self) -> dict[str, object]:
         """The model name, readiness and the kind of stream, kept across a restart."""

@@ -165,12 +165,11 @@ def continues(text: str, last: str) -> bool:
 
 #: whisper.cpp's timings block is one record: its lines after the first (``load time``) continue it.
 TIMINGS_BLOCK = Shape("whisper_timings", lines=r"whisper_print_timings:(?!\s+load time)")
-SNIFF_STRONG = re.compile(
+SNIFF_STRONG = (
     r"Processing audio with duration \d|^whisper_print_timings: |^whisper_(?:init_from_file\w*|model_load): "
     r"|^whisper server listening at |^\S+: processing '.*' \(\d+ samples, [\d.]+ sec\)"
     r"|Detected language '[\w-]+' with probability |Detecting language using up to the first 30 seconds"
     r"|>>> Task (?:transcribe|translate) is starting$|>>> (?:Transcription|Translation) complete!$"
-    r"|^[A-Z]+:faster-whisper-server:",
-    re.M,
+    r"|^[A-Z]+:faster-whisper-server:"
 )
-SNIFF_WEAK = re.compile(r"\bfaster_whisper\b|^Detected language: [A-Z]|^\[(?:\d+:)?\d{2}:\d{2}\.\d{3} --> ", re.M)
+SNIFF_WEAK = r"\bfaster_whisper\b|^Detected language: [A-Z]|^\[(?:\d+:)?\d{2}:\d{2}\.\d{3} --> "

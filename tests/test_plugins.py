@@ -59,6 +59,18 @@ def test_one_parser_asked_for_is_loaded_alone_and_an_unknown_one_names_them_all(
     assert proc.returncode == 2 and "installed: api, embeddings, llamacpp" in proc.stderr, proc.stderr
 
 
+def test_sniffs_give_the_score_of_the_first_pattern_found() -> None:
+    """``sniffs`` are tried from the surest down, ``^`` at each line's start, a ``\\r`` before the
+    line end left out; none found is 0."""
+    class Sniffed(Parser):
+        name = "sniffed"
+        sniffs = ((0.9, r"^strong$"), (0.4, r"weak"))
+
+    assert Sniffed.sniff(["x", "strong\r", "weak"]) == 0.9
+    assert Sniffed.sniff(["a weak one"]) == 0.4
+    assert Sniffed.sniff(["x strong"]) == 0.0 and Parser.sniff(["strong"]) == 0.0
+
+
 def test_file_plugin_is_loaded_and_listed(tmp_path: Path) -> None:
     """--plugin path.py loads every Parser subclass the file defines."""
     found = discover([write(tmp_path, GOOD)])
@@ -84,6 +96,9 @@ def test_module_class_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
                   '    metrics = (Family("other_total", "counter", (), "h"),)'), "must be named echo_"),
     (GOOD.replace('name = "echo"', 'name = "echo"\n    from logmetrics.store.catalog import Family\n'
                   '    metrics = (Family("echo_things", "counter", (), "h"),)'), "must end in _total"),
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    sniffs = ((1.5, "echo"),)'), "sniffs must be a tuple of (score"),
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    sniffs = (0.9, "echo")'), "sniffs must be a tuple of (score"),
+    (GOOD.replace('name = "echo"', 'name = "echo"\n    sniffs = ((0.9, "(echo"),)'), "a pattern of sniffs is not"),
 ])
 def test_bad_plugins_are_refused_with_a_message_naming_them(tmp_path: Path, body: str, message: str) -> None:
     """A bad plugin is refused whole, with a message that names the plugin and the problem."""

@@ -47,6 +47,7 @@ The finder (``logmetrics.plugins.finder``) loads and validates parsers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -83,6 +84,11 @@ class Parser:
     #: expression that matches one whole line (not its newline), each a record whose events
     #: ``parse_run`` gives for a run of them at once. Empty: every record goes through ``parse``.
     frequent: ClassVar[str] = ""
+    #: What tells this backend's lines among a stream's first ones, for auto-routing (``sniff``):
+    #: ``(score, pattern)`` pairs from the surest down, each pattern a regular expression searched
+    #: for in the lines (``re.MULTILINE``: ``^`` and ``$`` are each line's); the first found gives
+    #: its score, 0 to 1.
+    sniffs: ClassVar[tuple[tuple[float, str], ...]] = ()
     #: Extra metric families of this plugin's own, each named ``<name>_...``.
     metrics: ClassVar[tuple[Family, ...]] = ()
     #: Substrings of a process's program that identify this backend's processes (psutil): the
@@ -100,7 +106,15 @@ class Parser:
 
     @classmethod
     def sniff(cls, lines: list[str]) -> float:
-        """How sure this parser is that ``lines`` (a stream's first lines) are its own, 0-1."""
+        """How sure this parser is that ``lines`` (a stream's first lines) are its own, 0-1.
+        Default: the score of the first of ``sniffs`` whose pattern is found in them (joined,
+        line ends without ``\r``), else 0."""
+        if not cls.sniffs:
+            return 0.0
+        text = "\n".join(line.rstrip("\r") for line in lines)
+        for score, pattern in sniff_patterns(cls):
+            if pattern.search(text):
+                return score
         return 0.0
 
     def parse(self, record: Record) -> Iterable[Event]:
@@ -190,6 +204,17 @@ def record_rule(cls: type[Parser]) -> Rule:
 
 
 _rules: dict[type[Parser], Rule] = {}
+
+
+def sniff_patterns(cls: type[Parser]) -> list[tuple[float, re.Pattern[str]]]:
+    """A parser's ``sniffs``, compiled (once per class)."""
+    found = _sniffs.get(cls)
+    if found is None:
+        found = _sniffs[cls] = [(score, re.compile(pattern, re.MULTILINE)) for score, pattern in cls.sniffs]
+    return found
+
+
+_sniffs: dict[type[Parser], list[tuple[float, re.Pattern[str]]]] = {}
 
 
 def start_zeros(parser: Parser, models: list[str], started: set[ZeroKey]) -> list[Event]:

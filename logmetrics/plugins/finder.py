@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, has_own_batch, own_attributes
+from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, has_own_batch, own_attributes, sniff_patterns
 from logmetrics.plugins.fastpath import runs
 from logmetrics.records.shapes import Shape, compiled
 from logmetrics.store.catalog import BY_NAME, COMMON_LABELS, Family
@@ -91,6 +91,16 @@ def validate(cls: object, origin: str) -> ParserEntry:
         compiled(cls.shapes)
     except re.error as exc:
         raise PluginError(f"{who}: its shapes do not make a regular expression: {exc}") from exc
+    sniffs = cls.sniffs
+    if not isinstance(sniffs, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], int | float)
+            and not isinstance(pair[0], bool) and 0 <= pair[0] <= 1 and isinstance(pair[1], str) and pair[1]
+            for pair in sniffs):
+        raise PluginError(f"{who}: sniffs must be a tuple of (score from 0 to 1, pattern str) pairs")
+    try:
+        sniff_patterns(cls)
+    except re.error as exc:
+        raise PluginError(f"{who}: a pattern of sniffs is not a regular expression: {exc}") from exc
     if not isinstance(cls.frequent, str):
         raise PluginError(f"{who}: frequent must be a regular expression (a str) of one whole line")
     try:
