@@ -85,7 +85,6 @@ READY = re.compile(
 SHUTDOWN = re.compile(
     r"cleaning up before exit|Shutting down|Finished server process|exiting due to model loading error"
 )
-ALL_IDLE = re.compile(r"all slots are idle")
 #: A failed model load prints several lines (gguf, loader, server); it counts once per start-up.
 LOAD_FAILED = re.compile(
     r"error loading model|failed to load model|exiting due to model loading error|invalid magic characters"
