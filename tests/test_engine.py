@@ -466,6 +466,71 @@ def test_zero_series_for_each_model_a_batch_passes_through(tmp_path: Path) -> No
     assert total(got, "backend_errors_total", model="m1") == 1
 
 
+ZERO_PLUGIN = '''
+import itertools, os
+from logmetrics.events import SEEN, Event
+from logmetrics.plugins import Parser
+
+
+class Zeros(Parser):
+    """zero_series as the ZS variable says: raise, junk, an endless generator, an unknown family."""
+    name = "zeros"
+
+    def zero_series(self, model):
+        how = os.environ["ZS"]
+        if how == "raise":
+            raise RuntimeError("no zeros today")
+        if how == "junk":
+            return [("backend_errors_total", (model, 5))]
+        if how == "endless":
+            return itertools.repeat(("backend_errors_total", (model, "timeout")))
+        return [("no_such_family_total", (model,))]
+
+    def parse(self, record):
+        if record.text.startswith("model "):
+            self.model = record.text.split()[1]
+            return [SEEN]
+        return [Event("backend_restarts_total", ())] if record.text == "start" else []
+'''
+
+
+@pytest.mark.parametrize("how", ["raise", "junk", "endless", "unknown"])
+def test_a_zero_series_that_fails_loses_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     how: str) -> None:
+    """A zero_series that raises or names junk is counted as a parse error and the batch's events
+    count; an endless one is cut (no hang); one that names an unknown family is refused as watch
+    refuses it, and ``check`` lists the refusal instead of failing."""
+    (tmp_path / "zeros.py").write_text(ZERO_PLUGIN)
+    monkeypatch.setenv("ZS", how)
+    out = oneshot("--plugin", str(tmp_path / "zeros.py"), "--parser", "zeros", "-", stdin="model m1\nstart\nstart\nx\n")
+    assert out.returncode == 0, out.stderr
+    got = parse(out.stdout)
+    assert total(got, "backend_restarts_total", backend="zeros") == 2
+    assert total(got, "logmetrics_lines_matched_total", parser="zeros") == 3  # the model line is SEEN
+    errors = total(got, "logmetrics_parse_errors_total", parser="zeros")
+    assert errors == (1 if how in ("raise", "junk") else 0)
+    if how == "endless":
+        assert total(got, "backend_errors_total", model="m1", error_type="timeout") == 0
+    (tmp_path / "z.log").write_text("model m1\nstart\nx\n")
+    checked = subprocess.run([sys.executable, "-m", "logmetrics", "check", "--plugin", str(tmp_path / "zeros.py"),
+                              "--parser", "zeros", str(tmp_path / "z.log")], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "ZS": how})
+    assert checked.returncode == 0 and "Traceback" not in checked.stderr, checked.stderr
+    if how == "unknown":
+        assert "1 events refused" in checked.stdout and "no_such_family_total" in checked.stdout, checked.stdout
+
+
+def test_a_log_whose_lines_end_in_a_lone_cr_is_not_lost(tmp_path: Path) -> None:
+    """A log whose lines end in a lone \\r (no \\n): a parser that reads each as a record is not
+    taken to claim more records than the batch holds, and what it read counts."""
+    sample = Path(__file__).resolve().parent.parent / "samples" / "vllm" / "v1-0.10.log"
+    (tmp_path / "cr.log").write_bytes(sample.read_bytes()[:200_000].replace(b"\n", b"\r"))
+    out = oneshot("--parser", "vllm", str(tmp_path / "cr.log"))
+    got = parse(out.stdout)
+    assert total(got, "logmetrics_parse_errors_total", parser="vllm") == 0, out.stderr
+    assert total(got, "logmetrics_lines_matched_total", parser="vllm") >= 1
+
+
 def test_a_parse_batch_plugin_says_how_many_lines_matched(tmp_path: Path) -> None:
     """A parse_batch() plugin's third value, its matched lines, decides the unmatched lines."""
     (tmp_path / "node.py").write_text(NODE_PLUGIN)

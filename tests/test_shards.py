@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ def test_the_samples_in_two_processes_give_one_process_output(tmp_path: Path) ->
     """Every sample log, read in two worker processes, gives the single process's exposition."""
     one, said = oneshot(str(ROOT / "samples"), workers=1, cwd=tmp_path)
     two, said2 = oneshot(str(ROOT / "samples"), workers=2, cwd=tmp_path)
-    assert "in 2 processes" in said2 and "processes" not in said
+    assert "in 2 processes" in said2 and "reading in one process: --workers 1" in said
     assert "backend_errors_total" in one and one == two
 
 
@@ -63,5 +65,21 @@ def test_where_shares_could_differ_one_process_reads_it_all(tmp_path: Path, why:
     assert one == two
     if why == "folded":
         assert "__other__" in one and "reading them again in one process: a label value was folded" in said
+    elif why == "source":
+        assert "reading in one process: a source label named" in said
     else:
-        assert "processes" not in said
+        assert "is a file named twice (a link)" in said
+
+
+def test_an_interrupted_oneshot_says_so_and_does_not_succeed(tmp_path: Path) -> None:
+    """SIGINT before the end of the inputs (stdin still open): nothing printed, a message, exit 130."""
+    proc = subprocess.Popen([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    assert proc.stdin is not None
+    proc.stdin.write("INFO 06-02 10:00:00 [api_server.py:1] args: Namespace(model='m')\n")
+    proc.stdin.flush()
+    time.sleep(1.5)  # started and reading
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and out == "" and "interrupted before the end" in err, err

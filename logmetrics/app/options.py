@@ -41,6 +41,7 @@ class Options:
     include: tuple[str, ...] = ()  # --include: globs of the files the PATH arguments take (all, if none)
     exclude: tuple[str, ...] = ()  # --exclude: globs of the files they leave out
     workers: int = 0  # --workers: processes --oneshot may read in (0: one per core, where it pays)
+    only: frozenset[str] | None = None  # a worker's share: of the files the paths name, those it reads
 
     def file_filter(self) -> FileFilter:
         """The include and exclude globs of the configured inputs and of the PATH arguments."""

@@ -125,7 +125,7 @@ class Runner:
             self.tailer = FileTailer(files, from_beginning=opts.from_beginning, stats=self.stats,
                                      max_line_bytes=opts.max_line_bytes, wait_for_missing=opts.listen is not None,
                                      strict=opts.listen is None, rescan_interval=opts.rescan_interval,
-                                     wanted=wanted(opts)) if files else None
+                                     wanted=wanted(opts), only=opts.only) if files else None
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("logmetrics: ")) from exc
         self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None

@@ -6,8 +6,8 @@ shares: each source label is read from one file, in one worker (a source's serie
 above all, are made in one process, in file order), every series of the catalog carries its
 source, and the engine's own counters are whole counts, exact in any order. A run is sharded only
 where that holds and it pays: no stdin, no ``--source`` for every input, every PATH argument
-readable, no source read from several files, no file under two names (a link), no name that
-reads as a glob, and enough bytes to outweigh a fork; and the cardinality guard must not have
+readable, no source read from several files, no file under two names (a link), and enough bytes
+to outweigh a fork; and the cardinality guard must not have
 folded a label value in any share, nor would it fold the values of all shares together (else the
 single process runs after all).
 """
@@ -56,39 +56,45 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def plan(opts: Options, workers: int) -> list[tuple[str, ...]] | None:
-    """The files of each worker, the largest share first (None: one process does it all).
-    ``workers``: how many at most (0: one per core)."""
+def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str]:
+    """The files of each worker, the largest share first; or None, and why one process reads
+    them all. ``workers``: how many at most (0: one per core, where the files are large enough)."""
     n = workers or cores()
-    if n < 2 or "-" in opts.paths or opts.source is not None or any(i.source is not None for i in opts.inputs):
-        return None
-    errors: list[OSError] = []
+    if n < 2:
+        return None, "--workers 1" if workers else "one core"
+    if "-" in opts.paths:
+        return None, "stdin is an input"
+    if opts.source is not None or any(i.source is not None for i in opts.inputs):
+        return None, "a source label named for an input (--source or an input's source)"
     for arg in opts.paths:
         if not is_glob(arg) and not os.path.exists(arg):
-            return None  # the single process says what is missing
+            return None, f"{arg} does not exist"  # the run says it
+    errors: list[OSError] = []
     files = discover(opts.paths, errors.append, wanted(opts))
-    if errors or len(files) < 2:
-        return None
+    if errors:
+        return None, f"a directory could not be listed ({errors[0]})"
+    if len(files) < 2:
+        return None, "one file"
     settings = Settings(source=opts.source)
     settings.set_inputs(opts.inputs)
     sizes: dict[str, int] = {}
     idents: set[tuple[int, int]] = set()
     for path in files:
         source = settings.source_label(path)
-        if source in sizes or is_glob(path):
-            return None  # a source read from several files: its gauges' last value is their order's
+        if source in sizes:  # its gauges' last value would be the order of its files' reads
+            return None, f"source {source} is read from several files"
         try:
             st = os.stat(path)
-        except OSError:
-            return None
-        if (st.st_dev, st.st_ino) in idents:
-            return None  # one file under two names (a link): one process reads it once
+        except OSError as exc:
+            return None, f"{path}: {exc.strerror or exc}"
+        if (st.st_dev, st.st_ino) in idents:  # one process reads it once
+            return None, f"{path} is a file named twice (a link)"
         idents.add((st.st_dev, st.st_ino))
         sizes[source] = st.st_size
     if sum(sizes.values()) < MIN_BYTES and not workers:
-        return None
+        return None, f"under {MIN_BYTES >> 20} MiB in all"
     if len(sizes) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
-        return None  # the guard folds sources: in the order one process reads them
+        return None, "more sources than the cardinality guard keeps"  # folded in one process' order
     shares: list[list[str]] = [[] for _ in range(min(n, len(files)))]
     load = [0] * len(shares)
     for path in sorted(files, key=lambda p: -sizes[settings.source_label(p)]):
@@ -96,7 +102,7 @@ def plan(opts: Options, workers: int) -> list[tuple[str, ...]] | None:
         shares[i].append(path)
         load[i] += sizes[settings.source_label(path)]
     shares.sort(key=lambda share: -sum(sizes[settings.source_label(p)] for p in share))
-    return [tuple(sorted(share)) for share in shares if share]
+    return [tuple(sorted(share)) for share in shares if share], ""
 
 
 def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
@@ -104,18 +110,20 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
     """Read every input whole (``--oneshot``), sharded over worker processes where ``plan`` says
     so: the runner whose store and figures hold the whole result, and the PATH arguments that
     could not be read."""
-    shares = plan(opts, workers)
-    if shares is not None:
+    shares, why = plan(opts, workers)
+    if shares is None:
+        log.info("reading in one process: %s", why)
+    else:
         log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
         children = [_fork(opts, entries, share) for share in shares[1:]]
-        runner = Runner(dataclasses.replace(opts, paths=shares[0]), entries)
+        runner = Runner(dataclasses.replace(opts, only=frozenset(shares[0])), entries)
         runner.drain(progress)
         results = [_collect(child) for child in children]
         done = [r for r in results if r is not None]
-        why = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
-        if why is None:
+        differs = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
+        if differs is None:
             return runner, _failed(runner) + [f for r in done for f in r.failed]
-        log.info("reading them again in one process: %s", why)
+        log.info("reading them again in one process: %s", differs)
         runner.close()
     runner = Runner(opts, entries)
     runner.drain(progress)
@@ -130,7 +138,7 @@ def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...
     """A worker's run over its files, pickled (while its files are open: they are counted)."""
     import pickle  # only where workers run
 
-    runner = Runner(dataclasses.replace(opts, paths=paths), entries)
+    runner = Runner(dataclasses.replace(opts, only=frozenset(paths)), entries)
     try:
         runner.drain()
         store = runner.store

@@ -30,7 +30,12 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
     tune_allocator()
     raise_open_file_limit()
     if opts.listen is None:
-        runner, failed = shards.run(opts, entries, opts.workers, Progress(sys.stderr) if sys.stderr.isatty() else None)
+        try:
+            runner, failed = shards.run(opts, entries, opts.workers,
+                                        Progress(sys.stderr) if sys.stderr.isatty() else None)
+        except KeyboardInterrupt:  # SIGINT or SIGTERM before the end: nothing printed, and no success
+            print("logmetrics: interrupted before the end of the inputs: nothing printed", file=sys.stderr)
+            sys.exit(130)
         try:
             sys.stdout.buffer.write(text(runner.registry))
             sys.stdout.flush()

@@ -117,6 +117,8 @@ def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int, l
     lines = result[2] if len(result) > 2 else matched
     models = [m for m in result[3] if isinstance(m, str)] if len(result) > 3 else []
     most = max(batch.lines, batch.text.count("\n") + 1)
+    if any(isinstance(n, int) and n > most for n in (matched, lines)):  # a parser may end lines at a lone \r
+        most += batch.text.count("\r")
     _check_count("parse_batch", matched, "records matched, of a batch of", most)
     _check_count("parse_batch", lines, "lines matched, of a batch of", most)
     return events, matched, lines, models
@@ -249,7 +251,8 @@ class Applier:
         """``events`` after the zero series ``start_zeros`` gives (a parser's failure reported)."""
         try:
             zeros = start_zeros(parser, models, stream.started)
-        except PLUGIN_ERRORS as exc:
+        except PLUGIN_ERRORS as exc:  # counted as one parse error, as the report says
+            self.store.add_self("logmetrics_parse_errors_total", (parser.name,), 1)
             self.raised(parser, exc)
             return events
         return zeros + events if zeros else events

@@ -213,6 +213,8 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
         model = getattr(inst, "model", None)
         try:
             events = parse_one(inst, Record(rec, mtime))
+            if events:  # the engine's zero series for the parser's model (checked as watch checks them)
+                events = start_zeros(inst, [inst.model], started) + events
             bad = store.apply(events, entry.name, path)
             for ev, reason in bad:
                 refused[f"{getattr(ev, 'metric', ev)!r}: {reason}"[:200]] += 1
@@ -223,8 +225,7 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
             errors += 1
             events = [Event("logmetrics_parse_errors_total", (), 1, rule=f"error: {type(exc).__name__}: {exc}")]
         read = bool(events) or getattr(inst, "model", None) != model
-        if events:  # the engine's zero series for the parser's model, and no SEEN marks
-            events = start_zeros(inst, [inst.model], started) + [ev for ev in events if ev != SEEN]
+        events = [ev for ev in events if ev != SEEN]
         events = _without_zero_starts(events, counters, zeroed)
         # a counter increment of 0 only makes its series exist: listed with those, not as a count
         zeroed.update((f"{ev.metric}{{{','.join(ev.labels)}}}", None)
@@ -251,7 +252,7 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
            f"{errors} parse errors, {sum(refused.values())} events refused",
            f"routed: {found.why}", "",
            "rule                          records  events"]
-    for rule, n in sorted(rules.items(), key=lambda kv: -kv[1]):
+    for rule, n in sorted(rules.items(), key=lambda kv: (-kv[1], kv[0])):
         out.append(f"{rule:<28} {n:>8}")
         for series, k in produced[rule].most_common(top):
             out.append(f"{'':<38}{k:>6} x {series}")

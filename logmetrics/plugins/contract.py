@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from itertools import islice
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
@@ -224,14 +225,27 @@ def start_zeros(parser: Parser, models: list[str], started: set[ZeroKey]) -> lis
     what its log shows. ``started`` is bounded (forgotten, a series starts again: +0)."""
     zeros: list[Event] = []
     for model in dict.fromkeys(models):
-        for item in parser.zero_series(model):
-            key = (item[0], tuple(item[1]), item[2] if len(item) > 2 else None)
+        named = parser.zero_series(model)
+        for item in islice(named, MAX_STARTED + 1) if named is not None else ():
+            key = _zero_key(item)
             if key not in started:
                 started.add(key)
                 zeros.append(Event(key[0], key[1], 0, key[2], rule="zero"))
+        if len(zeros) > MAX_STARTED:
+            raise ValueError(f"zero_series gave more than {MAX_STARTED} series")
     if len(started) > MAX_STARTED:
         started.clear()
     return zeros
+
+
+def _zero_key(item: object) -> ZeroKey:
+    """A series ``zero_series`` named, or ValueError: (family, label values[, backend]), strings."""
+    if isinstance(item, tuple | list) and len(item) in (2, 3):
+        metric, labels, backend = item[0], item[1], item[2] if len(item) == 3 else None
+        if isinstance(metric, str) and isinstance(labels, tuple | list) and all(type(v) is str for v in labels) \
+                and (backend is None or isinstance(backend, str)):
+            return metric, tuple(labels), backend
+    raise ValueError(f"zero_series gave {item!r}: not (family, label values[, backend]) of strings")
 
 
 def has_own_batch(parser_cls: type[Parser]) -> bool:

@@ -23,7 +23,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from logmetrics.sources import filekinds
 from logmetrics.sources.changeindex import ChangeIndex
@@ -75,9 +75,12 @@ class FileTailer:
         strict: bool = False,
         rescan_interval: float = RESCAN_INTERVAL,
         wanted: Callable[[str], bool] | None = None,
+        only: Collection[str] | None = None,
     ) -> None:
         #: the inputs' include and exclude globs on the files found under directories and globs
         self.wanted = wanted
+        #: of the files the paths name, the only ones to follow (a worker's share of a --oneshot)
+        self.only = only
         self._missing = [path for path in paths if not validate(path, wait_for_missing)]
         self.stats = stats
         self._paths = list(paths)
@@ -301,6 +304,8 @@ class FileTailer:
         followed.name_index = None  # made again at its first use in this listing
         mark = filekinds.listing()
         listed = discover(self._paths, self._walk_error, self.wanted)
+        if self.only is not None:
+            listed = [path for path in listed if path in self.only]
         if not self._walk_incomplete:
             filekinds.sweep(mark)
         if followed.first and followed.resume.at is not None:
