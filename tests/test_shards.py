@@ -83,3 +83,24 @@ def test_an_interrupted_oneshot_says_so_and_does_not_succeed(tmp_path: Path) -> 
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and out == "" and "interrupted before the end" in err, err
+
+
+def test_the_progress_line_counts_what_the_workers_read() -> None:
+    """Each worker posts its bytes read and left on the board; the first process' progress line
+    adds them to its own."""
+    import io
+
+    from logmetrics.app.progress import Progress
+    from logmetrics.app.shards import _Board
+    from logmetrics.sources.chunks import SourceStats
+
+    board = _Board(2)
+    for slot, (read, left) in enumerate([(3_000_000, 1_000_000), (2_000_000, 0)]):
+        board.slot = slot
+        board.done(SourceStats(bytes_read={"a": read}, lag_bytes={"a": left}))
+    assert board.totals() == (5_000_000, 1_000_000)
+    shown = io.StringIO()
+    progress = Progress(shown, after=0.0)
+    progress.others = board.totals
+    progress.update(SourceStats(bytes_read={"b": 4_000_000}, lag_bytes={"b": 0}))
+    assert "read 9.0 MB of 10.0 MB (90 %)" in shown.getvalue(), shown.getvalue()

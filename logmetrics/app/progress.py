@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from logmetrics.sources.chunks import SourceStats
@@ -13,6 +14,8 @@ class Progress:
 
     def __init__(self, stream: TextIO, *, after: float = 2.0, every: float = 1.0) -> None:
         self.stream = stream
+        #: bytes read and left by other processes (the workers of a sharded ``--oneshot``)
+        self.others: Callable[[], tuple[int, int]] | None = None
         self.start = time.monotonic()
         self.next = self.start + after
         self.every = every
@@ -21,6 +24,9 @@ class Progress:
     def _line(self, stats: SourceStats) -> str:
         done = sum(stats.bytes_read.values())
         left = sum(stats.lag_bytes.values())
+        if self.others is not None:
+            more, still = self.others()
+            done, left = done + more, left + still
         secs = max(time.monotonic() - self.start, 1e-9)
         share = f" of {(done + left) / 1e6:,.1f} MB ({100 * done / (done + left):.0f} %)" if left else ""
         return f"logmetrics: read {done / 1e6:,.1f} MB{share} in {secs:.1f} s, {done / secs / 1e6:,.1f} MB/s"
@@ -34,7 +40,7 @@ class Progress:
             self.stream.flush()
             self.shown = True
 
-    def done(self, stats: SourceStats) -> None:
+    def done(self, stats: SourceStats) -> None:  # (the others may still read: their figures go on)
         """The last figures and a newline, if anything was shown."""
         if self.shown:
             self.stream.write("\r" + self._line(stats) + "\x1b[K\n")

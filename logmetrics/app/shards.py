@@ -17,6 +17,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import struct
+import sys
+import time
 from typing import NamedTuple
 
 from logmetrics.app.options import Options, wanted
@@ -115,8 +118,11 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         log.info("reading in one process: %s", why)
     else:
         log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
-        children = [_fork(opts, entries, share) for share in shares[1:]]
+        board = _Board(len(shares) - 1) if progress is not None else None
+        children = [_fork(opts, entries, share, board, i) for i, share in enumerate(shares[1:])]
         runner = Runner(dataclasses.replace(opts, only=frozenset(shares[0])), entries)
+        if progress is not None and board is not None:
+            progress.others = board.totals
         runner.drain(progress)
         results = [_collect(child) for child in children]
         done = [r for r in results if r is not None]
@@ -134,13 +140,40 @@ def _failed(runner: Runner) -> list[str]:
     return runner.tailer.failed_args() if runner.tailer is not None else []
 
 
-def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]) -> bytes:
+class _Board(Progress):
+    """Where workers post the bytes they read and have left (shared memory), for the first
+    process' progress line; each worker's ``update`` writes its slot."""
+
+    def __init__(self, slots: int) -> None:
+        import mmap
+
+        super().__init__(sys.stderr, after=0.0, every=0.2)
+        self.memory = mmap.mmap(-1, 16 * max(slots, 1))
+        self.slot = -1  # a worker's own (set in the child)
+
+    def update(self, stats: SourceStats) -> None:
+        now = time.monotonic()
+        if now >= self.next:
+            self.next = now + self.every
+            self.done(stats)
+
+    def done(self, stats: SourceStats) -> None:
+        struct.pack_into("<QQ", self.memory, 16 * self.slot, sum(stats.bytes_read.values()),
+                         sum(stats.lag_bytes.values()))
+
+    def totals(self) -> tuple[int, int]:
+        """The workers' bytes read and left, summed."""
+        pairs = [struct.unpack_from("<QQ", self.memory, at) for at in range(0, len(self.memory), 16)]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...], board: _Board | None) -> bytes:
     """A worker's run over its files, pickled (while its files are open: they are counted)."""
     import pickle  # only where workers run
 
     runner = Runner(dataclasses.replace(opts, only=frozenset(paths)), entries)
     try:
-        runner.drain()
+        runner.drain(board)
         store = runner.store
         share = Share(store.counters, store.gauges, store.histograms, store.guard.seen, runner.stats, _failed(runner))
         return pickle.dumps(share, protocol=pickle.HIGHEST_PROTOCOL)
@@ -148,17 +181,19 @@ def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...
         runner.close()
 
 
-def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]) -> tuple[int, int]:
-    """A worker process for ``paths``: its pid and the pipe its pickled ``Share`` comes on."""
-    import struct
-
+def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...], board: _Board | None,
+          slot: int) -> tuple[int, int]:
+    """A worker process for ``paths``: its pid and the pipe its pickled ``Share`` comes on; it
+    posts its progress in ``slot`` of ``board``, if given."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
         os.close(read)
         code = 0
+        if board is not None:
+            board.slot = slot
         try:
-            data = _share(opts, entries, paths)
+            data = _share(opts, entries, paths, board)
         except BaseException:  # whatever went wrong, the parent runs it all itself
             data, code = b"", 1
         try:
@@ -173,7 +208,6 @@ def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...]
 def _collect(child: tuple[int, int]) -> Share | None:
     """A child's result (None: it failed), once it has ended."""
     import pickle
-    import struct
 
     pid, read = child
     with os.fdopen(read, "rb") as pipe:
