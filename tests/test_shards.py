@@ -104,3 +104,32 @@ def test_the_progress_line_counts_what_the_workers_read() -> None:
     progress.others = board.totals
     progress.update(SourceStats(bytes_read={"b": 4_000_000}, lag_bytes={"b": 0}))
     assert "read 9.0 MB of 10.0 MB (90 %)" in shown.getvalue(), shown.getvalue()
+
+
+BOOM = '''
+from logmetrics.events import Event
+from logmetrics.plugins import Parser
+
+
+class Boom(Parser):
+    """Raises on 'boom' lines, counts 'ok' lines."""
+    name = "boom"
+
+    def parse(self, record):
+        if record.text == "boom":
+            raise RuntimeError("boom")
+        return [Event("backend_restarts_total", ())] if record.text == "ok" else []
+'''
+
+
+def test_a_warning_of_several_workers_is_said_once(tmp_path: Path) -> None:
+    """The same warning in two workers (a parser that raises, reported once per parser) is printed
+    once, as one process prints it; the counts are one process's."""
+    (tmp_path / "boom.py").write_text(BOOM)
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text("ok\nboom\nok\n")
+    args = ["--plugin", "boom.py", "--parser", "boom", "a.log", "b.log"]
+    one, said1 = oneshot(*args, workers=1, cwd=tmp_path)
+    two, said2 = oneshot(*args, workers=2, cwd=tmp_path)
+    assert "in 2 processes" in said2 and one == two
+    assert said1.count("parser boom raised RuntimeError") == 1 == said2.count("parser boom raised RuntimeError")

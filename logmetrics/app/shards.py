@@ -49,6 +49,20 @@ class Share(NamedTuple):
     seen: dict[tuple[str, int, str], set[str]]  # the cardinality guard's admitted values
     stats: SourceStats
     failed: list[str]
+    said: list[str]  # its log lines, for the first process to print (each once)
+
+
+class _Said(logging.Handler):
+    """What a process' loggers say, kept, formatted as the root logger's first handler does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        handlers = logging.getLogger().handlers
+        self.setFormatter(handlers[0].formatter if handlers else None)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
 
 
 def cores() -> int:
@@ -120,14 +134,21 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
         board = _Board(len(shares) - 1) if progress is not None else None
         children = [_fork(opts, entries, share, board, i) for i, share in enumerate(shares[1:])]
-        runner = Runner(dataclasses.replace(opts, only=frozenset(shares[0])), entries)
-        if progress is not None and board is not None:
-            progress.others = board.totals
-        runner.drain(progress)
-        results = [_collect(child) for child in children]
+        said = _Said()  # what this process says (printed as ever), so as not to say it twice
+        logging.getLogger().addHandler(said)
+        try:
+            runner = Runner(dataclasses.replace(opts, only=frozenset(shares[0])), entries)
+            if progress is not None and board is not None:
+                progress.others = board.totals
+            runner.drain(progress)
+            results = [_collect(child) for child in children]
+        finally:
+            logging.getLogger().removeHandler(said)
         done = [r for r in results if r is not None]
         differs = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
         if differs is None:
+            for line in dict.fromkeys(line for r in done for line in r.said if line not in said.lines):
+                print(line, file=sys.stderr)  # the workers' messages, each once
             return runner, _failed(runner) + [f for r in done for f in r.failed]
         log.info("reading them again in one process: %s", differs)
         runner.close()
@@ -168,14 +189,18 @@ class _Board(Progress):
 
 
 def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...], board: _Board | None) -> bytes:
-    """A worker's run over its files, pickled (while its files are open: they are counted)."""
+    """A worker's run over its files, pickled (while its files are open: they are counted); what
+    its loggers say goes with it."""
     import pickle  # only where workers run
 
+    said = _Said()
+    logging.getLogger().handlers = [said]
     runner = Runner(dataclasses.replace(opts, only=frozenset(paths)), entries)
     try:
         runner.drain(board)
         store = runner.store
-        share = Share(store.counters, store.gauges, store.histograms, store.guard.seen, runner.stats, _failed(runner))
+        share = Share(store.counters, store.gauges, store.histograms, store.guard.seen, runner.stats, _failed(runner),
+                      said.lines)
         return pickle.dumps(share, protocol=pickle.HIGHEST_PROTOCOL)
     finally:
         runner.close()
@@ -225,7 +250,7 @@ def _merge(runner: Runner, shares: list[Share]) -> str | None:
     one process's (a label value folded, or one that would be; a series made in two shares)."""
     store, stats = runner.store, runner.stats
     seen = {key: set(values) for key, values in store.guard.seen.items()}
-    for share in [Share(store.counters, store.gauges, store.histograms, {}, stats, []), *shares]:
+    for share in [Share(store.counters, store.gauges, store.histograms, {}, stats, [], []), *shares]:
         if any(key[0] == "logmetrics_label_overflow_total" for key in share.counters):
             return "a label value was folded into __other__"
     for share in shares:
