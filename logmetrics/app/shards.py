@@ -147,11 +147,14 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         done = [r for r in results if r is not None]
         differs = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
         if differs is None:
-            for line in dict.fromkeys(line for r in done for line in r.said if line not in said.lines):
+            mine = set(said.lines)
+            for line in dict.fromkeys(line for r in done for line in r.said if line not in mine):
                 print(line, file=sys.stderr)  # the workers' messages, each once
             return runner, _failed(runner) + [f for r in done for f in r.failed]
         log.info("reading them again in one process: %s", differs)
         runner.close()
+        if progress is not None:
+            progress.others = None  # (what the workers read is read again)
     runner = Runner(opts, entries)
     runner.drain(progress)
     return runner, _failed(runner)
