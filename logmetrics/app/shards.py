@@ -30,7 +30,7 @@ from logmetrics.plugins import ParserEntry
 from logmetrics.sources.chunks import SourceStats
 from logmetrics.sources.discovery import discover, is_glob
 from logmetrics.store.catalog import BY_NAME, SELF_BY_NAME
-from logmetrics.store.guard import DEFAULT_LIMIT, LABEL_LIMITS, NOISE_SHARE
+from logmetrics.store.guard import DEFAULT_LIMIT, LABEL_LIMITS, NOISE_SHARE, label_at
 from logmetrics.store.values import Histogram
 
 log = logging.getLogger("logmetrics.app.shards")
@@ -279,7 +279,7 @@ def _merge(runner: Runner, shares: list[Share]) -> str | None:
         fam = store.families.get(name) or BY_NAME.get(name)
         if fam is None:
             continue
-        label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
+        label = label_at(fam, i)
         limit = limits.get(label, DEFAULT_LIMIT)
         if len(values) > (int(limit * NOISE_SHARE) if label == "route" else limit):
             return f"more {label} values than the cardinality guard keeps"  # folded in one process's order

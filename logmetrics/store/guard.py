@@ -53,6 +53,11 @@ def safe_label(value: object) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def label_at(fam: Family, i: int) -> str:
+    """The name of a series' label at position ``i`` of its values (backend, source, the family's own)."""
+    return fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
+
+
 @dataclass
 class LabelGuard:
     """The label values admitted so far, and the limits they are held to."""
@@ -89,7 +94,7 @@ class LabelGuard:
                 out[i] = clean
                 if clean in seen:
                     continue
-            label = fam.labels[i - 2] if i >= 2 else ("backend", "source")[i]
+            label = label_at(fam, i)
             limit = self.limits.get(label, DEFAULT_LIMIT)
             if label == "route" and "code" in fam.labels and labels[fam.labels.index("code") + 2][:1] not in "123":
                 limit = int(limit * NOISE_SHARE)
