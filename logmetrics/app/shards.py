@@ -94,12 +94,14 @@ def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str
         return None, "one file"
     settings = Settings(source=opts.source)
     settings.set_inputs(opts.inputs)
-    sizes: dict[str, int] = {}
+    sources: set[str] = set()
     idents: set[tuple[int, int]] = set()
+    sizes: dict[str, int] = {}  # by file: each is its source's only one
     for path in files:
         source = settings.source_label(path)
-        if source in sizes:  # its gauges' last value would be the order of its files' reads
+        if source in sources:  # its gauges' last value would be the order of its files' reads
             return None, f"source {source} is read from several files"
+        sources.add(source)
         try:
             st = os.stat(path)
         except OSError as exc:
@@ -107,19 +109,19 @@ def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str
         if (st.st_dev, st.st_ino) in idents:  # one process reads it once
             return None, f"{path} is a file named twice (a link)"
         idents.add((st.st_dev, st.st_ino))
-        sizes[source] = st.st_size
+        sizes[path] = st.st_size
     if sum(sizes.values()) < MIN_BYTES and not workers:
         return None, f"under {MIN_BYTES >> 20} MiB in all"
-    if len(sizes) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
+    if len(sources) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
         return None, "more sources than the cardinality guard keeps"  # folded in one process' order
     shares: list[list[str]] = [[] for _ in range(min(n, len(files)))]
     load = [0] * len(shares)
-    for path in sorted(files, key=lambda p: -sizes[settings.source_label(p)]):
+    for path in sorted(files, key=lambda p: -sizes[p]):  # the largest first, each to the least loaded
         i = load.index(min(load))
         shares[i].append(path)
-        load[i] += sizes[settings.source_label(path)]
-    shares.sort(key=lambda share: -sum(sizes[settings.source_label(p)] for p in share))
-    return [tuple(sorted(share)) for share in shares if share], ""
+        load[i] += sizes[path]
+    order = sorted(range(len(shares)), key=lambda i: -load[i])
+    return [tuple(sorted(shares[i])) for i in order if shares[i]], ""
 
 
 def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
@@ -253,8 +255,8 @@ def _merge(runner: Runner, shares: list[Share]) -> str | None:
     one process's (a label value folded, or one that would be; a series made in two shares)."""
     store, stats = runner.store, runner.stats
     seen = {key: set(values) for key, values in store.guard.seen.items()}
-    for share in [Share(store.counters, store.gauges, store.histograms, {}, stats, [], []), *shares]:
-        if any(key[0] == "logmetrics_label_overflow_total" for key in share.counters):
+    for counters in (store.counters, *(share.counters for share in shares)):
+        if any(key[0] == "logmetrics_label_overflow_total" for key in counters):
             return "a label value was folded into __other__"
     for share in shares:
         for place, values in share.seen.items():
