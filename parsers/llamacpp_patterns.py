@@ -86,18 +86,18 @@ SHUTDOWN = re.compile(
     r"cleaning up before exit|Shutting down|Finished server process|exiting due to model loading error"
 )
 #: A failed model load prints several lines (gguf, loader, server); it counts once per start-up.
-LOAD_FAILED = re.compile(
-    r"error loading model|failed to load model|exiting due to model loading error|invalid magic characters"
-    r"|Model path does not exist"
-)
+#: The first four are llama.cpp's own lines; llama-cpp-python raises the last.
+LOAD_PHRASES = ("error loading model", "failed to load model", "exiting due to model loading error",
+                "invalid magic characters", "Model path does not exist")
+LOAD_FAILED = re.compile("|".join(LOAD_PHRASES))
 #: Library lines about a failed decode: the server's own ``failed to decode the batch`` line follows.
 LIB_DECODE = re.compile(r"(?:llama_decode|llama_prepare_sbatch|decode|llama_batch_allocr\w*): ")
 #: Lines that are errors without a level (llama-server without ``--log-prefix``, the library).
 ERROR_LINE = re.compile(
     r"send_error: |failed to decode the batch|decode\(\) failed|got (?:another )?exception: |couldn't bind HTTP server"
     r"|error: invalid argument|CUDA error|cudaMalloc failed|GGML_ASSERT|Segmentation fault|core dumped"
-    r"|error loading model|failed to load model|exiting due to model loading error|invalid magic characters"
-    r"|failed to allocate|unable to allocate backend buffer|Unhandled exception|Exception in ASGI application"
+    rf"|{'|'.join(LOAD_PHRASES[:4])}|failed to allocate|unable to allocate backend buffer|Unhandled exception"
+    r"|Exception in ASGI application"
 )
 #: A record that begins with a Python exception (llama-cpp-python's ``Exception: ...`` + traceback).
 EXCEPTION_START = re.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
@@ -134,8 +134,7 @@ PHRASES = Phrases(
                               "exceed_context_size_error", "exceeds the available context")),
         ("oom", ("unable to allocate backend buffer", "cudaMalloc failed", "failed to allocate compute buffers")),
         *COMMON_CAUSES,
-        ("model_load", ("error loading model", "failed to load model", "exiting due to model loading error",
-                        "invalid magic characters", "Model path does not exist")),
+        ("model_load", LOAD_PHRASES),
         ("bind", ("couldn't bind HTTP server socket",)),
     ),
     (

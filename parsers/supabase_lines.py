@@ -40,7 +40,7 @@ class Line(NamedTuple):
 
     component: str
     kind: str  # the format, for the events' rule: "access", "postgres", "json", ...
-    level: str = "info"  # one of ``P.LEVEL_NAMES``; "" for a request line (not a log record)
+    level: str = "info"  # debug, info, notice, warning, error or critical; "" for a request line (not a log record)
     request: tuple[str, str, str] | None = None  # method, raw path, status code
     seconds: float | None = None
     life: str = ""

@@ -74,7 +74,6 @@ LEVELS = {
     "emerg": "critical", "emergency": "critical",
     "10": "debug", "20": "debug", "30": "info", "40": "warning", "50": "error", "60": "critical",
 }
-LEVEL_NAMES = ("debug", "info", "notice", "warning", "error", "critical")
 ERROR_LEVELS = frozenset({"error", "critical"})
 
 PHRASES = Phrases(

@@ -340,7 +340,3 @@ def parse_step(text: str) -> float:
     """A step such as ``15s``, ``1m``, ``500ms``, ``2h`` or ``30`` (seconds), in seconds."""
     return parse_duration(text, "a step", 0.001)
 
-
-def describe(files: Sequence[str]) -> str:
-    """For messages: the files, shortened."""
-    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")

@@ -109,13 +109,6 @@ class Resumed:
         followed.follow(fd, ident, head, path, path, 0, size, active=True)
         return True
 
-    def _follow_resumed(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int,
-                        size: int) -> None:
-        """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
-        active = path == stream and stream not in self.followed.active
-        self.followed.follow(fd, ident, head, path, stream, offset, size, active=active)  # not active: drained
-        self.followed.streams.add(stream)
-
     def follow(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int, size: int) -> None:
         """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
         followed = self.followed
