@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
 from bench.gen_backends import LlamaCurrentWriter
 from bench.gen_mix import write_lines
-from bench.run import OUT, Tool, check, ensure_corpus, measure, samples, sum_by
+from bench.run import OUT, Tool, check, compile_package, ensure_corpus, measure, samples, sum_by
 
 FORMAT = 2  # of the llama.cpp log's expected.json
 
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     OUT.mkdir(exist_ok=True)
+    compile_package(args.python)
     llama_log = OUT / f"llama-current-{args.lines}-{args.seed}.log"
     llama_exp = ensure_llama(llama_log, args.lines, args.seed)
     corpus = OUT / f"corpus-{args.lines}-{args.seed}.log"

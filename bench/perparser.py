@@ -38,7 +38,7 @@ from bench.gen_backends import (
     Writer,
 )
 from bench.gen_mix import write_lines, write_vllm
-from bench.run import OUT, Tool, measure, samples
+from bench.run import OUT, Tool, compile_package, measure, samples
 
 
 def write_api(path: Path, n: int, seed: int) -> None:
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     OUT.mkdir(exist_ok=True)
+    compile_package(args.python)
     tools: dict[str, tuple[Tool, int]] = {}
     for name, parser, write in LOGS:
         log = OUT / f"perparser-{name}-{args.lines}-{args.seed}.log"

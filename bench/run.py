@@ -173,6 +173,14 @@ def ensure_mix(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
                    MIX_FORMAT, f"{corpus}/ ({lines} lines, seed {seed})")
 
 
+def compile_package(python: str) -> None:
+    """Byte-compile logmetrics and its parsers, as installing a package does: an editable install
+    run with PYTHONDONTWRITEBYTECODE would otherwise compile every module at every start-up."""
+    code = ("import compileall, os, logmetrics, logmetrics_parsers\n"
+            "for m in (logmetrics, logmetrics_parsers): compileall.compile_dir(os.path.dirname(m.__file__), quiet=1)")
+    subprocess.run([python, "-c", code], check=True)
+
+
 def version(cmd: Sequence[str]) -> str:
     """First line a ``--version``-style command prints, or ``?``."""
     try:
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     OUT.mkdir(exist_ok=True)
+    compile_package(args.python)
     corpus: Path
     if args.mix:
         corpus = args.corpus or OUT / f"mix-{args.lines}-{args.seed}"
