@@ -14,6 +14,7 @@ from logmetrics.sources import tailer as sources
 from logmetrics.sources.chunks import SourceStats
 from logmetrics.sources.tailer import FileTailer
 from logmetrics.sources.waker import Waker
+from logmetrics.sources.watching import Changes
 from tests.test_sources import append, data, drain, line, lines
 
 pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="inotify is Linux's")
@@ -198,3 +199,27 @@ def test_urgent_tells_a_rotation_from_a_write_and_keeps_the_events(
     assert t.urgent()
     got = drain(t)
     assert data(got, log) == line(2) + line(3)
+
+
+def test_writes_to_files_in_turn_name_each_file_once(tmp_path: Path) -> None:
+    """Thousands of writes to three files in turn (no event merged by the kernel) name each file
+    once, a name that is not UTF-8 included, and a rename after them still asks for a listing."""
+    names = [b"a.log", b"b.log", b"\xff-odd.log"]
+    paths = [os.path.join(os.fsencode(tmp_path), n) for n in names]
+    for p in paths:
+        Path(os.fsdecode(p)).write_bytes(b"")
+    w = notify.InotifyWatcher([(str(tmp_path), False)])
+    try:
+        assert w.changes().rescan  # the root, watched anew, was never listed
+        for i in range(3000):
+            with open(paths[i % 3], "ab") as f:
+                f.write(b"x\n")
+        assert not w.urgent()
+        got = w.changes()
+        assert got.paths == frozenset(os.fsdecode(p) for p in paths) and not got.rescan
+        os.rename(os.fsdecode(paths[0]), str(tmp_path / "c.log"))
+        assert w.urgent()
+        assert w.changes().rescan
+        assert w.changes() == Changes(frozenset(), False)
+    finally:
+        w.stop()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
 import sys
 from collections.abc import Callable, Sequence
 
@@ -43,6 +44,10 @@ IN_EXCL_UNLINK = 0x04000000
 IN_ISDIR = 0x40000000
 MASK = (IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
         | IN_EXCL_UNLINK)
+#: ``struct inotify_event`` before its name: wd, mask, cookie, len (the name's size, NUL-padded).
+EVENT_HEAD = struct.Struct("iIII")
+READ_BYTES = 1 << 16  # per read(2): many events, each at most 16 + NAME_MAX + 1 bytes
+Event = tuple[int, int, int, str]  # wd, mask, cookie, name
 
 def make_watcher(wake: Callable[[], None], roots: Sequence[Root]) -> Watcher | None:
     """An inotify watcher on Linux, watchdog's elsewhere; None if there can be none (every pass
@@ -73,7 +78,10 @@ class InotifyWatcher:
         self._roots: dict[str, bool] = {}  # absolute root -> recursive
         self._waiting: list[Root] = list(roots)
         self._targets = 0
-        self._early: list[tuple[int, int, int, str]] = []  # events read by urgent(), for changes()
+        # Read and not handled yet (by urgent(), or by changes() before it handles them): the
+        # (watch, raw name) of files written to, each once however many writes; every other event.
+        self._modified: set[tuple[int, bytes]] = set()
+        self._other: list[Event] = []
         self._rescan = False  # set by a root watched late: what is in it was never listed
         self.retry()
 
@@ -153,61 +161,73 @@ class InotifyWatcher:
         if real not in self._wds and self._targets < MAX_INOTIFY_TARGETS and self._add(real):
             self._targets += 1
 
-    def _read(self) -> list[tuple[int, int, int, str]] | None:
-        """The events there now (FIONREAD: never blocking); None if the descriptor cannot be read."""
+    def _read(self) -> bool | None:
+        """Take in the events there now (never blocking): whether there were any; None if the
+        descriptor cannot be read. Writes to a file, by far the most frequent events (one per
+        write when several files of a directory are written in turn: the kernel merges only
+        repeats of the last event), are kept once each, their names decoded only then."""
         try:
-            return list(self._ino.read(timeout=0))
+            data = os.read(self._ino.fileno(), READ_BYTES)
         except (BlockingIOError, InterruptedError):
-            return []
+            return False
         except OSError as err:  # closed, say: list everything, as without a watcher
             log.debug("reading inotify events: %s", err)
             return None
+        modified, other, unpack = self._modified, self._other, EVENT_HEAD.unpack_from
+        pos, end = 0, len(data)
+        while pos < end:
+            wd, mask, cookie, size = unpack(data, pos)
+            pos += 16 + size
+            if mask == IN_MODIFY:
+                modified.add((wd, data[pos - size:pos]))
+            else:
+                other.append((wd, mask, cookie, os.fsdecode(data[pos - size:pos].split(b"\0", 1)[0])))
+        return pos > 0
 
     def urgent(self) -> bool:
-        events = self._read()
-        if events is None:
-            return True
-        self._early += events
-        return any(mask != IN_MODIFY for _, mask, _, _ in events)
+        while (got := self._read()):
+            pass
+        return got is None or bool(self._other)
 
     def changes(self) -> Changes:
-        paths: set[str] = set()
+        while (got := self._read()):
+            pass
+        if got is None:
+            self._modified.clear()
+            self._other.clear()
+            return Changes(frozenset(), True)
         rescan, self._rescan = self._rescan, False
-        early, self._early = self._early, []
-        while True:
-            events = self._read()
-            if events is None:
-                return Changes(frozenset(), True)
-            if early:
-                events, early = early + events, []
-            if not events:
-                break
-            for wd, mask, _cookie, name in events:
-                if mask & IN_Q_OVERFLOW:
-                    rescan = True
-                    continue
-                directory = self._dirs.get(wd)
-                if directory is None:
-                    continue
-                if mask == IN_MODIFY:  # by far the most frequent
-                    paths.add(os.path.join(directory, name))
-                    continue
+        modified, self._modified = self._modified, set()
+        other, self._other = self._other, []
+        paths: set[str] = set()
+        dirs = self._dirs
+        for wd, raw in modified:  # before the other events: a watch they drop may be given again
+            directory = dirs.get(wd)
+            if directory is not None:
+                paths.add(os.path.join(directory, os.fsdecode(raw.split(b"\0", 1)[0])))
+        for wd, mask, _cookie, name in other:
+            if mask & IN_Q_OVERFLOW:
                 rescan = True
-                if mask & IN_IGNORED:  # the directory is gone (or unmounted)
-                    self._dirs.pop(wd, None)
-                    self._wds.pop(directory, None)
-                    self._deep.discard(directory)
-                    if directory in self._roots:
-                        self._waiting.append((directory, self._roots.pop(directory)))
-                elif mask & IN_MOVE_SELF and directory in self._roots:
-                    self._drop_tree(directory)  # a root renamed: watched again once one is there by its name
+                continue
+            directory = dirs.get(wd)
+            if directory is None:
+                continue
+            rescan = True
+            if mask & IN_IGNORED:  # the directory is gone (or unmounted)
+                dirs.pop(wd, None)
+                self._wds.pop(directory, None)
+                self._deep.discard(directory)
+                if directory in self._roots:
                     self._waiting.append((directory, self._roots.pop(directory)))
-                elif mask & IN_ISDIR:
-                    sub = os.path.join(directory, name)
-                    if mask & IN_MOVED_FROM:
-                        self._drop_tree(sub)
-                    elif mask & (IN_CREATE | IN_MOVED_TO) and directory in self._deep:
-                        self._add_tree(sub)
+            elif mask & IN_MOVE_SELF and directory in self._roots:
+                self._drop_tree(directory)  # a root renamed: watched again once one is there by its name
+                self._waiting.append((directory, self._roots.pop(directory)))
+            elif mask & IN_ISDIR:
+                sub = os.path.join(directory, name)
+                if mask & IN_MOVED_FROM:
+                    self._drop_tree(sub)
+                elif mask & (IN_CREATE | IN_MOVED_TO) and directory in self._deep:
+                    self._add_tree(sub)
         if self._waiting:
             self.retry()
             rescan = rescan or self._rescan
