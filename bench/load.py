@@ -65,6 +65,43 @@ PROBE = b'INFO:     10.0.3.7:51408 - "POST /probe HTTP/1.1" 200 OK\n'
 PROBE_GAP = (0.8, 1.2)  # seconds between probes, drawn uniformly
 REQUESTS = re.compile(r"^http_requests_total\{([^\n]*)\} (\S+)$", re.M)
 TICK = os.sysconf("SC_CLK_TCK")
+#: The uvicorn access lines of a corpus: what both tools count in ``http_requests_total``.
+ACCESS = re.compile(rb'INFO: +\S+ - "\S+ \S+ HTTP/[\d.]+" \d{3}')
+
+
+class Feed:
+    """What the writer appends: ``LINE`` over and over, or the lines of a corpus in turn (``--corpus``:
+    the mixed vLLM log, say), and how many of them ``http_requests_total`` must count."""
+
+    def __init__(self, corpus: Path | None) -> None:
+        self.lines: list[bytes] = []
+        self.counted = [0]  # access lines among the first i lines
+        self.pos = 0
+        if corpus is not None:
+            with corpus.open("rb") as f:
+                self.lines = f.read().splitlines(keepends=True)
+            if not self.lines or not self.lines[-1].endswith(b"\n"):
+                raise SystemExit(f"{corpus}: no whole lines")
+            for line in self.lines:
+                self.counted.append(self.counted[-1] + bool(ACCESS.match(line)))
+        self._same: dict[int, bytes] = {}
+
+    def take(self, n: int) -> tuple[bytes, int]:
+        """The next ``n`` lines, and how many of them count."""
+        if not self.lines:
+            got = self._same.get(n)
+            if got is None:
+                got = self._same[n] = LINE * n
+            return got, n
+        parts: list[bytes] = []
+        counted = 0
+        while n:
+            k = min(n, len(self.lines) - self.pos)
+            parts += self.lines[self.pos:self.pos + k]
+            counted += self.counted[self.pos + k] - self.counted[self.pos]
+            self.pos = (self.pos + k) % len(self.lines)
+            n -= k
+        return b"".join(parts), counted
 
 
 def counts(text: str) -> tuple[int, int]:
@@ -211,14 +248,15 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def writer(paths: list[Path], rate: int, seconds: float, go: Event, probe_times: SynchronizedArray[float],
-           probes: Synchronized[int], result: Queue[tuple[int, int, float, float, float]]) -> None:
-    """Append ``rate`` lines/s over ``paths`` for ``seconds`` after ``go``, in ticks (one os.write per
-    file per tick), and a probe line about every second (0.8 to 1.2 s apart, at random, so that the probes
-    do not keep one phase against a poll timer); put (lines, probes, seconds, latest tick s, CPU s)."""
+           probes: Synchronized[int], result: Queue[tuple[int, int, float, float, float, int]], feed: Feed) -> None:
+    """Append ``rate`` lines/s of ``feed`` over ``paths`` for ``seconds`` after ``go``, in ticks (one
+    os.write per file per tick), and a probe line about every second (0.8 to 1.2 s apart, at random,
+    so that the probes do not keep one phase against a poll timer); put (lines, probes, seconds,
+    latest tick s, CPU s, lines to count)."""
     fds = [os.open(p, os.O_WRONLY | os.O_APPEND) for p in paths]
     n = len(fds)
     tick = min(0.05, max(0.01, n / 20_000))  # 10 ms for few files, 50 ms for 1,000: bigger writes, fewer calls
-    chunks: dict[int, bytes] = {}
+    counted = 0
     go.wait()
     cpu0 = time.process_time()
     t0 = time.monotonic()
@@ -232,10 +270,8 @@ def writer(paths: list[Path], rate: int, seconds: float, go: Event, probe_times:
         want = int(rate * (now - t0)) - written
         base, rem = divmod(want, n)
         for j in range(n if base else rem):
-            c = base + (j < rem)
-            chunk = chunks.get(c)
-            if chunk is None:
-                chunk = chunks[c] = LINE * c
+            chunk, access = feed.take(base + (j < rem))
+            counted += access
             write_all(fds[(off + j) % n], chunk)
         off = (off + rem) % n
         written += want
@@ -256,7 +292,7 @@ def writer(paths: list[Path], rate: int, seconds: float, go: Event, probe_times:
     elapsed = time.monotonic() - t0
     for fd in fds:
         os.close(fd)
-    result.put((written, sent, elapsed, late, time.process_time() - cpu0))
+    result.put((written, sent, elapsed, late, time.process_time() - cpu0, counted))
 
 
 def prober(tool: Tool, probe_times: SynchronizedArray[float], probes: Synchronized[int], stop: threading.Event,
@@ -324,9 +360,9 @@ def scenario(rate: int, files: int, a: argparse.Namespace) -> dict[str, Any]:
             time.sleep(a.settle)
             ctx = mp.get_context("fork")  # no thread of ours runs yet
             go, probes, probe_times = ctx.Event(), ctx.Value("i", 0), ctx.Array("d", int(a.seconds / PROBE_GAP[0]) + 2)
-            result: Queue[tuple[int, int, float, float, float]] = ctx.Queue()
-            proc = ctx.Process(target=writer, args=(paths, rate, a.seconds, go, probe_times, probes, result),
-                               daemon=True)
+            result: Queue[tuple[int, int, float, float, float, int]] = ctx.Queue()
+            proc = ctx.Process(target=writer, args=(paths, rate, a.seconds, go, probe_times, probes, result,
+                                                    a.feed), daemon=True)
             proc.start()
             stop = threading.Event()
             delays: dict[str, list[float]] = {t.name: [] for t in tools}
@@ -342,11 +378,11 @@ def scenario(rate: int, files: int, a: argparse.Namespace) -> dict[str, Any]:
             time.sleep(a.seconds / 2)
             cpu_half = {t.name: t.cpu() - cpu0[t.name] for t in tools}
             half = time.monotonic() - t_go
-            written, sent, elapsed, late, wcpu = result.get(timeout=a.seconds + 120)
+            written, sent, elapsed, late, wcpu, counted = result.get(timeout=a.seconds + 120)
             t_end = time.monotonic()
             proc.join()
             cpu_window = {t.name: t.cpu() - cpu0[t.name] for t in tools}
-            done = catch_up(tools, written + sent, t_end, a.wait, 0.1)
+            done = catch_up(tools, counted + sent, t_end, a.wait, 0.1)
             time.sleep(0.5)  # the last probe's scrape
             stop.set()
             for th in threads:
@@ -354,7 +390,7 @@ def scenario(rate: int, files: int, a: argparse.Namespace) -> dict[str, Any]:
             rows: dict[str, dict[str, Any]] = {}
             for t in tools:
                 cpu = done[t.name]["cpu"] - cpu0[t.name]
-                rows[t.name] = {"written": written + sent, "counted": done[t.name]["counted"],
+                rows[t.name] = {"written": counted + sent, "counted": done[t.name]["counted"],
                                 "caught_up_s": done[t.name]["after"], "probes_seen": len(delays[t.name]),
                                 "delay_p50_ms": ms(delays[t.name], 0.5), "delay_p99_ms": ms(delays[t.name], 0.99),
                                 "cpu_s": cpu, "cpu_s_writing": cpu_window[t.name], "cpu_pct": 100 * cpu / elapsed,
@@ -366,7 +402,7 @@ def scenario(rate: int, files: int, a: argparse.Namespace) -> dict[str, Any]:
         finally:
             for t in tools:
                 t.stop()
-    return {"rate": rate, "files": files, "seconds": a.seconds, "lines": written, "probes": sent,
+    return {"rate": rate, "files": files, "seconds": a.seconds, "lines": written, "access": counted, "probes": sent,
             "write_s": elapsed, "achieved_rate": written / elapsed, "writer_late_ms": late * 1e3,
             "writer_cpu_s": wcpu, "tools": rows}
 
@@ -406,18 +442,19 @@ def burst(lines: int, a: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(a.settle)
                 (tool,) = tools
                 cpu0 = tool.cpu()
-                block = LINE * 10_000
+                a.feed.pos = 0
+                blocks = [a.feed.take(min(10_000, lines - i)) for i in range(0, lines, 10_000)]
+                want = sum(k for _, k in blocks)
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
                 t0 = time.monotonic()
-                for _ in range(lines // 10_000):
+                for block, _ in blocks:
                     write_all(fd, block)
-                write_all(fd, LINE * (lines % 10_000))
                 t_end = time.monotonic()
                 os.close(fd)
                 write_s.append(t_end - t0)
-                got = catch_up([tool], lines, t_end, a.burst_wait, 0.05)[name]
-                rows[name] = {"counted": got["counted"], "after_s": got["after"], "cpu_s": got["cpu"] - cpu0,
-                              "rss_mib": tool.rss_mib()}
+                got = catch_up([tool], want, t_end, a.burst_wait, 0.05)[name]
+                rows[name] = {"counted": got["counted"], "want": want, "after_s": got["after"],
+                              "cpu_s": got["cpu"] - cpu0, "rss_mib": tool.rss_mib()}
             finally:
                 for t in tools:
                     t.stop()
@@ -427,8 +464,10 @@ def burst(lines: int, a: argparse.Namespace) -> dict[str, Any]:
 def print_scenario(r: dict[str, Any]) -> bool:
     """Print one scenario's table; False when a count differs from the lines written."""
     print(f"\n### {r['rate']:,} lines/s over {r['files']:,} file{'s' if r['files'] > 1 else ''}, {r['seconds']:g} s")
-    print(f"writer: {r['lines']:,} lines + {r['probes']} probes in {r['write_s']:.2f} s = {r['achieved_rate']:,.0f} "
-          f"lines/s (target {r['rate']:,}); latest tick {r['writer_late_ms']:.0f} ms late; writer CPU "
+    access = "" if r["access"] == r["lines"] else f" ({r['access']:,} access lines)"
+    print(f"writer: {r['lines']:,} lines{access} + {r['probes']} probes in {r['write_s']:.2f} s = "
+          f"{r['achieved_rate']:,.0f} lines/s (target {r['rate']:,}); latest tick {r['writer_late_ms']:.0f} ms late; "
+          "writer CPU "
           f"{100 * r['writer_cpu_s'] / r['write_s']:.0f} % of a core")
     print(fmt_row(["tool", "written", "counted", "delay p50 ms", "delay p99 ms", "CPU %, steady",
                    "CPU % per 10k lines/s, steady", "CPU %, all", "peak RSS MiB",
@@ -473,6 +512,10 @@ def main() -> int:
     ap.add_argument("--idle-files", type=int, default=1000, help="files followed in the idle measure (default 1000)")
     ap.add_argument("--idle-seconds", type=float, help="seconds over which idle CPU is measured (default 20)")
     ap.add_argument("--no-burst", action="store_true", help="skip the burst measure")
+    ap.add_argument("--corpus", type=Path,
+                    help="write the lines of this log in turn instead of one access line over and over (the "
+                         "mixed vLLM corpus of run.py, say: bench/out/corpus-1000000-7.log); its uvicorn access "
+                         "lines are the ones counted")
     ap.add_argument("--no-scenarios", action="store_true",
                     help="skip the scenarios at a fixed rate (only the idle and burst measures)")
     ap.add_argument("--burst-lines", type=int, help="lines appended at once in the burst measure (default 1000000)")
@@ -486,6 +529,7 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics (python -m logmetrics)")
     ap.add_argument("--json", type=Path, help="also write the raw figures to this file")
     a = ap.parse_args()
+    a.feed = Feed(a.corpus)
     quick = a.quick
     rates = [int(x) for x in (a.rates or ("20000" if quick else "20000,100000")).split(",")]
     file_counts = [int(x) for x in (a.files or ("1,100" if quick else "1,100,1000")).split(",")]
@@ -518,7 +562,7 @@ def main() -> int:
         b = out["burst"] = burst(a.burst_lines, a)
         parts = []
         for n, v in b["tools"].items():
-            bad = "" if v["counted"] == b["lines"] else f" MISMATCH: counted {v['counted']:,}"
+            bad = "" if v["counted"] == v["want"] else f" MISMATCH: counted {v['counted']:,} of {v['want']:,}"
             ok = ok and not bad
             parts.append(f"{n} {v['after_s']:.2f} s (CPU {v['cpu_s']:.2f} s){bad}")
         print(f"\nburst, {b['lines']:,} lines written to one file in {b['write_s']:.2f} s at most, each tool alone, "

@@ -92,7 +92,7 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             matched += n
         elif inside or raw or more:
             multi = True
-        elif P.CLIENT_ERROR.search(text):  # the client's fault: counted from its access line (no events)
+        elif client_error(text):  # the client's fault: counted from its access line (no events)
             pass
         else:
             kind = classify_error(text, "serving" in source)
@@ -136,6 +136,12 @@ def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: Route
                 n += 1
         pos = find(" HTTP/", end)
     return n
+
+
+def client_error(text: str) -> bool:
+    """Whether an error line reports a client error (``P.CLIENT_ERROR``, whose every form holds
+    ``code``: looked for first, as the regex has no literal to start its search from)."""
+    return "code" in text and P.CLIENT_ERROR.search(text) is not None
 
 
 def _access_events(access: Counter[tuple[str, str, str]]) -> list[Event]:
@@ -202,7 +208,7 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
             traceback = traceback or P.TRACEBACK_TEXT in t[start:end]
             text = "\n".join(reversed(P.EXCEPTION_IN.findall(t, m.end(), end + 1))) + "\n" + text
             covered = end
-        if more is None and P.CLIENT_ERROR.search(text):  # the client's fault: counted from its access line
+        if more is None and client_error(text):  # the client's fault: counted from its access line
             continue
         kind = classify_error(text, source is not None and "serving" in source, traceback)
         if kind in FATAL_TYPES:

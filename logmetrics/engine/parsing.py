@@ -250,7 +250,7 @@ class Applier:
     def _zeros(self, stream: Stream, parser: Parser, models: list[str], events: list[Event]) -> list[Event]:
         """``events`` after the zero series ``start_zeros`` gives (a parser's failure reported)."""
         try:
-            zeros = start_zeros(parser, models, stream.started)
+            zeros = start_zeros(parser, models, stream.started, stream.zero_named)
         except PLUGIN_ERRORS as exc:  # counted as one parse error, as the report says
             self.store.add_self("logmetrics_parse_errors_total", (parser.name,), 1)
             self.raised(parser, exc)

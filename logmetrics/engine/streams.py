@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from logmetrics.plugins import Parser, ZeroKey
+from logmetrics.plugins import Parser, ZeroKey, ZeroSeries
 from logmetrics.records import RecordAssembler
 
 
@@ -28,6 +28,7 @@ class Stream:
     unmatched: int = 0  # lines parsed before the first match; -1 once one matched or it was reported
     model: str | None = None  # a static model label (--label)
     started: set[ZeroKey] = field(default_factory=set)  # the series its parser's zero_series started
+    zero_named: dict[str, list[ZeroSeries]] = field(default_factory=dict)  # its lists, as last checked, per model
     fed_at: float = 0.0  # monotonic time of the stream's last text (of its file's last write, if earlier)
     held_since: float = 0.0  # monotonic time of the first text held while the stream is not routed
     weak: bool = False  # its best sniff so far is weak: the engine waits for a telling line

@@ -218,23 +218,33 @@ def sniff_patterns(cls: type[Parser]) -> list[tuple[float, re.Pattern[str]]]:
 _sniffs: dict[type[Parser], list[tuple[float, re.Pattern[str]]]] = {}
 
 
-def start_zeros(parser: Parser, models: list[str], started: set[ZeroKey]) -> list[Event]:
+def start_zeros(parser: Parser, models: list[str], started: set[ZeroKey],
+                named: dict[str, list[ZeroSeries]] | None = None) -> list[Event]:
     """Zero-valued events for the series ``parser.zero_series`` names for ``models`` (those the
     parser passed through in a batch that gave events) and that are not in ``started`` (the
     stream's, which they join). Asked after every such batch: what a parser can name grows with
-    what its log shows. ``started`` is bounded (forgotten, a series starts again: +0)."""
+    what its log shows. ``named``, if given, keeps what each model's list was when last checked,
+    so that a list unchanged since is not checked again. Both are bounded (forgotten, a series
+    starts again: +0)."""
     zeros: list[Event] = []
     for model in dict.fromkeys(models):
-        named = parser.zero_series(model)
-        for item in islice(named, MAX_STARTED + 1) if named is not None else ():
+        got = parser.zero_series(model)
+        items = list(islice(got, MAX_STARTED + 1)) if got is not None else []
+        if named is not None and named.get(model) == items:
+            continue
+        for item in items:
             key = _zero_key(item)
             if key not in started:
                 started.add(key)
                 zeros.append(Event(key[0], key[1], 0, key[2], rule="zero"))
         if len(zeros) > MAX_STARTED:
             raise ValueError(f"zero_series gave more than {MAX_STARTED} series")
-    if len(started) > MAX_STARTED:
+        if named is not None:
+            named[model] = items
+    if len(started) > MAX_STARTED or (named is not None and len(named) > MAX_STARTED):
         started.clear()
+        if named is not None:
+            named.clear()
     return zeros
 
 
