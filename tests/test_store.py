@@ -9,7 +9,7 @@ import pytest
 
 from logmetrics.events import Event
 from logmetrics.store.exposition import make_registry, render, text
-from logmetrics.store.guard import MAX_LABEL_CHARS, OTHER, safe_label
+from logmetrics.store.guard import MAX_LABEL_CHARS, OTHER, LabelGuard, safe_label
 from logmetrics.store.store import Store
 from tests.helpers import Samples, parse
 
@@ -67,6 +67,21 @@ def test_cardinality_guard_folds_overflow_into_other() -> None:
     routes = {k[1][3] for k in store.counters if k[0] == "http_requests_total"}
     assert len(routes) == 201 and OTHER in routes
     assert store.counters[("logmetrics_label_overflow_total", ("http_requests_total", "route"))] == 50
+
+
+def test_a_gauge_forgotten_and_set_again_is_held_to_the_limit() -> None:
+    """A gauge dropped with its source, whose place another model took meanwhile, is folded when
+    it comes back past the limit: it is admitted again, not set through the series met before."""
+    store = Store(guard=LabelGuard(limits={"model": 2}))
+    store.apply([Event("llm_requests_running", ("a",), 1)], "vllm", "s1")
+    store.apply([Event("llm_requests_running", ("a",), 1)], "vllm", "s1")  # met before
+    assert store.drop_gauges("s1") == 1
+    store.apply([Event("llm_requests_running", (m,), 1) for m in ("b", "c")], "vllm", "s2")
+    store.apply([Event("llm_requests_running", ("a",), 3)], "vllm", "s1")
+    models = sorted(k[1][2] for k in store.gauges if k[0] == "llm_requests_running")
+    assert models == [OTHER, "b", "c"]
+    store.apply([Event("llm_requests_running", ("b",), 5)], "vllm", "s2")  # met before: set at once
+    assert store.gauges[("llm_requests_running", ("vllm", "s2", "b"))] == 5.0
 
 
 def test_each_backend_has_its_own_places() -> None:

@@ -51,8 +51,9 @@ class Store:
     guard: LabelGuard = field(default_factory=LabelGuard)
     _unknown: set[str] = field(default_factory=set)
     _warned: set[Key] = field(default_factory=set)
-    #: Counter and histogram series whose labels the guard admitted unchanged, by (metric, backend,
-    #: source, the event's own labels): their next events skip the checks (one per series).
+    #: Series whose labels the guard admitted unchanged, by (metric, backend, source, the event's
+    #: own labels): their next events skip the checks (one per series; a gauge forgotten with its
+    #: source is admitted again).
     _admitted: dict[tuple[str, str, str, tuple[str, ...]], tuple[Family, Key]] = field(default_factory=dict)
     #: Series changed since the last ``changes`` (for ``--state-file``): one set add per event, a few
     #: tens of nanoseconds; and the gauges forgotten since.
@@ -137,9 +138,14 @@ class Store:
                     (type(one) is float or (type(one) is int and one < 1 << 53)) and 0.0 <= one < INF:
                 known, key = hit  # a series met before, its labels admitted unchanged: no checks again
                 self._dirty.add(key)
-                if known.kind == "counter":
+                kind = known.kind
+                if kind == "counter":
                     self.counters[key] = self.counters.get(key, 0.0) + one
                     return
+                if kind == "gauge":
+                    if one or ev.metric != READY:  # (ready at 0 resets the backend's gauges: below)
+                        self.gauges[key] = float(one)
+                        return
                 hist = self.histograms.get(key)
                 if hist is not None:
                     hist.buckets[bisect_left(known.buckets, one)] += 1
@@ -175,7 +181,7 @@ class Store:
         labels = self.guard.admit(ev.metric, full, fam, self.counters, self._tables)
         key = (ev.metric, labels)
         self._dirty.add(key)
-        if labels is full and kind != "gauge" and type(ev) is Event and type(ev.labels) is tuple:
+        if labels is full and type(ev) is Event and type(ev.labels) is tuple:
             self._admitted[(ev.metric, full[0], source, ev.labels)] = (fam, key)
         if kind == "counter":
             self.counters[key] = self.counters.get(key, 0.0) + value
@@ -240,6 +246,8 @@ class Store:
         with self.lock:
             stale = [key for key in self.gauges if len(key[1]) >= 2 and key[1][1] == source]
             self._forget(self.gauges, stale)
+            # a gauge set again is admitted again (its label values counted by the guard anew)
+            self._admitted = {k: v for k, v in self._admitted.items() if k[2] != source or v[0].kind != "gauge"}
         return len(stale)
 
     def expire(self, sources: Iterable[str]) -> int:
