@@ -47,15 +47,31 @@ def access_outcomes(events: list[Event]) -> tuple[int, Counter[str]]:
     for e in events:
         if e.metric != "http_requests_total" or e.rule != "access" or isinstance(e.value, tuple):
             continue
-        method, route, code = e.labels
-        answer = access_answer(code, route, route in INFERENCE_ROUTES, "model_not_found")
-        if answer is None:
-            continue
-        if answer[0]:  # any method, any route (a GET of an unknown path too)
-            client[answer[1]] += int(e.value)
-        elif method == "POST" and answer[1] == "ok":  # a 5xx is counted from the error record
+        said = _said.get(e.labels)
+        if said is None:
+            said = _saying(e.labels)
+        if said is True:
             ok += int(e.value)
+        elif said:
+            client[said] += int(e.value)
     return ok, client
+
+
+#: What each (method, route, code) says (``_saying``): met again and again, told by a look-up (bounded).
+_said: dict[tuple[str, ...], str | bool] = {}
+
+
+def _saying(labels: tuple[str, ...]) -> str | bool:
+    """What an access line's labels say: True for a finished request (a 2xx POST on an inference
+    route; a 5xx is counted from the error record), the type of a client error (any method, any
+    route: a GET of an unknown path too), else False."""
+    method, route, code = labels
+    answer = access_answer(code, route, route in INFERENCE_ROUTES, "model_not_found")
+    said = (answer[1] if answer[0] else method == "POST" and answer[1] == "ok") if answer is not None else False
+    if len(_said) >= 4096:
+        _said.clear()
+    _said[labels] = said
+    return said
 
 
 class OkSource:
