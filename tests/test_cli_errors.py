@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,28 @@ def test_plugin_syntax_error(vllm_log: Path, tmp_path: Path) -> None:
     line = one_error_line(run("watch", str(vllm_log), "--plugin", str(plugin), "--oneshot"))
     assert "broken_syntax.py" in line, line
     assert "syntax" in line.lower(), line
+
+
+@pytest.mark.parametrize(("mode", "code"), [("oneshot", 130), ("serve", 0)])
+def test_a_signal_while_starting_fails_a_oneshot_and_stops_a_server(
+        vllm_log: Path, tmp_path: Path, mode: str, code: int) -> None:
+    """SIGINT while the plugins load (before any handler of the command's own): a --oneshot run
+    did not do its job (exit 130, and a message); a server was asked to stop (exit 0)."""
+    started = tmp_path / "started"
+    plugin = tmp_path / "slow_plugin.py"
+    plugin.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "logmetrics", "watch", *MODES[mode], "--plugin", str(plugin),
+                             str(vllm_log)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(3000):
+        if started.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    assert started.exists(), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == code and out == "", (proc.returncode, err)
+    assert ("logmetrics: interrupted" in err) == (code != 0), err
 
 
 def test_plugin_bad_class_name(vllm_log: Path, tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_an_interrupted_oneshot_says_so_and_does_not_succeed(tmp_path: Path) -> 
     time.sleep(1.5)  # started and reading
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and out == "" and "interrupted before the end" in err, err
+    assert proc.returncode == 130 and out == "" and "logmetrics: interrupted" in err, err
 
 
 def test_the_progress_line_counts_what_the_workers_read() -> None:

@@ -16,6 +16,14 @@ from logmetrics.plugins import ParserEntry, PluginError, discover
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
+
+class Interrupted:
+    """How a run interrupted (SIGINT, SIGTERM) before its own handling ends: exit code 130 with a
+    message, as the job was not done, unless the command said that a signal is how it stops (a
+    serving ``watch``: it exits 0)."""
+
+    stops = False
+
 ENVELOPE_HELP = (
     "Container log wrapper to peel off; 'auto' detects it per stream from its first lines. One of: "
     "none, docker-json, cri, docker-timestamps ('docker logs -t'), compose, journald, kubectl "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ import click
 from logmetrics import __version__
 from logmetrics.cli.backfill import backfill
 from logmetrics.cli.check import check, check_config
-from logmetrics.cli.common import CONTEXT
+from logmetrics.cli.common import CONTEXT, Interrupted
 from logmetrics.cli.listing import metrics, parsers
 from logmetrics.cli.report import report
 from logmetrics.cli.watch import watch
@@ -54,8 +55,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         cli.main(args=list(argv) if argv is not None else None, prog_name="logmetrics", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.Abort:
-        sys.exit(0)
+    except click.Abort:  # (click's form of a KeyboardInterrupt: SIGINT, or SIGTERM by _on_signal)
+        if Interrupted.stops:
+            sys.exit(0)
+        print("logmetrics: interrupted: the command did not finish", file=sys.stderr, flush=True)
+        os._exit(130)  # a thread may be blocked reading stdin: the interpreter's own exit could abort
     except click.ClickException as exc:
         click.echo(f"logmetrics: error: {exc.format_message()}", err=True)
         sys.exit(2)

@@ -15,7 +15,15 @@ from click.core import ParameterSource
 
 from logmetrics.app import config
 from logmetrics.app.procs import ProcessRule
-from logmetrics.cli.common import CONTEXT, ENVELOPE_HELP, label_flag, listen_address, parser_entries, plugin_option
+from logmetrics.cli.common import (
+    CONTEXT,
+    ENVELOPE_HELP,
+    Interrupted,
+    label_flag,
+    listen_address,
+    parser_entries,
+    plugin_option,
+)
 from logmetrics.envelopes.unwrap import MODES
 from logmetrics.errors import UserError
 from logmetrics.sources.discovery import covers
@@ -201,6 +209,7 @@ def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_conf
     from logmetrics.app.watch import run
 
     ctx = click.get_current_context()
+    Interrupted.stops = not oneshot  # a server is stopped by a signal; --oneshot is cut short by one
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
