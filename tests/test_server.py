@@ -20,6 +20,7 @@ import bcrypt
 import pytest
 import trustme
 
+from logmetrics.events import Event
 from logmetrics.serve import server as server_module
 from logmetrics.serve.server import MetricsServer
 from logmetrics.serve.webconfig import LiveWebConfig
@@ -235,6 +236,21 @@ def test_concurrent_identical_scrapes_share_a_fresh_render(serve: Callable[..., 
     with ThreadPoolExecutor(16) as pool:
         bodies = list(pool.map(lambda _: get(srv, "/metrics")[2], range(64)))
     assert len(set(bodies)) == 1 and b"llm_prompt_tokens_total" in bodies[0]
+
+
+def test_what_was_counted_after_a_render_is_not_hidden_by_sharing_it(serve: Callable[..., MetricsServer]) -> None:
+    """A batch applied just after a scrape shows in the next one, even within the time a finished
+    render is shared; with nothing applied, that render is shared."""
+    srv = serve()
+    store = srv.registry.collector.store  # type: ignore[attr-defined]  # (serve's StoreRegistry)
+    for n in range(1, 6):
+        store.apply([Event("http_requests_total", ("GET", "/x", "200"), 1)], "vllm", "a.log")
+        started = time.monotonic()
+        body = get(srv, "/metrics")[2]
+        again = get(srv, "/metrics")[2]
+        if time.monotonic() - started < server_module.SHARE_WINDOW:  # the window holds both scrapes
+            assert again is not None and again == body
+        assert f'route="/x",source="a.log"}} {n}.0'.encode() in body, body.decode()
 
 
 # --- the whole program, with curl --------------------------------------------------------------

@@ -29,7 +29,7 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from logmetrics.serve.webconfig import LiveWebConfig
-from logmetrics.store.exposition import host_port, render
+from logmetrics.store.exposition import StoreRegistry, host_port, render
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,8 @@ class MetricsServer:
         self._auth_pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="auth")
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(_quiet)
-        self._renders: dict[tuple[str, bool], tuple[float, asyncio.Future[tuple[int, str, bytes, bytes]]]] = {}
+        # per (format, gzip): when a render started, the store's version then, and the render
+        self._renders: dict[tuple[str, bool], tuple[float, int, asyncio.Future[tuple[int, str, bytes, bytes]]]] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self._started = threading.Event()
         self._ticker: asyncio.Task[None] | None = None  # held here: the loop keeps only a weak reference
@@ -145,6 +146,10 @@ class MetricsServer:
         if first:
             log.error("%s (answering 500 until the metrics render again)", reason, exc_info=exc)
         return (reason + "\n").encode("utf-8", "backslashreplace")
+
+    def _version(self) -> int:
+        """The store's version, where the registry renders one (``Store.version``)."""
+        return self.registry.collector.store.version if isinstance(self.registry, StoreRegistry) else 0
 
     def _scrape_encoded(self, accept: str, gz: bool) -> tuple[int, str, bytes, bytes]:
         """A scrape, gzipped if asked: (status, content type, body, content encoding)."""
@@ -299,16 +304,20 @@ class MetricsServer:
             return 503, TEXT, b"the metrics took too long to render\n"
 
     async def _metrics(self, accept: str, gz: bool) -> tuple[int, str, bytes, bytes]:
-        """A scrape, shared with identical ones whose render started less than SHARE_WINDOW ago."""
+        """A scrape, shared with identical ones whose render started less than SHARE_WINDOW ago
+        (once done, only while the store has not moved since it started: what was counted
+        meanwhile is shown at once)."""
         loop = asyncio.get_running_loop()
         key = (choose_encoder(accept)[1], gz)
         now = loop.time()
+        version = self._version()
         shared = self._renders.get(key)
-        if shared is None or now - shared[0] > SHARE_WINDOW or (shared[1].done() and shared[1].result()[0] != 200):
+        if shared is None or now - shared[0] > SHARE_WINDOW or (shared[2].done() and (
+                shared[1] != version or shared[2].result()[0] != 200)):
             fut = loop.run_in_executor(self._pool, self._scrape_encoded, accept, gz)
-            self._renders[key] = shared = (now, fut)
+            self._renders[key] = shared = (now, version, fut)
         try:
-            return await asyncio.wait_for(asyncio.shield(shared[1]), RENDER_TIMEOUT)
+            return await asyncio.wait_for(asyncio.shield(shared[2]), RENDER_TIMEOUT)
         except TimeoutError:
             return 503, TEXT, b"the metrics took too long to render\n", b""
 

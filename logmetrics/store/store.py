@@ -47,6 +47,8 @@ class Store:
     gauges: dict[Key, float] = field(default_factory=dict)
     histograms: dict[Key, Histogram] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Moves at every batch applied (``apply``, ``add_self_many``): a render made before it moved is old.
+    version: int = 0
     #: the cardinality guard of the label values that come from log text
     guard: LabelGuard = field(default_factory=LabelGuard)
     _unknown: set[str] = field(default_factory=set)
@@ -87,6 +89,7 @@ class Store:
         """
         refused: list[tuple[object, str]] = []
         with self.lock:
+            self.version += 1
             for ev in events:
                 try:
                     self._one(ev, backend, source, refused)
@@ -296,6 +299,7 @@ class Store:
         """Add to several of the engine's own counters under one lock."""
         counters = self.counters
         with self.lock:
+            self.version += 1
             for name, labels, value in items:
                 key = (name, labels)
                 counters[key] = counters.get(key, 0.0) + value
