@@ -42,6 +42,7 @@ class Capabilities:
         self.caps: set[str] = set()
         self.counted = Counted()  # the models the log named or counted for
         self.new = False  # a capability was learned since ``moves`` was last called
+        self._lists: dict[str, list[ZeroSeries]] = {}  # ``zero_series`` per model, until a capability comes
 
     def moves(self, model: str) -> bool:
         """The log names ``model``, or counts for it: its series can move. Whether that, or a
@@ -58,14 +59,21 @@ class Capabilities:
         if not self.caps.issuperset(caps):
             self.caps.update(caps)
             self.new = True
+            self._lists.clear()
 
     def zero_series(self, model: str) -> list[ZeroSeries]:
         """The series the log can move for ``model``: restarts and every error type (any version
         can log them), and those of what it has shown; none for a model it never named or counted for."""
         if model not in self.counted.models:
             return []
-        zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
+        zeros = self._lists.get(model)
+        if zeros is not None:  # asked after every batch: the same list while nothing new was learned
+            return zeros
+        zeros = [("backend_restarts_total", ())]
         zeros += [("backend_errors_total", (model, kind)) for kind in ERROR_TYPES]
         zeros += [(name, (model,) if outcome is None else (model, outcome))
                   for cap in sorted(self.caps) for name, outcome in ZERO_SERIES[cap]]
+        if len(self._lists) >= 64:
+            self._lists.clear()
+        self._lists[model] = zeros
         return zeros
