@@ -390,6 +390,27 @@ def test_glob_with_double_star(tmp_path: Path, tail: Tail) -> None:
     assert data(drain(t)) == lines(2, 4)
 
 
+def test_double_star_glob_over_symlink_loops_ends(tmp_path: Path) -> None:
+    """A ** glob over a tree with two symlink loops and a link to a sibling directory lists each
+    file once (the tree walked as a directory is), where glob's own walk does not end."""
+    (tmp_path / "d" / "a").mkdir(parents=True)
+    (tmp_path / "d" / "b").mkdir()
+    (tmp_path / "d" / "a" / "up").symlink_to("..")
+    (tmp_path / "d" / "a" / "self").symlink_to("../a")
+    (tmp_path / "d" / "a" / "other").symlink_to("../b")
+    (tmp_path / "d" / "a" / "x.log").write_bytes(lines(0, 1))
+    (tmp_path / "d" / "b" / "y.log").write_bytes(lines(1, 2))
+    (tmp_path / "d" / "b" / "y.txt").write_bytes(lines(2, 3))
+    code = ("import json, sys\nfrom logmetrics.sources.discovery import discover\n"
+            "print(json.dumps(discover([sys.argv[1]], lambda err: None)))")
+    try:  # in a process of its own: a walk that does not end fails the test instead of hanging it
+        run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d" / "**" / "*.log")],
+                             capture_output=True, text=True, timeout=30, check=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the ** glob did not end")
+    assert json.loads(run.stdout) == [str(tmp_path / "d" / "a" / "x.log"), str(tmp_path / "d" / "b" / "y.log")]
+
+
 def test_ignored_suffixes_in_a_directory(tmp_path: Path, tail: Tail) -> None:
     """Compressed and temporary rotations in a followed directory are not read."""
     t = tail(tmp_path)

@@ -44,6 +44,9 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
     for arg in paths:
         if is_glob(arg) and not _listable(watch_root(arg)[0], onerror):
             continue
+        if "**" in arg and _linked_dirs(watch_root(arg)[0]):
+            found.update(_linked_glob(arg, onerror))
+            continue
         for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
             if os.path.isdir(path):
                 _walk(path, seen, found, onerror)
@@ -52,6 +55,33 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
     if wanted is not None:  # the inputs' include and exclude globs; a file named is always read
         found = {path for path in found if path in named or wanted(path)}
     return sorted(found)
+
+
+def _linked_dirs(top: str) -> bool:
+    """Whether the tree under ``top`` holds a symlinked directory (not followed to find out)."""
+    todo = [top]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as it:
+                for entry in it:
+                    if entry.is_symlink():
+                        if entry.is_dir():
+                            return True
+                    elif entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return False
+
+
+def _linked_glob(arg: str, onerror: Callable[[OSError], None]) -> set[str]:
+    """The files a ``**`` glob names in a tree with symlinked directories: ``glob`` follows every
+    link at every depth (the same files under several names, and no end in a symlink loop), so the
+    tree is walked as a directory is, each directory once, and the files kept that ``covers`` says
+    the glob names (as it says it of a file created later)."""
+    under: set[str] = set()
+    _walk(watch_root(arg)[0], set(), under, onerror)
+    return {path for path in under if covers(arg, path)}
 
 
 def _a_log(path: str, inode: int | None = None) -> bool:
