@@ -72,7 +72,8 @@ def test_where_shares_could_differ_one_process_reads_it_all(tmp_path: Path, why:
 
 
 def test_an_interrupted_oneshot_says_so_and_does_not_succeed(tmp_path: Path) -> None:
-    """SIGINT before the end of the inputs (stdin still open): nothing printed, a message, exit 130."""
+    """SIGTERM before the end of the inputs (stdin still open): nothing printed, a message, exit 130.
+    (Not SIGINT: a test run in the background inherits SIGINT ignored, which Python then keeps.)"""
     proc = subprocess.Popen([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm", "-"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path)
@@ -80,7 +81,7 @@ def test_an_interrupted_oneshot_says_so_and_does_not_succeed(tmp_path: Path) -> 
     proc.stdin.write("INFO 06-02 10:00:00 [api_server.py:1] args: Namespace(model='m')\n")
     proc.stdin.flush()
     time.sleep(1.5)  # started and reading
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and out == "" and "logmetrics: interrupted" in err, err
 
