@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -119,6 +120,25 @@ def test_stdin_is_served_after_its_end() -> None:
         assert total(srv.samples(), "http_requests_total") == 4
     finally:
         assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_stop_while_stdin_is_still_open_exits_0(signum: str) -> None:
+    """A signal to 'watch - --listen' whose pipe is still open stops it cleanly (exit 0), not
+    with the interpreter's abort on the stdin reader's lock."""
+    srv = Server("-", "--parser", "vllm", stdin=subprocess.PIPE)
+    try:
+        assert srv.proc.stdin is not None and srv.proc.stderr is not None
+        srv.proc.stdin.write(access_line(1).encode())
+        srv.proc.stdin.flush()
+        srv.wait_for(lambda s: total(s, "http_requests_total") == 1)
+        srv.proc.send_signal(getattr(signal, signum))
+        assert srv.proc.wait(timeout=10) == 0
+        assert b"Fatal Python error" not in srv.proc.stderr.read()
+    finally:
+        srv.stop()
+        if srv.proc.stdin is not None:
+            srv.proc.stdin.close()
 
 
 def test_gauges_of_a_deleted_log_expire_and_counters_stay(tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import BinaryIO
 
 from logmetrics.sources.chunks import Chunk, SourceStats
@@ -30,7 +33,11 @@ class StdinSource:
     ) -> None:
         self.stats = stats
         self.stream = stream
-        self._file: BinaryIO = fileobj if fileobj is not None else sys.stdin.buffer
+        # stdin itself is read with os.read on its descriptor, not through sys.stdin.buffer: a thread
+        # blocked in a buffered read holds the buffer's lock, on which the interpreter's exit aborts
+        # ("could not acquire lock ... at interpreter shutdown") while the pipe is still open.
+        self._file: BinaryIO | None = fileobj
+        self._fd = sys.stdin.fileno() if fileobj is None else -1
         self._read_size = read_size
         self._cutter = LineCutter(max_line_bytes)
         self._queue: queue.Queue[bytes | OSError | None] = queue.Queue(maxsize=64)  # bounded: back-pressure
@@ -60,7 +67,8 @@ class StdinSource:
             return
 
     def _run(self) -> None:
-        read = getattr(self._file, "read1", None) or self._file.read
+        read: Callable[[int], bytes] = (functools.partial(os.read, self._fd) if self._file is None
+                                        else getattr(self._file, "read1", None) or self._file.read)
         try:
             while not self._stop.is_set():
                 data = read(self._read_size)
