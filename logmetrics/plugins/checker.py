@@ -13,6 +13,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 from logmetrics.envelopes.unwrap import Unwrapper
@@ -54,7 +55,7 @@ def _read(path: str, envelope: str) -> tuple[list[tuple[str | None, str]], float
     """The unwrapped text of ``path`` per stream, as ``watch`` splits it: one per compose service
     (or journald unit), in the order they first appear; one with service ``None`` otherwise."""
     try:
-        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
     unwrapper = Unwrapper(envelope)
