@@ -67,8 +67,10 @@ def test_thousand_look_alike_files_and_a_copytruncate(tmp_path: Path, tail: Tail
     assert sum(t.stats.rotations.values()) == 0
 
 
-def test_held_copy_is_read_once_no_truncation_follows(tmp_path: Path, tail: Tail) -> None:
-    """A file named and shaped like a copy but never followed by a truncation is read whole, once."""
+def test_copy_kept_with_no_truncation_is_not_read_again(tmp_path: Path, tail: Tail) -> None:
+    """A copy that stays beside its original, never truncated (logrotate's ``copy``, a ``cp``), is
+    not read: its lines were read from the original; only lines written to it later are read (in
+    the original's stream, as a rotated file's are)."""
     t = tail(tmp_path, copy_wait=0.0)
     t.poll()
     log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
@@ -76,10 +78,15 @@ def test_held_copy_is_read_once_no_truncation_follows(tmp_path: Path, tail: Tail
     got = drain(t)
     bak.write_bytes(lines(0, 40))
     got += drain(t)
-    append(bak, b"")  # nothing new: it is still read, once, after copy_wait
+    append(bak, b"")  # nothing new: still not read, after copy_wait
     got += drain(t)
-    assert data(got, bak) == lines(0, 40)
-    assert data(got, log) == lines(0, 40)
+    append(log, lines(40, 50))
+    got += drain(t)
+    assert data(got, bak) == b""
+    assert data(got, log) == lines(0, 50)
+    append(bak, lines(100, 105))  # written to later: that much is new
+    got += drain(t)
+    assert data(got) == lines(0, 50) + lines(100, 105)
 
 
 def test_look_alike_with_other_content_is_read(tmp_path: Path, tail: Tail) -> None:

@@ -5,9 +5,12 @@ alone cannot say that a file is a copy. A new file is *held back* as a copy only
 like a rotated copy of a followed file (``copy_name``), starts like it and ends like it at the
 same place (no size test: the original may have grown since its last look, or been cut). It
 stays held until its original is truncated (then it is read from where the original had been
-read), and is read as a new file, from its start, once it differs from its original or no
-truncation follows within ``COPY_WAIT`` seconds. A drained copy written over by the next round's
-``cp`` is forgotten and placed again as a new copy.
+read), and is read as a new file, from its start, once it differs from its original. A copy
+that stays the same as its original's start for ``COPY_WAIT`` seconds with no truncation is
+*kept*: a copy that stays (logrotate's ``copy``, a ``cp`` by hand), whose lines were counted
+through its original; it is remembered as a retired file read to its end, and only what is
+written to it later is read. A drained copy written over by the next round's ``cp`` is
+forgotten and placed again as a new copy.
 """
 
 from __future__ import annotations
@@ -116,16 +119,25 @@ def same_tail(fd: int, original: TailFile, size: int) -> bool:
     return bool(head) and os.pread(original.fd, len(head), 0) != head
 
 
-def still_copy(path: str, known: Known, original: TailFile | None, size: int, wait: float) -> bool:
-    """Whether the file at ``path``, held back as ``known``, still looks like a copy of ``original``."""
+HELD, KEPT, PARTED = "held", "kept", "parted"
+
+
+def copy_state(path: str, known: Known, original: TailFile | None, size: int, wait: float) -> str:
+    """What the file at ``path``, held back as ``known``, is now: ``HELD``, still a copy of
+    ``original`` waiting for its truncation; ``KEPT``, unchanged and the same as its original's
+    start for ``wait`` seconds with no truncation (logrotate's ``copy``, a ``cp`` by hand): its
+    lines are counted through its original; ``PARTED``, its content parted from the original's
+    (or its original is gone): a file of its own."""
     now = time.monotonic()
     if original is None:
-        return now - known.since < wait
+        return HELD if now - known.since < wait else PARTED
     if size != known.size:  # changed (a copy still being written?): compare its content again
         known.since, known.size = now, size
         if original.fd >= 0 and not _same_content(path, known, original, size):
-            return False
-    return now - known.since < wait
+            return PARTED
+    if now - known.since < wait:
+        return HELD
+    return KEPT if original.fd < 0 or _same_content(path, known, original, size) else PARTED
 
 
 def _same_content(path: str, known: Known, original: TailFile, size: int) -> bool:

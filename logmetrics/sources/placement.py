@@ -17,15 +17,17 @@ import time
 
 from logmetrics.sources.chunks import Position
 from logmetrics.sources.copies import (
+    HELD,
+    KEPT,
     Cut,
     Known,
     copy_name,
+    copy_state,
     is_copy,
     nearest_first,
     originals,
     same_tail,
     starts_like,
-    still_copy,
 )
 from logmetrics.sources.followed import Followed, drain, ident_at
 from logmetrics.sources.identity import birth, other_birth, other_birth_at, same_file
@@ -163,10 +165,14 @@ class Placement:
         if known is not None:
             if known.offset is None:
                 original = followed.current(known.stream)
-                if still_copy(path, known, original, size, followed.copy_wait):
+                state = copy_state(path, known, original, size, followed.copy_wait)
+                if state == HELD:
                     return  # still a copy of what was (or is being) read from its original
+                if state == KEPT:  # a copy that stays: counted through its original; read on if written to
+                    known.offset, known.mtime_ns = size, st.st_mtime_ns
+                    return
                 del followed.copies.known[ident]  # not a copy of that file after all
-                # No truncation came in time: a new file. Or its content parted from that file's (a copy
+                # Its original went away: a new file. Or its content parted from that file's (a copy
                 # seen empty, as cp creates it, looks like any file): it may still be another one's copy.
                 proven_new = time.monotonic() - known.since >= followed.copy_wait
                 held_born, known = known.birth, None
