@@ -86,6 +86,18 @@ def test_copytruncate_while_down(tmp_path: Path) -> None:
     assert total(got, "http_requests_total") == 15
 
 
+def test_copy_kept_beside_its_file_while_down_is_not_read_again(tmp_path: Path) -> None:
+    """A copy made while down of a file that is not truncated (logrotate's copy, a cp) is not read:
+    the file it copies is read on from its saved position, and that holds every line of it."""
+    d, state = tmp_path / "logs", tmp_path / "state.json"
+    first_run(d, state, lines(10), 10)
+    append(d / "vllm.log", lines(3))
+    shutil.copyfile(d / "vllm.log", d / "vllm.log.1")
+    append(d / "vllm.log", lines(2))
+    got = run_until(d, state, 15)
+    assert total(got, "http_requests_total") == 15
+
+
 def test_model_label_survives_a_restart(tmp_path: Path) -> None:
     """The model learned from start-up lines before a restart labels the stats read after it."""
     d, state = tmp_path / "logs", tmp_path / "state.json"

@@ -105,13 +105,32 @@ def starts_like(head: bytes, original: bytes) -> bool:
     return is_copy(head, original) or original.startswith(head)
 
 
+def _tails_equal(fd: int, other: int, size: int) -> bool:
+    """Whether the last bytes of the first ``size`` of ``fd`` are those of ``other`` there."""
+    start = max(0, size - TAIL_CHECK)
+    theirs = os.pread(other, size - start, start)
+    return len(theirs) == size - start and os.pread(fd, size - start, start) == theirs
+
+
+def same_tail_at(fd: int, path: str, size: int) -> bool:
+    """``same_tail`` against the file at ``path`` (False where it cannot be read)."""
+    try:
+        other = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return _tails_equal(fd, other, size)
+    except OSError:
+        return False
+    finally:
+        os.close(other)
+
+
 def same_tail(fd: int, original: TailFile, size: int) -> bool:
     """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
     if original.fd < 0 or size <= 0:
         return True  # nothing to compare (now)
-    start = max(0, size - TAIL_CHECK)
-    theirs = os.pread(original.fd, size - start, start)
-    if len(theirs) == size - start and os.pread(fd, size - start, start) == theirs:
+    if _tails_equal(fd, original.fd, size):
         return True
     # Different, or the original was cut (and maybe written again) since its size was taken: then
     # it is a copy that the coming truncation will show, not a new file.

@@ -11,11 +11,12 @@ in the shared registry (``Followed.resume``); other files are placed as at any p
 from __future__ import annotations
 
 import os
+import time
 
 from logmetrics.sources.chunks import Position
-from logmetrics.sources.copies import copy_name, is_copy, nearest_first, originals
+from logmetrics.sources.copies import Known, copy_name, is_copy, nearest_first, originals, same_tail_at
 from logmetrics.sources.followed import Followed, ident_at
-from logmetrics.sources.identity import other_birth, same_file
+from logmetrics.sources.identity import birth, other_birth, same_file
 from logmetrics.sources.tailfile import Ident
 
 
@@ -89,9 +90,17 @@ class Resumed:
         # that one was not copied)
         resume = followed.resume
         for pos in nearest_first(path, list(resume.saved.values()), _stream):
-            if is_copy(head, pos.head) and copy_name(path, pos.stream) and (pos.dev, pos.ino) not in resume.whole:
-                self.follow(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
-                return True
+            if is_copy(head, pos.head) and copy_name(path, pos.stream):
+                if (pos.dev, pos.ino) not in resume.whole:
+                    self.follow(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
+                    return True
+                if size >= pos.offset and same_tail_at(fd, pos.stream, size):
+                    # a copy kept beside a saved file found whole (logrotate's copy, a cp): its lines
+                    # are that file's, read up to the saved position or to be read on from it
+                    followed.copies.known[ident] = Known(pos.stream, head, size, mtime_ns=os.fstat(fd).st_mtime_ns,
+                                                         seen=time.monotonic(), birth=birth(fd))
+                    followed.fds.close(fd)
+                    return True
         at_path = {p.stream: (p.dev, p.ino) for p in followed.resume.saved.values() if p.path == p.stream}
         if path in at_path:  # the successor of a rotated file
             followed.stats.rotations[path] = followed.stats.rotations.get(path, 0) + 1
