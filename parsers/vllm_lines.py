@@ -73,8 +73,10 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     """
     access: Counter[tuple[str, str, str]] = Counter()
     final = routes.final
-    n_lines = t.count("\n") - 1
-    if t.count(ACCESS_START) == n_lines:  # nothing but access lines, likely (a busy API server):
+    # nothing but access lines, likely (a busy API server): its first and last lines tell at once
+    # when not, sparing the two counts
+    if t.startswith(ACCESS_START) and t.startswith(ACCESS_START, t.rfind("\n", 0, len(t) - 1)) \
+            and t.count(ACCESS_START) == (n_lines := t.count("\n") - 1):
         keys = P.ACCESS.findall(t)  # a simpler scan, with one group, gives the same keys
         if len(keys) == n_lines:
             for key, n in Counter(keys).items():

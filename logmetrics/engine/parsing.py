@@ -116,9 +116,11 @@ def fast_records(parser: Parser, batch: Batch) -> tuple[list[Event], int, int, l
     events, matched = list(result[0]), result[1]
     lines = result[2] if len(result) > 2 else matched
     models = [m for m in result[3] if isinstance(m, str)] if len(result) > 3 else []
-    most = max(batch.lines, batch.text.count("\n") + 1)
-    if any(isinstance(n, int) and n > most for n in (matched, lines)):  # a parser may end lines at a lone \r
-        most += batch.text.count("\r")
+    most = batch.lines
+    if any(isinstance(n, int) and n > most for n in (matched, lines)):  # (counted only then: a scan of the text)
+        most = max(most, batch.text.count("\n") + 1)
+        if any(isinstance(n, int) and n > most for n in (matched, lines)):  # a parser may end lines at a lone \r
+            most += batch.text.count("\r")
     _check_count("parse_batch", matched, "records matched, of a batch of", most)
     _check_count("parse_batch", lines, "lines matched, of a batch of", most)
     return events, matched, lines, models
