@@ -103,8 +103,8 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
-    if t.count(" HTTP/") > sum(access.values()):  # access lines behind a prefix, perhaps
-        matched += prefixed_access(t, access, routes)
+    if t.count(" HTTP/") > (scanned := sum(access.values())):  # access lines behind a prefix, perhaps
+        matched += prefixed_access(t, access, routes, scanned)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
         matched = sum(access.values()) + error_records(t, errors, records, fatal)
@@ -115,28 +115,38 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     return matched
 
 
-def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels) -> int:
+def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels, scanned: int) -> int:
     """Access lines of ``t`` that the scan did not see: behind a prefix that a process manager or
     logging config adds (a time with its zone, pm2's ``0|api  | ``, ``INFO   `` with no colon; see
-    ``common.access_line``). Added to ``access``; returns how many. Lines of the scanned form, and
-    lines that start as an error record (counted as one), are skipped."""
-    n = 0
-    pos = t.find(" HTTP/")
-    uvicorn, find = UVICORN_LINE.match, t.find
+    ``common.access_line``). Added to ``access``; returns how many. Lines of the scanned form (the
+    scan counted ``scanned``), and lines that start as an error record (counted as one), are skipped.
+
+    The lines led by uvicorn's ``INFO:`` are of the scanned form when their number says so (all but
+    the prefixed ones the scan counted): each is looked at only when it does not."""
+    info = 0
+    rest: list[str] = []
+    find, rfind, startswith = t.find, t.rfind, t.startswith
+    pos = find(" HTTP/")
     while pos >= 0:
-        start = t.rfind("\n", 0, pos) + 1
-        m = uvicorn(t, start)  # (it never crosses a line's end)
-        if m is not None and m.end() > pos:  # the scanned form, counted already: on after it
-            pos = find(" HTTP/", m.end())
-            continue
+        start = rfind("\n", 0, pos) + 1
         end = find("\n", pos)
-        end = len(t) if end < 0 else end
-        if m is None and not t.startswith(("ERROR", "CRITICAL"), start):
-            got = access_labels(t[start:end])
+        if startswith("INFO:", start):
+            info += 1
+        else:
+            rest.append(t[start:end])
+        pos = find(" HTTP/", end)
+    uvicorn = UVICORN_LINE.match
+    odd = [line for line in rest if uvicorn(line) is None]
+    if info != scanned - (len(rest) - len(odd)):  # an INFO: line of another form: look at each
+        odd += [line for line in t.split("\n") if line.startswith("INFO:") and " HTTP/" in line
+                and uvicorn(line) is None]
+    n = 0
+    for line in odd:
+        if not line.startswith(("ERROR", "CRITICAL")):
+            got = access_labels(line)
             if got is not None:
                 access[routes.fold(got)] += 1
                 n += 1
-        pos = find(" HTTP/", end)
     return n
 
 

@@ -77,3 +77,20 @@ def test_every_parser_that_reads_access_lines_counts_prefixed_ones(parser: str, 
     samples = parse(out)
     assert total(samples, "http_requests_total") == len(PREFIXED)
     assert total(samples, "http_requests_total", method="GET", code="200") == 7
+
+
+def test_vllm_counts_a_prefixed_line_among_scanned_ones(tmp_path: Path) -> None:
+    """Among uvicorn's own access lines, a vLLM stream still counts each prefixed one, led by
+    ``INFO:`` or not, and no access line quoted in a prompt."""
+    scanned = 'INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK'
+    prompt = ("DEBUG 01-05 09:00:00 [logger.py:47] Request x details: prompt: 'why "
+              "\"POST /v1/completions HTTP/1.1\" 500?', prompt_token_ids: None.")
+    lines = [scanned, prompt, PREFIXED[-1][0], scanned, prompt, PREFIXED[1][0], scanned, QUOTED[7]]
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(lines * 3) + "\n")
+    cmd = [sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm", str(log)]
+    samples = parse(subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout)
+    assert total(samples, "http_requests_total", route="/health") == 9
+    assert total(samples, "http_requests_total", route="/v1/models") == 3
+    assert total(samples, "http_requests_total", route="/v1/chat/completions") == 3
+    assert total(samples, "http_requests_total") == 15
