@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from logmetrics.sources.descriptors import Descriptors
+from logmetrics.sources.tailfile import LineCutter, TailFile
 
 # The tailer in a process of its own under a low open-file limit, driven line by line from stdin:
 # "poll N" polls N times, "drain" polls until 5 polls in a row read nothing; each answers with what
@@ -79,3 +83,32 @@ def test_two_thousand_files_with_a_budget_above_the_limit(tmp_path: Path, glob: 
         errors = child.close()
     assert got == {"lines": 20_000, "rotations": 0, "truncations": 0, "waiting": 0, "followed": 2000}
     assert "Too many open files" not in errors
+
+
+
+def test_a_newer_file_held_behind_its_waiting_older_one_gives_up_its_descriptor(tmp_path: Path) -> None:
+    """Every descriptor held by files with bytes unread, one of them a stream's newer file that must
+    wait for its older one (closed with bytes unread): that newer file is closed for room, and named
+    to be placed again; without such a file, the open waits (EMFILE)."""
+    files: list[TailFile] = []
+    fds = Descriptors(lambda: files, max_open=2)
+
+    def follow(name: str, stream: str, draining: bool = False) -> TailFile:
+        path = tmp_path / name
+        path.write_bytes(b"x\n")
+        f = TailFile(stream, str(path), fds.open_path(str(path)), (0, len(files)), b"", LineCutter(100), len(files))
+        f.size, f.draining = 2, draining
+        files.append(f)
+        return f
+
+    old_a = follow("a.log.1", "a", draining=True)
+    fds.release(old_a)  # closed with its bytes unread, as a file parked before it was rotated
+    new_b, new_x = follow("b.log", "b"), follow("x.log", "x")
+    with pytest.raises(OSError) as err:
+        fds.open_path(old_a.path)  # both open files may be read now: neither gives way
+    assert err.value.errno == errno.EMFILE and fds.evicted == []
+    fds.release(new_x)
+    new_a = follow("a.log", "a")  # a's newer file, read only after a.log.1
+    fds.new_poll()  # (the next turn)
+    old_a.fd = fds.open_path(old_a.path)
+    assert new_a.fd < 0 and new_b.fd >= 0 and old_a.fd >= 0 and fds.evicted == [new_a.path]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import resource
@@ -201,22 +200,38 @@ def test_a_copytruncate_into_the_rotated_file_reads_nothing_twice(tmp_path: Path
 
 
 def test_files_waiting_for_descriptors_are_served_in_turns(tmp_path: Path, tail: Tail) -> None:
-    """12 files written before every poll, with room for 4: the files that wait are served in turns
-    across polls, so that each is read at least every other poll, none for ever behind the others."""
+    """40 files written before every poll, with room for 4: the files that wait take turns within
+    the poll, so that each poll reads every one of them, none left behind for a later poll."""
     t = tail(tmp_path, max_open=4)
-    paths = [tmp_path / f"f{i:02}.log" for i in range(12)]
+    paths = [tmp_path / f"f{i:02}.log" for i in range(40)]
     for path in paths:
         path.write_bytes(b"")
     t.poll()
-    served = []
     for r in range(8):
         for i, path in enumerate(paths):
             append(path, line(100 * r + i))
         got = t.poll()
-        served.append({p for p in paths if data(got, p)})
+        assert {p: data(got, p) for p in paths} == {p: line(100 * r + i) for i, p in enumerate(paths)}, r
+    assert t.stats.files_waiting == 0
+
+
+def test_rename_rotation_of_more_files_than_descriptors_reads_each_round(tmp_path: Path, tail: Tail) -> None:
+    """40 files, room for 4, each written and rotated by rename before every poll (the next round's
+    rename deletes its rotated file): every poll reads every rotated file and every new one, none
+    left waiting behind its stream's rotated file for a descriptor."""
+    t = tail(tmp_path, max_open=4)
+    paths = [tmp_path / f"f{i:02}.log" for i in range(40)]
     for path in paths:
-        assert all(path in a or path in b for a, b in itertools.pairwise(served)), path
-    got = drain(t)
+        path.write_bytes(b"")
+    t.poll()
+    for r in range(6):
+        for i, path in enumerate(paths):
+            append(path, line(1000 * r + i))
+            path.rename(f"{path}.1")
+            path.write_bytes(line(1000 * r + 500 + i))
+        got = t.poll()
+        want = {p: line(1000 * r + i) + line(1000 * r + 500 + i) for i, p in enumerate(paths)}
+        assert {p: data(got, p) for p in paths} == want, r
     assert t.stats.files_waiting == 0
 
 

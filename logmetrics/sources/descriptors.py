@@ -4,8 +4,10 @@ The soft limit on open files is raised to the hard limit at start. The tailer ke
 budget of files open (most of the limit, leaving room for sockets, inotify, directory walks and
 the state file); beyond it files read to their end are *parked*: closed, and reopened by path
 once a stat shows they changed. Drained rotated files go first, then the least recently active.
-A file that cannot get a descriptor waits until the files read in the same pass leave room, or
-for the next poll; it is neither reported unreadable nor forgotten.
+A file that cannot get a descriptor waits until the files read in the same pass leave room (the
+files waiting take turns within the pass), or for the next poll; it is neither reported unreadable
+nor forgotten. With no file idle, a stream's newer file that may not be read before its older one
+gives its descriptor up to that older one, which waits for one: else both could wait for good.
 """
 
 from __future__ import annotations
@@ -70,11 +72,15 @@ class Descriptors:
         self.open = 0  # descriptors held for followed files (and files being placed)
         self._idle: list[TailFile] | None = None  # parking candidates, least recently active last
         self._none_idle = False  # no file could be parked in this poll
+        self._behind: list[TailFile] | None = None  # newer files held behind their older one, this poll
+        #: paths of files closed with bytes unread (``_park_behind``), to be placed again in this pass
+        self.evicted: list[str] = []
 
     def new_poll(self) -> None:
         """Forget this poll's candidates: files read since may be idle now."""
         self._idle = None
         self._none_idle = False
+        self._behind = None
 
     def open_path(self, path: str) -> int:
         """A descriptor for ``path``, parking an idle file if needed; raises OSError (EMFILE: wait)."""
@@ -108,10 +114,10 @@ class Descriptors:
             self.open -= 1
 
     def _make_room(self) -> bool:
-        """Park the least recently active idle file; False if none is idle."""
+        """Park the least recently active idle file (else ``_park_behind``); False if none can be."""
         for _ in range(2):
             if self._none_idle:
-                return False
+                break
             if self._idle is None:
                 idle = [f for f in self._files() if _parkable(f)]
                 self._idle = sorted(idle, key=_park_order, reverse=True)
@@ -123,4 +129,21 @@ class Descriptors:
                     self.open -= 1
                     return True
             self._idle = None  # files opened since the list was made may be idle: look once more
+        return self._park_behind()
+
+    def _park_behind(self) -> bool:
+        """No file is idle: close a stream's newer file that cannot be read before its older one,
+        itself closed with bytes unread and waiting for a descriptor; else, with every descriptor
+        held by such newer files, no older file would ever get one. False if there is none."""
+        if self._behind is None:
+            files = list(self._files())
+            behind = {f.stream for f in files if f.fd < 0 and f.draining and f.offset < f.size}
+            self._behind = [f for f in files if f.fd >= 0 and not f.draining and f.stream in behind] if behind else []
+        while self._behind:
+            f = self._behind.pop()
+            if f.fd >= 0:
+                f.park()
+                self.open -= 1
+                self.evicted.append(f.path)
+                return True
         return False

@@ -113,6 +113,10 @@ class Followed:
         except OSError as err:
             self.report(path, err)  # out of descriptors: waits for the next poll
             return None
+        finally:
+            if self.fds.evicted:  # closed for room with bytes unread: placed again in this pass
+                self.waiting.update(self.fds.evicted)
+                self.fds.evicted.clear()
 
     def let_go(self, f: TailFile) -> None:
         """Follow ``f`` no more (closed already): out of the followed files, and its stream's file no more."""

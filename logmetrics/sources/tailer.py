@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 POLL_BUDGET = 1 << 20  # bytes read from one file in one poll, so one busy file does not starve others
 ROTATE_WAIT = 5.0  # seconds a replaced file stays open after its last new byte (its writer may lag)
+MAX_TURNS = 256  # rounds of files waiting for a descriptor in one pass, at most
 COPY_WAIT_STARVED = 6  # a cut waits this many times copy_wait while found files wait for descriptors
 RESCAN_INTERVAL = 5.0  # seconds between two passes that look at every file, when inotify names what changed
 
@@ -222,8 +223,13 @@ class FileTailer:
         followed.changes.after_full(now, asked, by_ident.values(), (by_ident[i] for i in followed.active.values()))
         followed.copies.note_held()
         chunks = self._reader.read(None)
-        if followed.waiting:
+        for _ in range(MAX_TURNS):  # more files changed than descriptors: they take turns, until
+            before = len(followed.waiting)  # each had one (or no descriptor frees up)
+            if not before:
+                break
             chunks += self._place_waiting(cuts)
+            if len(followed.waiting) >= before:
+                break
         return chunks
 
     def _place_waiting(self, cuts: list[Cut]) -> list[Chunk]:
