@@ -31,7 +31,7 @@ class Crashes:
     def stop_at(self, t: str, rare: Counter[str]) -> int:
         """Where in ``t`` the server began a clean shutdown (``len(t)`` if it did not; -1 if before
         the text). A start-up ends the shutdown."""
-        found = [at for mark in P.SHUTDOWN_MARKS if (at := t.find(mark)) >= 0]
+        found = [at for mark in P.SHUTDOWN_MARKS if (at := t.find(mark)) >= 0] if P.SHUTDOWN_KEYS & rare.keys() else []
         if found:
             self.stopping = True
             return min(found)

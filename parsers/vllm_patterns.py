@@ -88,7 +88,8 @@ RARE = re.compile(
     # the engine's death: factored on their common starts, as ``re`` tries alternatives one by one
     r"|Engine(?:Core (?:encountered a fatal error|failed to start)| core proc(?= \S+ died unexpectedly)"
     r"| background task failed|DeadError)|Worker(?:Proc failed to start| proc(?= \S+ died unexpectedly))"
-    r"|(?:Async|MQ)EngineDeadError|vllm\.[\w.]*EngineDeadError)",
+    r"|(?:Async|MQ)EngineDeadError|vllm\.[\w.]*EngineDeadError"
+    r"|\[shutdown\] API server: shutdown triggered|Shutting down FastAPI HTTP server)",
     re.ASCII,
 )
 #: ``RARE`` without V1's ``Added request``, for a stream where it has told what it had to.
@@ -183,6 +184,8 @@ DEAD = re.compile(
 #: The API server's lines that begin a clean shutdown (SIGTERM/SIGINT): 0.2x+'s ``[shutdown]`` lines,
 #: older servers' FastAPI line.
 SHUTDOWN_MARKS = ("] [shutdown] API server: shutdown triggered", "] Shutting down FastAPI HTTP server")
+#: ``RARE``'s keys for them: a text without one holds no shutdown mark (no search of it).
+SHUTDOWN_KEYS = frozenset(mark[2:] for mark in SHUTDOWN_MARKS)
 
 #: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES`` (one group: the text);
 #: ``LIFE`` finds them on its own (``learn``), ``LIFE_AT`` checks a line's start up to the text.
