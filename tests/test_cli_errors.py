@@ -231,6 +231,16 @@ def test_stdin_oneshot() -> None:
     assert {labels.get("source") for labels, v in got if v} == {"piped"}, got
 
 
+def test_stdin_closed_fails_the_oneshot_run_with_a_message() -> None:
+    """``-`` with stdin closed (``<&-``): a one-line error and exit 2 after what could be read, no traceback."""
+    cmd = [sys.executable, "-m", "logmetrics", "watch", "-", "--oneshot", "--parser", "vllm"]
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT,
+                          preexec_fn=lambda: os.close(0))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "logmetrics: error: cannot read stdin: stdin is closed"
+    assert "logmetrics_read_errors_total" in proc.stdout
+
+
 def test_a_cut_line_is_reported_once_per_source(tmp_path: Path) -> None:
     """A line longer than --max-line-bytes is counted and reported once on stderr; the lines around it still count."""
     log = tmp_path / "vllm.log"

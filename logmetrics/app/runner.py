@@ -128,7 +128,8 @@ class Runner:
                                      wanted=wanted(opts), only=opts.only) if files else None
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("logmetrics: ")) from exc
-        self.stdin = StdinSource(self.stats, max_line_bytes=opts.max_line_bytes) if "-" in opts.paths else None
+        self.stdin = (StdinSource(self.stats, max_line_bytes=opts.max_line_bytes, strict=opts.listen is None)
+                      if "-" in opts.paths else None)
         self.procs = ProcessWatcher({n: e.cls.process_names for n, e in entries.items()}, rules=opts.processes)
         self.registry = make_registry(self.store, self._extra)
         self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config

@@ -163,7 +163,10 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
 
 
 def _failed(runner: Runner) -> list[str]:
-    return runner.tailer.failed_args() if runner.tailer is not None else []
+    failed = runner.tailer.failed_args() if runner.tailer is not None else []
+    if runner.stdin is not None and runner.stdin.failure is not None:
+        failed.append(runner.stdin.failure)
+    return failed
 
 
 class _Board(Progress):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -30,14 +31,17 @@ class StdinSource:
         stream: str = "-",
         fileobj: BinaryIO | None = None,
         read_size: int = 128 * 1024,
+        strict: bool = False,
     ) -> None:
         self.stats = stats
+        self._strict = strict  # a read error fails the run (``failure``) instead of a warning
+        self.failure: str | None = None  # the read error, once one came
         self.stream = stream
         # stdin itself is read with os.read on its descriptor, not through sys.stdin.buffer: a thread
         # blocked in a buffered read holds the buffer's lock, on which the interpreter's exit aborts
         # ("could not acquire lock ... at interpreter shutdown") while the pipe is still open.
         self._file: BinaryIO | None = fileobj
-        self._fd = sys.stdin.fileno() if fileobj is None else -1
+        self._fd = -1 if fileobj is not None or sys.stdin is None else sys.stdin.fileno()  # None: closed
         self._read_size = read_size
         self._cutter = LineCutter(max_line_bytes)
         self._queue: queue.Queue[bytes | OSError | None] = queue.Queue(maxsize=64)  # bounded: back-pressure
@@ -67,6 +71,10 @@ class StdinSource:
             return
 
     def _run(self) -> None:
+        if self._file is None and self._fd < 0:  # started with its stdin closed (``<&-``)
+            self._put(OSError(errno.EBADF, "stdin is closed"))
+            self._put(None)
+            return
         read: Callable[[int], bytes] = (functools.partial(os.read, self._fd) if self._file is None
                                         else getattr(self._file, "read1", None) or self._file.read)
         try:
@@ -91,8 +99,9 @@ class StdinSource:
             if item is None:
                 self._at_eof = True
             elif isinstance(item, OSError):
-                if not stats.read_errors.get(stream):
-                    log.warning("cannot read %s: %s", stream, item.strerror or item)
+                if self.failure is None and not self._strict:
+                    log.warning("cannot read stdin: %s", item.strerror or item)
+                self.failure = f"cannot read stdin: {item.strerror or item}"
                 stats.read_errors[stream] = 1
             else:
                 stats.bytes_read[stream] += len(item)
