@@ -100,6 +100,26 @@ def test_look_alike_with_other_content_is_read(tmp_path: Path, tail: Tail) -> No
     assert data(got, other) == BANNER + lines(100, 140)
 
 
+def test_a_look_alike_of_a_closed_file_is_read_after_the_wait(tmp_path: Path, tail: Tail) -> None:
+    """A copy-named file that starts like a file closed for want of descriptors (nothing to compare
+    its end with then) but ends otherwise is read once the wait is over, not kept as a copy."""
+    t = tail(tmp_path, copy_wait=0.0, max_open=2)
+    t.poll()
+    log = tmp_path / "x.log"
+    log.write_bytes(lines(0, 40))
+    got = drain(t)
+    for name in ("a.log", "b.log"):  # the two descriptors go to them: x.log is closed
+        (tmp_path / name).write_bytes(line(900))
+    got += drain(t)
+    other = tmp_path / "x.log.1"
+    other.write_bytes(lines(0, 20) + lines(200, 220))
+    got += drain(t)
+    append(other, b"")
+    got += drain(t)
+    assert data(got, other) == lines(0, 20) + lines(200, 220)
+    assert data(got, log) == lines(0, 40)
+
+
 def test_parked_files_are_reopened_exactly(tmp_path: Path, tail: Tail) -> None:
     """With room for 5 open files, 60 files are all followed; appends, a rotation and a cut lose and repeat nothing."""
     t = tail(tmp_path, max_open=5)

@@ -156,7 +156,25 @@ def copy_state(path: str, known: Known, original: TailFile | None, size: int, wa
             return PARTED
     if now - known.since < wait:
         return HELD
-    return KEPT if original.fd < 0 or _same_content(path, known, original, size) else PARTED
+    same = _still_same(path, original, size)
+    return HELD if same is None else KEPT if same else PARTED
+
+
+def _still_same(path: str, original: TailFile, size: int) -> bool | None:
+    """Whether the file at ``path`` still starts like ``original`` and ends like it at ``size``,
+    compared by path where the original is closed (parked); None if that cannot be told now."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not starts_like(read_head(fd), original.head):
+            return False
+        return _tails_equal(fd, original.fd, size) if original.fd >= 0 else same_tail_at(fd, original.path, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _same_content(path: str, known: Known, original: TailFile, size: int) -> bool:
