@@ -156,40 +156,38 @@ def copy_state(path: str, known: Known, original: TailFile | None, size: int, wa
             return PARTED
     if now - known.since < wait:
         return HELD
-    same = _still_same(path, original, size)
+    same = _still_same(path, known, original, size)
     return HELD if same is None else KEPT if same else PARTED
 
 
-def _still_same(path: str, original: TailFile, size: int) -> bool | None:
-    """Whether the file at ``path`` still starts like ``original`` and ends like it at ``size``,
-    compared by path where the original is closed (parked); None if that cannot be told now."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not starts_like(read_head(fd), original.head):
-            return False
-        return _tails_equal(fd, original.fd, size) if original.fd >= 0 else same_tail_at(fd, original.path, size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _same_content(path: str, known: Known, original: TailFile, size: int) -> bool:
+    """Whether the file at ``path`` still looks like a copy of ``original`` (yes where that cannot
+    be told now: it is looked at again at its next change)."""
+    return _looks_like(path, known, original, lambda fd: same_tail(fd, original, size)) is not False
+
+
+def _still_same(path: str, known: Known, original: TailFile, size: int) -> bool | None:
+    """At the end of the wait: whether the file at ``path`` still starts like ``original`` and ends
+    like it at ``size``, compared by path where the original is closed (parked)."""
+    return _looks_like(path, known, original, lambda fd: _tails_equal(fd, original.fd, size) if original.fd >= 0
+                       else same_tail_at(fd, original.path, size))
+
+
+def _looks_like(path: str, known: Known, original: TailFile, tail: Callable[[int], bool]) -> bool | None:
+    """Whether the file at ``path`` starts like ``original`` (its head then kept in ``known``) and
+    its descriptor passes ``tail``; None if it cannot be read now (out of descriptors, say)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return True  # cannot tell now (maybe out of descriptors): look again at the next change
+        return None
     try:
         head = read_head(fd)
         if not starts_like(head, original.head):
             return False
         known.head = head
-        return same_tail(fd, original, size)
+        return tail(fd)
     except OSError:
-        return True
+        return None
     finally:
         os.close(fd)
 
