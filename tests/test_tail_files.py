@@ -180,14 +180,22 @@ def test_drained_rotated_files_make_room(tmp_path: Path, tail: Tail) -> None:
     assert t.stats.files_waiting == 0
 
 
-def test_files_written_at_every_poll_take_turns(tmp_path: Path, tail: Tail) -> None:
-    """8 files written before every poll, with room for 4: each poll reads every file, the closed
-    ones reopened in the room the files just read leave (no file waits while the others are busy)."""
+def _empty_files(tmp_path: Path, tail: Tail, n: int) -> tuple[FileTailer, list[Path]]:
+    """A tailer with room for 4 files over ``n`` empty ones, polled once."""
     t = tail(tmp_path, max_open=4)
-    paths = [tmp_path / f"f{i}.log" for i in range(8)]
+    paths = [tmp_path / f"f{i:02}.log" for i in range(n)]
     for path in paths:
         path.write_bytes(b"")
     t.poll()
+    return t, paths
+
+
+@pytest.mark.parametrize("files", [8, 40])
+def test_files_written_at_every_poll_take_turns(tmp_path: Path, tail: Tail, files: int) -> None:
+    """8 and 40 files written before every poll, with room for 4: the files that wait take turns
+    within the poll, reopened in the room the files just read leave, so that each poll reads every
+    file (none left behind for a later poll)."""
+    t, paths = _empty_files(tmp_path, tail, files)
     for r in range(10):
         for i, path in enumerate(paths):
             append(path, line(100 * r + i))
@@ -219,31 +227,11 @@ def test_a_copytruncate_into_the_rotated_file_reads_nothing_twice(tmp_path: Path
     _all_under(got, log, list(range(100)))
 
 
-def test_files_waiting_for_descriptors_are_served_in_turns(tmp_path: Path, tail: Tail) -> None:
-    """40 files written before every poll, with room for 4: the files that wait take turns within
-    the poll, so that each poll reads every one of them, none left behind for a later poll."""
-    t = tail(tmp_path, max_open=4)
-    paths = [tmp_path / f"f{i:02}.log" for i in range(40)]
-    for path in paths:
-        path.write_bytes(b"")
-    t.poll()
-    for r in range(8):
-        for i, path in enumerate(paths):
-            append(path, line(100 * r + i))
-        got = t.poll()
-        assert {p: data(got, p) for p in paths} == {p: line(100 * r + i) for i, p in enumerate(paths)}, r
-    assert t.stats.files_waiting == 0
-
-
 def test_rename_rotation_of_more_files_than_descriptors_reads_each_round(tmp_path: Path, tail: Tail) -> None:
     """40 files, room for 4, each written and rotated by rename before every poll (the next round's
     rename deletes its rotated file): every poll reads every rotated file and every new one, none
     left waiting behind its stream's rotated file for a descriptor."""
-    t = tail(tmp_path, max_open=4)
-    paths = [tmp_path / f"f{i:02}.log" for i in range(40)]
-    for path in paths:
-        path.write_bytes(b"")
-    t.poll()
+    t, paths = _empty_files(tmp_path, tail, 40)
     for r in range(6):
         for i, path in enumerate(paths):
             append(path, line(1000 * r + i))
