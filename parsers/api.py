@@ -30,7 +30,7 @@ from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
 from logmetrics.records.shapes import EXCEPTION_LINE
 
-from .common import PROC_PREFIX, PY_DEFAULT_LINE, UVICORN_ACCESS, RouteLabels, access_labels, access_line
+from .common import PROC_PREFIX, PY_DEFAULT_LINE, UVICORN, UVICORN_ACCESS, RouteLabels, access_labels, access_line
 from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception
 from .leapfrog import leapfrog_line
 
@@ -69,7 +69,7 @@ _SNIFF_STRONG = r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}
 _SNIFF_SOME = r"Exception in ASGI application|Using worker: uvicorn|\] \[[A-Z]+\] Booting worker"
 _SNIFF_WEAK = r"httpx\.ConnectError|httpcore\.|starlette\.|fastapi\."
 _ERROR_LEVELS = ("ERROR", "CRITICAL")
-_READY = ("Application startup complete.", "Uvicorn running on", "Listening at: ")
+_READY = (*UVICORN.ready, "Listening at: ")
 
 
 class ApiParser(Parser):
@@ -94,7 +94,7 @@ class ApiParser(Parser):
         for line in text.split("\n"):
             if any(r in line for r in _READY):
                 self.ready = True
-            elif "Shutting down" in line or "Finished server process" in line:
+            elif any(s in line for s in UVICORN.stopping):
                 self.ready = False
 
     @classmethod
@@ -154,7 +154,7 @@ class ApiParser(Parser):
         return "exception"
 
     def _life(self, msg: str, gunicorn: bool, level: str, events: list[Event]) -> None:
-        if msg.startswith("Starting gunicorn") or (not gunicorn and level and msg.startswith("Started server process")):
+        if msg.startswith("Starting gunicorn") or (not gunicorn and level and msg.startswith(UVICORN.started)):
             if self.ready:
                 events.append(Event("backend_ready", (self.model,), 0, rule="down"))
             self.ready = False
@@ -164,7 +164,7 @@ class ApiParser(Parser):
                 self.ready = True
                 events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
         elif (msg.startswith("Shutting down: Master") if gunicorn else
-              (level and (msg == "Shutting down" or msg.startswith("Finished server process")))):
+              (level and (msg == UVICORN.stopping[0] or msg.startswith(UVICORN.stopping[1])))):
             if self.ready:
                 events.append(Event("backend_ready", (self.model,), 0, rule="down"))
             self.ready = False

@@ -15,6 +15,7 @@ whole-chunk scans: none of them can cross a newline.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported for the parsers
@@ -42,6 +43,18 @@ def strip_prefix(line: str) -> str:
 #: ``logging.basicConfig()``'s default format ``LEVEL:logger:message`` (``INFO:faster_whisper:...``),
 #: matched at a line's start: groups level, logger, message.
 PY_DEFAULT_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):([^\n]*)")
+
+
+
+class UvicornLife(NamedTuple):
+    """uvicorn's own life lines (its messages after ``INFO:     ``), as message starts."""
+
+    started: str = "Started server process"
+    ready: tuple[str, ...] = ("Application startup complete.", "Uvicorn running on ")
+    stopping: tuple[str, ...] = ("Shutting down", "Finished server process")
+
+
+UVICORN = UvicornLife()
 
 
 # --- uvicorn access lines --------------------------------------------------------------------

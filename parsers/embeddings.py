@@ -32,7 +32,7 @@ from logmetrics.records import Record
 from logmetrics.records.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 from logmetrics.store.catalog import DURATION_BUCKETS, Family
 
-from .common import PY_DEFAULT_LINE, RouteLabels, access_answer, access_labels, model_label
+from .common import PY_DEFAULT_LINE, UVICORN, RouteLabels, access_answer, access_labels, model_label
 from .embeddings_batch import RunReader
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
@@ -68,8 +68,8 @@ _RICH = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d{4}-\d\d-\d\d \d\d:\
 _RICH_SOURCE = re.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
 #: infinity: ``infinity_emb INFO: Creating 1 engines: ['bge-small']``: the served model names.
 _ENGINES = re.compile(r"Creating \d+ engines?: \[([^\]]*)\]")
-_UVICORN_LIFE = re.compile(r"INFO: +(Started server process|Application startup complete\.|Shutting down"
-                           r"|Finished server process)")
+_UVICORN_LIFE = re.compile("INFO: +({})".format("|".join(
+    map(re.escape, (UVICORN.started, UVICORN.ready[0], *UVICORN.stopping)))))
 
 
 def rich_message(text: str) -> tuple[str, str] | None:

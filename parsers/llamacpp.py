@@ -239,17 +239,19 @@ class LlamaCppParser(Parser):
             self._start("slot " + slot, t, out)
         elif slot is not None and (msg.startswith("stop processing") or msg == "slot released"):
             self._finish("slot " + slot, out)
-        elif "slot " in msg and (b := P.LAUNCH_B.search(msg)):
-            self._start("slot " + b.group("slot"), t, out)
-        elif "released (" in msg and (b := P.RELEASE_B.search(msg)):
-            self._finish("slot " + b.group("slot"), out)
+        elif "slot " in msg and (b := P.SLOT_B.search(msg)):
+            if b.group(2):
+                self._finish("slot " + b.group(1), out)
+            else:
+                self._start("slot " + b.group(1), t, out)
         elif "all slots are idle" in msg:
             self._pairs.clear()
             if self._pairs.models:
                 out.extend(self._pairs.events())
-        cached = P.CACHED_B.search(msg) or P.PREFIX_HIT.search(msg) or P.CACHED.search(msg)
+        cached = P.CACHED.search(msg)
         if cached is not None:
-            n = kv.get("p0", "") if cached.group("n") == "p0" else cached.group("n")
+            n = cached.group(cached.lastindex or 0)
+            n = kv.get("p0", "") if n == "p0" else n
             if n.isdigit():
                 out.append(Event("llm_cached_prompt_tokens_total", (self.model,), int(n), rule="cache"))
         if "request" in msg or "log_server_response" in line:
@@ -263,8 +265,7 @@ class LlamaCppParser(Parser):
         """A line of a timing block; True if it was one."""
         msg = msg.lstrip(" \r")  # a timing message starts with its name: nothing else's "total time"
         m = P.TIMING.match(msg)
-        total = None if m is not None else P.TOTAL.match(msg)
-        if m is None and total is None:
+        if m is None:
             return False
         key = self._key(kv) if "id_task" in kv or "id_slot" in kv else self._block_key if "lib" not in kv else LIB_KEY
         timing = self._timings.get(key)
@@ -272,7 +273,7 @@ class LlamaCppParser(Parser):
             timing = self._timings[key] = Timing()
             if len(self._timings) > MAX_OPEN_TIMINGS:
                 self._timings.popitem(last=False)
-        if m is not None:
+        if m.group("kind") is not None:
             n = int(m.group("n")) if m.group("n") else None
             ms = number(m.group("ms"))
             if m.group("kind") == "prompt eval":
@@ -288,12 +289,11 @@ class LlamaCppParser(Parser):
                     per = ms / n
                 timing.tpot_ms = per
             return True
-        assert total is not None
         del self._timings[key]
         if key == self._block_key:
             self._block_key = LIB_KEY
         model = (self.model,)
-        ms = number(total.group("ms"))
+        ms = number(m.group("total"))
         if ms is not None:
             out.append(Event("llm_request_duration_seconds", model, ms / 1000.0, rule="timing"))
         if timing.prompt_ms is not None:

@@ -37,12 +37,11 @@ LIB_TIMING = re.compile(
 # --- the timing block ------------------------------------------------------------------------
 
 NUM = r"(?:[\d.,]+|[-+]?nan(?:\(ind\))?|[-+]?inf)"
+#: A timing line: prompt or generation (``kind``), or the block's ``total`` time.
 TIMING = re.compile(
-    rf"(?P<kind>prompt eval|generation eval|eval) time *= *(?P<ms>{NUM}) ms"
-    rf"(?: */ *(?P<n>\d+) (?:tokens|runs))?"
-    rf"(?: *\( *(?P<per>{NUM}) ms per (?:token|run))?"
+    rf"(?P<kind>prompt eval|generation eval|eval) time *= *(?P<ms>{NUM}) ms(?: */ *(?P<n>\d+) (?:tokens|runs))?"
+    rf"(?: *\( *(?P<per>{NUM}) ms per (?:token|run))?|total time *= *(?P<total>{NUM}) ms"
 )
-TOTAL = re.compile(rf"total time *= *(?P<ms>{NUM}) ms")
 
 #: The timing block's continuation lines (Era D prints them under one ``slot print_timing`` line;
 #: Sep - Dec 2024 builds start each with ``\r``), added to the default shapes' lines (an exception
@@ -53,11 +52,12 @@ SHAPE = Shape("llamacpp", lines=CONTINUATION_LLAMA.pattern)
 
 # --- requests in flight, cache, HTTP -----------------------------------------------------------
 
-LAUNCH_B = re.compile(r"slot (?P<slot>\d+) is processing \[task id: (?P<task>\d+)\]")
-RELEASE_B = re.compile(r"slot (?P<slot>\d+) released \(")
-CACHED_B = re.compile(r"slot (?P<slot>\d+) : in cache: (?P<n>\d+) tokens")
-CACHED = re.compile(r"(?:kv cache rm|memory_seq_rm) \[(?P<n>\d+|p0), end\)")
-PREFIX_HIT = re.compile(r"Llama\.generate: (?P<n>\d+) prefix-match hit")
+#: Era B's slot taking a task, or (group 2) released: group 1 the slot.
+SLOT_B = re.compile(r"slot (\d+) (?:is processing \[task id: \d+\]|(released) \()")
+#: Prompt tokens found in the cache (the one group that matched: a count, or ``p0``, a key of the
+#: line): Era B's, llama-cpp-python's prefix-match hit, the server's cache removal from N on.
+CACHED = re.compile(r"slot \d+ : in cache: (\d+) tokens|Llama\.generate: (\d+) prefix-match hit"
+                    r"|(?:kv cache rm|memory_seq_rm) \[(\d+|p0), end\)")
 REQUEST = re.compile(r"(?:done )?request: (?P<method>[A-Z]+) (?P<path>\S+) \S+ (?P<code>\d{3})\s*$")
 #: llama-box (a fork): ``log_server_response: rid 1 | POST /v1/embeddings 1.2.3.4:5 | status 500 | ...``.
 RESPONSE_BOX = re.compile(
@@ -93,12 +93,11 @@ LOAD_FAILED = re.compile("|".join(LOAD_PHRASES))
 #: Library lines about a failed decode: the server's own ``failed to decode the batch`` line follows.
 LIB_DECODE = re.compile(r"(?:llama_decode|llama_prepare_sbatch|decode|llama_batch_allocr\w*): ")
 #: Lines that are errors without a level (llama-server without ``--log-prefix``, the library).
-ERROR_LINE = re.compile(
-    r"send_error: |failed to decode the batch|decode\(\) failed|got (?:another )?exception: |couldn't bind HTTP server"
-    r"|error: invalid argument|CUDA error|cudaMalloc failed|GGML_ASSERT|Segmentation fault|core dumped"
-    rf"|{'|'.join(LOAD_PHRASES[:4])}|failed to allocate|unable to allocate backend buffer|Unhandled exception"
-    r"|Exception in ASGI application"
-)
+ERROR_LINE = re.compile("|".join(map(re.escape, (
+    "send_error: ", "failed to decode the batch", "decode() failed", "got exception: ", "got another exception: ",
+    "couldn't bind HTTP server", "error: invalid argument", "CUDA error", "cudaMalloc failed", "GGML_ASSERT",
+    "Segmentation fault", "core dumped", *LOAD_PHRASES[:4], "failed to allocate", "unable to allocate backend buffer",
+    "Unhandled exception", "Exception in ASGI application"))))
 #: A record that begins with a Python exception (llama-cpp-python's ``Exception: ...`` + traceback).
 EXCEPTION_START = re.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
 SEND_ERROR = re.compile(r"send_error: |\] task error|\"(?:msg|message)\":\"task error\"")

@@ -83,24 +83,13 @@ def _read(text: str) -> Line | None:
         msg = m.group("msg")
         life = START_READY if msg.startswith("Running ") and "Web.Endpoint with" in msg else ""
         return Line("", "elixir", level, life=life, error=level in P.ERROR_LEVELS or E.exited(msg))
-    m = P.NGINX_ERROR.match(first)
-    if m is not None:
-        level = P.LEVELS.get(m.group("level"), "info")
-        return Line(P.KONG, "nginx_error", level, error=level in P.ERROR_LEVELS)
-    m = P.LOGRUS.match(first) or P.POP.match(first)
-    if m is not None:
-        level = P.LEVELS.get(m.group("level").lower(), "info")
-        life = START_READY if m.group("msg").startswith("GoTrue API started") else ""
-        return Line(P.AUTH, "logrus", level, life=life, error=level in P.ERROR_LEVELS)
-    m = P.BITNAMI.match(first)
-    if m is not None:
-        level = P.LEVELS.get((m.group("level") or "info").lower(), "info")
-        return Line(component_named(m.group("module")), "bitnami", level, error=level in P.ERROR_LEVELS)
-    m = P.PINO_PRETTY.match(first)
-    if m is not None:
-        level = P.LEVELS.get(m.group("level").lower(), "info")
-        life = START_READY if m.group("msg").startswith("Server listening at") else ""
-        return Line(P.STORAGE, "pino", level, life=life, error=level in P.ERROR_LEVELS)
+    for f in P.TEXT_FORMATS:
+        m = f.pattern.match(first)
+        if m is not None:
+            level = P.LEVELS.get((m.group("level") or "info").lower(), "info")
+            life = START_READY if f.ready and m.group("msg").startswith(f.ready) else ""
+            component = f.component or component_named(m.group("module"))
+            return Line(component, f.kind, level, life=life, error=level in P.ERROR_LEVELS)
     if first.startswith(P.ERLANG_HALT) or first.startswith(P.ERLANG_DUMP):
         return Line("", "erlang", "critical", life=DOWN, error=True)
     if E.RAISE.match(first):

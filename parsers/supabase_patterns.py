@@ -22,6 +22,7 @@ peeled) and stays within one line. What each component prints:
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from .errors import COMMON_CAUSES, Phrases
 
@@ -42,25 +43,48 @@ KONG_PREFIXES = ("/rest/v1/", "/auth/v1/", "/storage/v1/", "/realtime/v1/", "/fu
 CLF = re.compile(r'[^\s"]+ \S+ (?P<user>\S+) \[[^\]\n]+\] "(?P<req>[^"\n]*)" (?P<status>[0-9]{3}) (?:\d+|-)'
                  r'(?P<rest>[^\n]*)')
 REQUEST = re.compile(r"(?P<method>[A-Z]{3,10}) (?P<path>\S+)(?: HTTP/[\d.]+)?\Z")
-NGINX_ERROR = re.compile(r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<level>[a-z]+)\] \d+#\d+: (?P<msg>[^\n]*)")
 PGRST = re.compile(r"\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: (?P<msg>[^\n]*)")
-LOGRUS = re.compile(r'time="[^"\n]*" level=(?P<level>\w+) msg="(?P<msg>(?:[^"\\\n]|\\.)*)"')
-POP = re.compile(r"\[POP\] \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (?P<level>\w+) - (?P<msg>[^\n]*)")
 POSTGRES = re.compile(
     r"[^\w\n]*(?:(?:[0-9A-Fa-f.:]+|\[local\]) )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?"
     r" (?:[A-Z]{2,5}|[+-]\d{2}(?::?\d{2})?) \[\d+\] (?:[^@\s]*@\S* )?"
     r"(?P<sev>DEBUG\d?|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC):  (?P<msg>[^\n]*)")
-BITNAMI = re.compile(r"(?P<module>[a-z][\w-]*) \d{2}:\d{2}:\d{2}\.\d{2} (?:(?P<level>INFO|WARN|ERROR|DEBUG) +)?==>"
-                     r"(?P<msg>[^\n]*)")
 ERLANG_HALT = "Kernel pid terminated"
 ERLANG_DUMP = "Crash dump is being written"
-#: pino-pretty: ``[time] LEVEL (pid on host): msg``; the time as epoch ms, ``HH:MM:ss.l``, ``yyyy-mm-dd
-#: HH:MM:ss.l o`` (``SYS:standard``) or ISO; ``(pid)``, ``(pid on host)``, ``(name/pid on host)`` or none.
-PINO_PRETTY = re.compile(
-    r"\[(?:\d{10,13}|\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?"
-    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?: ?(?:Z|[+-]\d{2}:?\d{2}|[A-Z]{2,5}))?)\] "
-    r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR|FATAL|USERLVL)(?: \((?:[^\s/()]+/)?\d+(?: on [^)\n]+)?\))?"
-    r": (?P<msg>[^\n]*)")
+
+
+class TextFormat(NamedTuple):
+    """A text line format with a level and a message (groups ``level``, ``msg``): the component
+    that writes it ("": the one its ``module`` group names), the format's name, and the message
+    start that says the component is up ("": none)."""
+
+    pattern: re.Pattern[str]
+    component: str
+    kind: str
+    ready: str = ""
+
+
+#: The text formats with a level, tried in this order.
+TEXT_FORMATS = (
+    # the nginx error log (Kong)
+    TextFormat(re.compile(r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<level>[a-z]+)\] \d+#\d+: (?P<msg>[^\n]*)"),
+               KONG, "nginx_error"),
+    # GoTrue's logrus text, and pop's lines
+    TextFormat(re.compile(r'time="[^"\n]*" level=(?P<level>\w+) msg="(?P<msg>(?:[^"\\\n]|\\.)*)"'), AUTH, "logrus",
+               "GoTrue API started"),
+    TextFormat(re.compile(r"\[POP\] \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (?P<level>\w+) - (?P<msg>[^\n]*)"), AUTH,
+               "logrus", "GoTrue API started"),
+    # Bitnami's init-script lines: the component is the one their module names
+    TextFormat(re.compile(r"(?P<module>[a-z][\w-]*) \d{2}:\d{2}:\d{2}\.\d{2} (?:(?P<level>INFO|WARN|ERROR|DEBUG) +)?==>"
+                          r"(?P<msg>[^\n]*)"), "", "bitnami"),
+    # pino-pretty (Storage): ``[time] LEVEL (pid on host): msg``; the time as epoch ms, ``HH:MM:ss.l``,
+    # ``yyyy-mm-dd HH:MM:ss.l o`` (``SYS:standard``) or ISO; ``(pid)``, ``(pid on host)``,
+    # ``(name/pid on host)`` or none
+    TextFormat(re.compile(
+        r"\[(?:\d{10,13}|\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?"
+        r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?: ?(?:Z|[+-]\d{2}:?\d{2}|[A-Z]{2,5}))?)\] "
+        r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR|FATAL|USERLVL)(?: \((?:[^\s/()]+/)?\d+(?: on [^)\n]+)?\))?"
+        r": (?P<msg>[^\n]*)"), STORAGE, "pino", "Server listening at"),
+)
 #: A log viewer's copy prefix (Docker Desktop): ``2024-06-03 16:12:18 `` before the component's line.
 VIEWER = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?: [+-]\d{4})? (?=\S)")
 #: ``docker compose logs``' prefix, ``service   | ``, where the envelope layer did not take it off.

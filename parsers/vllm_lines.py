@@ -265,7 +265,7 @@ def always_events(t: str, pos: int) -> bool:
     """Whether the line at ``pos`` is of a kind that always gives events."""
     line = t[pos : t.find("\n", pos + 1) + 1]
     return bool(P.ERROR_START.match(line) or P.ACCESS.match(line) or P.STATS.match(line, 1)
-                or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED, P.FAILED, P.V0_PREFIX)))
+                or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED_LIST, P.ABORTED_ONE, P.FAILED, P.V0_PREFIX)))
 
 
 def headless(t: str) -> tuple[str, int]:

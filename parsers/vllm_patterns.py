@@ -151,15 +151,13 @@ IDS_OUTPUT = ("output_token_ids: [",)
 #: ``--max-log-len`` in the start-up args (Namespace or dict form): the lists are cut at that length.
 MAX_LOG_LEN = re.compile(r"max_log_len(?:=|': )(\d+)")
 
-ABORTED = re.compile(r"\] (?:Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)|Request \S+ aborted\.?(?=\n))")
-FAILED = re.compile(r"\] Request \S+ failed")
-#: The two forms of ``ABORTED`` apart, each led by its own literal so that counting them is fast.
+#: The two forms of an abort, each led by its own literal so that counting them is fast (group 1:
+#: the list form's ids).
 ABORTED_LIST = re.compile(r"\] Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)")
 ABORTED_ONE = re.compile(r"\] Request \S+ aborted\.?(?=\n)")
+FAILED = re.compile(r"\] Request \S+ failed")
 FINISHED_AT = re.compile(r"\] Finished request (?=\S+\n)")
-PREEMPTED = re.compile(
-    r"\] Sequence group \S+ is preempted by [^\n]*?(?:total_num_cumulative_preemption=(\d+))?(?=\n)"
-)
+PREEMPTED = re.compile(r"\] Sequence group \S+ is preempted by [^\n]*?(?:total_num_cumulative_preemption=(\d+))?(?=\n)")
 V0_PREFIX = re.compile(rf"\] Prefix cache hit rate: GPU: {NUM}%")
 #: V0 AsyncLLMEngine's request log, the only one with a finish line (0.2 - 0.10, non-MQ engine).
 V0_REQUEST = re.compile(r"async_llm_engine\.py:\d+[\]\[]+ (Added|Finished) request (\S+?)\.?(?=\n)")

@@ -52,10 +52,11 @@ class RareLines:
         controls.sort()
         ended = (0, 0, 0)
         if controls:
-            if "Aborted request" in rare or "Request" in rare:
-                for m in P.ABORTED.finditer(t):
-                    items.append(Item(m.start(), Kind.ABORTED, "", aborted_ids(m.group(1))))
+            if "Aborted request" in rare:
+                items.extend(Item(m.start(), Kind.ABORTED, "", aborted_ids(m.group(1)))
+                             for m in P.ABORTED_LIST.finditer(t))
             if "Request" in rare:
+                items.extend(Item(m.start(), Kind.ABORTED, "", 1) for m in P.ABORTED_ONE.finditer(t))
                 items.extend(Item(m.start(), Kind.FAILED, "", 1) for m in P.FAILED.finditer(t))
         elif "Aborted request" in rare or "Request" in rare:
             lists = P.ABORTED_LIST.findall(t) if "Aborted request" in rare else []

@@ -44,7 +44,7 @@ from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from . import whisper_scan as S
-from .common import RouteLabels, access_answer, access_labels, model_label
+from .common import UVICORN, RouteLabels, access_answer, access_labels, model_label
 from .errors import is_traceback
 from .whisper_audio import Audio
 from .whisper_requests import LFAI_OUTCOMES, LfaiRequests, Outcomes
@@ -128,14 +128,12 @@ class WhisperParser(Parser):
                 self._server = self._server or body.startswith(P.WCPP_LISTENING)
             elif body.startswith(P.LFAI_INIT) or body.startswith(P.LFAI_STOPPING) or P.WCPP_SHUTDOWN in body:
                 self.ready = False
-            elif body.startswith(P.UVICORN_READY):
+            elif body.startswith(UVICORN.ready):
                 self.ready = True
-            elif body.startswith((P.UVICORN_STARTED, *P.UVICORN_STOPPING)):
+            elif body.startswith((UVICORN.started, *UVICORN.stopping)):
                 self.ready = False
-            elif "Model" in body:
-                f = P.FWS_READY.search(body) or P.FWS_LOADING.search(body)
-                if f is not None:
-                    self.model = model_label(f.group(1)) or self.model
+            elif "Model" in body and (f := P.FWS_MODEL.search(body)) is not None:
+                self.model = model_label(f.group(2)) or self.model
             if P.FW_DURATION.search(body) or P.WCPP_PROCESSING.match(body):
                 self._audio.explicit = True
 
@@ -236,24 +234,21 @@ class WhisperParser(Parser):
             self._settle(out)
             self._set_ready(False, out)
             return True
-        if body.startswith(P.UVICORN_STARTED):
+        if body.startswith(UVICORN.started):
             self._start_up(out)
             return True
-        if body.startswith(P.UVICORN_READY):
+        if body.startswith(UVICORN.ready):
             self._set_ready(True, out)
             return True
-        if body.startswith(P.UVICORN_STOPPING):
+        if body.startswith(UVICORN.stopping):
             if self.ready:
                 self._set_ready(False, out)
             else:
                 out.append(SEEN)
             return True
-        if "Model" in body:
-            loading = P.FWS_LOADING.search(body)
-            named = loading or P.FWS_READY.search(body)
-            if named is not None:
-                self._model_line(model_label(named.group(1)), loading is None, out)
-                return True
+        if "Model" in body and (named := P.FWS_MODEL.search(body)) is not None:
+            self._model_line(model_label(named.group(2)), named.group(1) is not None, out)
+            return True
         if P.WCPP_ABORTED in body:
             self._pending = False
             self._request("aborted", out, SERVER_OUTCOMES)
@@ -295,17 +290,19 @@ class WhisperParser(Parser):
         body = msg.text
         t = msg.leapfrog_time if msg.leapfrog_time is not None else now
         requests = self._lfai_requests
-        if P.LFAI_START.match(body):
+        step = P.LFAI_STEP.match(body)
+        kind = step.lastgroup if step is not None else None
+        if kind == "start":
             requests.start(self.model, t, now, out)
-        elif P.LFAI_DONE.match(body):
+        elif kind == "done":
             requests.complete(self.model, t, out)
         elif body.startswith(P.LFAI_FAILED):
             requests.failed += 1
             out.append(Event(ERRORS, (self.model, P.PHRASES.classify(text)), 1.0))
-        elif P.LFAI_BAD_TASK.match(body):
+        elif kind == "task":
             out.append(Event(ERRORS, (self.model, P.UNSUPPORTED_TASK), 1.0))
             self._request("error", out, LFAI_OUTCOMES)
-        elif P.LFAI_BAD_LANGUAGE.match(body):
+        elif kind == "language":
             out.append(Event(ERRORS, (self.model, P.UNSUPPORTED_LANGUAGE), 1.0))
         elif any(p in text for p in P.RPC_FAILED):
             out.append(Event(ERRORS, (self.model, P.PHRASES.classify(text, traceback=is_traceback(text))), 1.0))

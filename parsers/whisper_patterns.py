@@ -78,13 +78,8 @@ INFO = re.compile(
 
 #: faster-whisper-server (logger ``faster-whisper-server``) loads its model on first use and names it:
 #: ``Loading model from local path: /models/ct2-tiny`` then ``Model ready: /models/ct2-tiny`` (a
-#: local path or a hub id).
-FWS_LOADING = re.compile(r"Loading model from local path: (\S[^\n]*?)\s*$")
-FWS_READY = re.compile(r"Model ready: (\S[^\n]*?)\s*$")
-#: uvicorn's life: a start-up, the server answering, a shutdown (messages after ``INFO:     ``).
-UVICORN_STARTED = "Started server process"
-UVICORN_READY = ("Application startup complete.", "Uvicorn running on ")
-UVICORN_STOPPING = ("Shutting down", "Finished server process")
+#: local path or a hub id). Groups: ``ready`` for the second, the model.
+FWS_MODEL = re.compile(r"(?:Loading model from local path|Model (ready)): (\S[^\n]*?)\s*$")
 #: The routes of a speech-to-text request (OpenAI's API; whisper-asr-webservice's ``/asr``): their
 #: answers are ``llm_requests_total`` (2xx/3xx ``ok``, 5xx ``error``).
 SPEECH_ROUTES = ("/audio/transcriptions", "/audio/translations", "/asr")
@@ -121,10 +116,9 @@ SEGMENT_ANY = re.compile(r"\[[\d:.,]+s? --?> [\d:.,]+s?\]")
 
 # --- LeapfrogAI whisper backend (messages of logger __main__) ---------------------------------
 
-LFAI_START = re.compile(r"Task (transcribe|translate) is starting$")
-LFAI_DONE = re.compile(r"(Transcription|Translation) complete!$")
-LFAI_BAD_TASK = re.compile(r"Task \S* is not supported$")
-LFAI_BAD_LANGUAGE = re.compile(r"Language \S* is not supported$")
+#: A request's steps, by group name: it starts, it is done, its task or language is refused.
+LFAI_STEP = re.compile(r"(?:(?P<start>Task (?:transcribe|translate) is starting)|(?P<done>(?:Transcription|Translation)"
+                       r" complete!)|(?P<task>Task \S* is not supported)|(?P<language>Language \S* is not supported))$")
 LFAI_FAILED = "Error transcribing audio"
 LFAI_INIT = "Initializing LeapfrogAI"
 LFAI_SERVING = "Starting server. Listening on "
