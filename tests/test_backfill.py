@@ -138,6 +138,33 @@ def test_files_merge_by_log_time(tmp_path: Path) -> None:
     assert ends == {max(ends)}, "every series is written up to the last step"
 
 
+def test_include_exclude_and_input_globs_choose_the_files(tmp_path: Path) -> None:
+    """--include/--exclude, and a --config file's [[input]] globs, choose the files read under a
+    directory, as in watch; globs that leave out every file are one error line."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in HTTP_SAMPLES:
+        copy(logs, name)
+
+    def sources(*args: str) -> set[str]:
+        out = tmp_path / "om"
+        shutil.rmtree(out, ignore_errors=True)
+        proc = logmetrics("backfill", "--out", str(out), "--openmetrics-only", *args)
+        assert proc.returncode == 0, proc.stderr
+        series = openmetrics(out / "backfill.om")
+        return {Path(dict(k[1])["source"]).name for k in series if k[0] == "http_requests_total"}
+
+    assert sources(str(logs)) == {"supabase-kong.log", "supabase-rest.log", "supabase-storage.log",
+                                  "api-gunicorn-workers.log"}
+    assert sources(str(logs), "--include", "supabase-*", "--exclude", "*rest*") == {"supabase-kong.log",
+                                                                                     "supabase-storage.log"}
+    config = tmp_path / "in.toml"
+    config.write_text(f'[[input]]\npath = "{logs}"\ninclude = ["api-*"]\n')
+    assert sources("--config", str(config)) == {"api-gunicorn-workers.log"}
+    proc = logmetrics("backfill", str(logs), "--out", str(tmp_path / "o"), "--include", "*.txt")
+    assert proc.returncode == 2 and "leave out every one" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
 def test_errors_are_one_line(tmp_path: Path) -> None:
     """A bad --step, --start or time zone, a missing promtool: one line naming the flag."""
     log = copy(tmp_path, "vllm/v1-0.10.log")

@@ -135,6 +135,15 @@ def test_the_report_adds_up_to_what_watch_serves(log: Path) -> None:
     assert got == pytest.approx(want)
 
 
+def test_include_and_exclude_choose_the_files(tmp_path: Path) -> None:
+    """--include and --exclude choose the files read under a directory, as in watch."""
+    for name in ("vllm/v1-0.10.log", "vllm/v0-0.5.log", "llamacpp/server-era-c.log"):
+        shutil.copyfile(SAMPLES / name, tmp_path / name.replace("/", "-"))
+    assert len(as_json(tmp_path)["files"]) == 3
+    data = json.loads(report("--format", "json", str(tmp_path), "--include", "vllm-*", "--exclude", "*v0*").stdout)
+    assert [Path(f).name for f in data["files"]] == ["vllm-v1-0.10.log"]
+
+
 def test_the_table_and_the_page(tmp_path: Path) -> None:
     """The table names each backend and model with its figures; the HTML page, written whole to
     --output, holds the same figures and its charts inline (nothing fetched)."""

@@ -45,9 +45,16 @@ class Options:
 
     def file_filter(self) -> FileFilter:
         """The include and exclude globs of the configured inputs and of the PATH arguments."""
-        configured = {i.path for i in self.inputs}
-        return file_filter([(i.path, i.include, i.exclude) for i in self.inputs],
-                           [p for p in self.paths if p not in configured], self.include, self.exclude)
+        return inputs_filter(self.inputs, self.paths, self.include, self.exclude)
+
+
+def inputs_filter(inputs: Sequence[Input], paths: Sequence[str], include: Sequence[str],
+                  exclude: Sequence[str]) -> FileFilter:
+    """The filter of the configured ``inputs`` (by their own globs) and of the other ``paths``
+    (by ``include`` and ``exclude``, the command line's)."""
+    configured = {i.path for i in inputs}
+    return file_filter([(i.path, i.include, i.exclude) for i in inputs], [p for p in paths if p not in configured],
+                       include, exclude)
 
 
 def wanted(opts: Options) -> Callable[[str], bool] | None:

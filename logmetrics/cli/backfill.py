@@ -55,7 +55,8 @@ from logmetrics.errors import UserError
 def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None, end: str | None,
              timezone: str | None, config_file: str | None, parser: str | None, source: str | None, envelope: str,
              labels: tuple[str, ...], plugins: tuple[str, ...], max_line_bytes: int, state_file: str | None,
-             openmetrics_only: bool, target_labels: tuple[str, ...], staleness_text: str) -> None:
+             openmetrics_only: bool, target_labels: tuple[str, ...], staleness_text: str, include: tuple[str, ...],
+             exclude: tuple[str, ...]) -> None:
     """Turn past logs into Prometheus TSDB blocks, by the time their lines state.
 
     Reads every FILE (and the files under each DIR) from start to end with the parsers, catalog
@@ -106,8 +107,8 @@ def backfill(paths: tuple[str, ...], out: str, step_text: str, start: str | None
     extra = tuple(_target_label(text) for text in target_labels)
     opts = bf.Options(paths=every, out=out, step=step, start=t0, end=t1, parser=parser, source=source,
                       envelope=envelope, labels=tuple(label_flag(s) for s in labels), inputs=inputs,
-                      label_limits=cfg.label_limits, tz=tz, max_line_bytes=max_line_bytes,
-                      openmetrics_only=openmetrics_only, state_file=state_file, target_labels=extra,
+                      label_limits=cfg.label_limits, tz=tz, max_line_bytes=max_line_bytes, include=include,
+                      exclude=exclude, openmetrics_only=openmetrics_only, state_file=state_file, target_labels=extra,
                       staleness=staleness)
     result = bf.run(opts, entries, bf.wants_progress())
 

@@ -107,8 +107,22 @@ def time_arg(flag: str, text: str | None, tz: tzinfo | None) -> float | None:
     return t
 
 
+def file_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--include`` and ``--exclude``: which of the files found under directories and globs are read."""
+    where = "Of the files found under the directories and globs given as arguments,"
+    command = click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
+                           help=f"{where} leave out those that match (as --include matches). Repeatable.")(command)
+    return click.option("--include", "include", multiple=True, metavar="GLOB",
+                        help=f"{where} read only those that match: a GLOB without / is matched against the file "
+                             "name ('*.log'), one with / against its path below the argument ('pods/*/vllm/**'). "
+                             "Repeatable; a file named as an argument is always read. Files that are not logs "
+                             "(Prometheus text, compressed or binary) are left out anyway. [[input]] tables of a "
+                             "--config file take include and exclude lists of their own.")(command)
+
+
 def reading_options(command: Callable[..., None]) -> Callable[..., None]:
     """The options that say how past log files are parsed, as in watch (backfill's and report's)."""
+    command = file_options(command)
     for option in reversed((
         click.option("--parser", default=None, metavar="NAME",
                      help="Parse every input with this parser instead of routing by path or content."),

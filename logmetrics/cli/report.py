@@ -49,7 +49,7 @@ def write_output(path: str, data: bytes) -> None:
 @reading_options
 def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str | None, parser: str | None,
            source: str | None, envelope: str, labels: tuple[str, ...], plugins: tuple[str, ...],
-           max_line_bytes: int) -> None:
+           max_line_bytes: int, include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """Summarise what logs say, per backend and model, by the time their lines state.
 
     Reads every FILE (and the files under each DIR) whole with the parsers of 'watch' and prints
@@ -74,7 +74,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str |
     entries = parser_entries(plugins, parser)
     tz = zone(timezone)
     opts = rp.Options(paths=paths, parser=parser, source=source, envelope=envelope,
-                      labels=tuple(label_flag(s) for s in labels), tz=tz, max_line_bytes=max_line_bytes)
+                      labels=tuple(label_flag(s) for s in labels), tz=tz, max_line_bytes=max_line_bytes,
+                      include=include, exclude=exclude)
     collected = rp.collect(opts, entries, wants_progress())
     if fmt == "table" and output is None:
         view.table(collected, tz)

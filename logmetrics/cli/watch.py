@@ -19,6 +19,7 @@ from logmetrics.cli.common import (
     CONTEXT,
     ENVELOPE_HELP,
     Interrupted,
+    file_options,
     label_flag,
     listen_address,
     parser_entries,
@@ -177,15 +178,7 @@ PROCESS_HELP = (
                    "(a deleted pod's logs, say; a deleted file is let go a few seconds after it was read last), "
                    "so that its label frees its place under the cardinality guard; Prometheus keeps what it "
                    "scraped. Its gauges go at once. 30m, 1h, 7d, seconds, or 'never'.")
-@click.option("--include", "include", multiple=True, metavar="GLOB",
-              help="Of the files found under the directories and globs given as PATH, read only those that "
-                   "match: a GLOB without / is matched against the file name ('*.log'), one with / against "
-                   "its path below the PATH ('pods/*/vllm/**'). Repeatable; a file named as PATH is always "
-                   "read. Files that are not logs (Prometheus text, compressed or binary) are left out "
-                   "anyway. [[input]] tables take include and exclude lists of their own.")
-@click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
-              help="Of the files found under the directories and globs given as PATH, leave out those that "
-                   "match (as --include matches). Repeatable.")
+@file_options
 def watch(paths: tuple[str, ...], config_file: str | None, listen: str, web_config: str | None, parser: str | None,
           source: str | None, envelope: str, labels: tuple[str, ...], from_beginning: bool, plugins: tuple[str, ...],
           oneshot: bool, workers: int,

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import TextIO
 
 from logmetrics.app.config import Input, parse_duration
+from logmetrics.app.options import inputs_filter
 from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import StaticLabel
 from logmetrics.errors import UserError
@@ -34,6 +35,7 @@ from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock, anchor_of
 from logmetrics.sources.chunks import Chunk, SourceStats
 from logmetrics.sources.discovery import discover
+from logmetrics.sources.filefilter import FileFilter
 from logmetrics.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,8 @@ class Options:
     label_limits: tuple[tuple[str, int], ...] = ()
     tz: tzinfo | None = None
     max_line_bytes: int = 1 << 23
+    include: tuple[str, ...] = ()  # globs of the files found under directories and globs to read (all, if none)
+    exclude: tuple[str, ...] = ()  # globs of those to leave out
     openmetrics_only: bool = False
     state_file: str | None = None
     target_labels: tuple[tuple[str, str], ...] = ()  # added to every series, as a scrape's target labels
@@ -191,7 +195,8 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     store = Store()
     store.limits.update(opts.label_limits)
     stats = SourceStats()
-    files, merged = log_groups(opts.paths, opts.step, opts.tz, stats)
+    chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
+    files, merged = log_groups(opts.paths, opts.step, opts.tz, stats, chosen=chosen)
     os.makedirs(opts.out, exist_ok=True)
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
@@ -263,14 +268,17 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
 
 
 def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: SourceStats,
-               clocks: list[LogClock] | None = None) -> tuple[list[str], Iterator[Group]]:
-    """The readable log files under ``paths`` (each once, whatever paths lead to it), and the
-    groups of all of them merged in log time (by step, then file, then file order); each file's
-    clock is appended to ``clocks``. Raises UserError if there is none."""
+               clocks: list[LogClock] | None = None,
+               chosen: FileFilter | None = None) -> tuple[list[str], Iterator[Group]]:
+    """The readable log files under ``paths`` (each once, whatever paths lead to it) that ``chosen``
+    takes, and the groups of all of them merged in log time (by step, then file, then file order);
+    each file's clock is appended to ``clocks``. Raises UserError if there is none."""
     clocks = [] if clocks is None else clocks
-    found = discover(paths, lambda exc: log.warning("%s", exc))
+    every = discover(paths, lambda exc: log.warning("%s", exc))
+    found = [f for f in every if not chosen or chosen.wanted(f)]
     if not found:
-        raise UserError(f"no log file found in {', '.join(paths)}")
+        left_out = " (the include and exclude globs leave out every one)" if every else ""
+        raise UserError(f"no log file found in {', '.join(paths)}{left_out}")
     files: list[str] = []
     seen: set[tuple[int, int]] = set()
     streams: list[Iterator[Group]] = []

@@ -20,6 +20,7 @@ from datetime import tzinfo
 from typing import Any, TextIO
 
 from logmetrics.app.config import Input
+from logmetrics.app.options import inputs_filter
 from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import StaticLabel
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
@@ -51,6 +52,8 @@ class Options:
     inputs: tuple[Input, ...] = ()
     tz: tzinfo | None = None
     max_line_bytes: int = 1 << 23
+    include: tuple[str, ...] = ()  # globs of the files found under directories to read (all, if none)
+    exclude: tuple[str, ...] = ()  # globs of those to leave out
 
 
 @dataclass
@@ -183,7 +186,8 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     store = RecordingStore()
     stats = SourceStats()
     clocks: list[LogClock] = []
-    files, merged = log_groups(opts.paths, STEP, opts.tz, stats, clocks)
+    chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
+    files, merged = log_groups(opts.paths, STEP, opts.tz, stats, clocks, chosen)
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
