@@ -69,7 +69,7 @@ EXCEPTIONS: tuple[tuple[str, str, int, str], ...] = (
     ("TimeoutError", "request {rid} did not finish within {a} ms", 16, "timeout"),
     ("KeyError", "'messages'", 12, "exception"),
 )
-#: Error types of a dead engine, counted once per crash (``parsers.vllm_errors.FATAL_TYPES``).
+#: Error types of a dead engine, counted once per crash (``parsers.vllm_patterns.FATAL_TYPES``).
 FATAL = frozenset({"oom", "engine_dead", "cuda", "startup"})
 #: Version of expected.json; ``bench/run.py`` regenerates a cached corpus of another version.
 FORMAT = 4

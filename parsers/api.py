@@ -1,21 +1,10 @@
 """FastAPI gateways of an LLM stack: LeapfrogAI's API (``leapfrogai-api``) and the like, served by
 uvicorn, alone or as gunicorn workers.
 
-- uvicorn access lines (also the old ``('ip', port)`` form and gunicorn's bare and Apache-style
-  access lines), wherever they start in the line (``common.access_line``), give
-  ``http_requests_total`` by route template: ids in ``/openai/v1/...`` and ``/leapfrogai/v1/...``
-  paths become ``{id}`` (``common.route_template``), scanner noise is folded (``common.RouteLabels``).
-- Application lines in the LeapfrogAI format (``parsers.leapfrog``), uvicorn's ``LEVEL:`` lines,
-  gunicorn's error log (``[ts] [pid] [LEVEL] msg``) and Python's default format are read for errors
-  and the server's life.
-- An error record counts once in ``backend_errors_total``: Supabase connection failures
-  (``supabase_connect``) and failures of an upstream model backend (``upstream``) have their own
-  types; ``Exception in ASGI application`` tracebacks count with the exception's class name (a
-  bounded set); gunicorn's ``WORKER TIMEOUT`` and killed workers too. The API serves many models and
-  logs none per request: the model label is ``unknown``.
-- ``Starting gunicorn`` or uvicorn's own ``Started server process`` is a start-up; ``Application
-  startup complete.``, ``Uvicorn running on`` or gunicorn's ``Listening at:`` mean ready; uvicorn's
-  ``Shutting down``/``Finished server process`` and gunicorn's ``Shutting down: Master`` not.
+Access lines wherever they start in the line (``common.access_line``), by route template with
+scanner noise folded (``common.RouteLabels``); errors, once per record, and the server's life from
+the LeapfrogAI (``parsers.leapfrog``), uvicorn, gunicorn and Python default formats. What each
+line gives: docs/parsers.md, "FastAPI gateways".
 """
 
 from __future__ import annotations

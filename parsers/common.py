@@ -15,7 +15,7 @@ whole-chunk scans: none of them can cross a newline.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported for the parsers
@@ -178,7 +178,17 @@ _ID_SEGMENT = re.compile(
 )
 MAX_ROUTE_SEGMENTS = 8
 _route_cache: dict[str, str] = {}
-_ROUTE_CACHE_MAX = 4096
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def remember(cache: dict[_K, _V], key: _K, value: _V, most: int = 4096) -> _V:
+    """``value``, kept as ``cache[key]``: a bounded memo of what is met again and again (routes,
+    labels, models), emptied when it holds ``most`` entries."""
+    if len(cache) >= most:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def route_template(path: str) -> str:
@@ -198,10 +208,7 @@ def route_template(path: str) -> str:
         more = len(parts) > MAX_ROUTE_SEGMENTS
         parts = [p if p in _WORDS else "{id}" if _is_id(p) else p for p in parts[:MAX_ROUTE_SEGMENTS]]
         route = "/" + "/".join(parts) + ("/..." if more else "")
-    if len(_route_cache) >= _ROUTE_CACHE_MAX:
-        _route_cache.clear()
-    _route_cache[raw] = route
-    return route
+    return remember(_route_cache, raw, route)
 
 
 def _is_id(segment: str) -> bool:
@@ -211,25 +218,19 @@ def _is_id(segment: str) -> bool:
     ASCII digits always are; the segments found no id are kept in ``_WORDS``."""
     if segment.isascii():
         if len(segment) < 16 and segment.isalpha():
-            _word(segment)
+            remember(_WORDS, segment, None)
             return False
         if segment.isdigit():  # (the first alternative)
             return True
     stem = segment.rpartition(".")[0] if "." in segment else ""  # ("" is never an id)
     if _ID_SEGMENT.fullmatch(segment) or (stem and _ID_SEGMENT.fullmatch(stem)):
         return True
-    _word(segment)
+    remember(_WORDS, segment, None)
     return False
 
 
 #: Segments found no id (``v1``, ``threads``): met again and again, told by a look-up (bounded).
-_WORDS: set[str] = set()
-
-
-def _word(segment: str) -> None:
-    if len(_WORDS) >= _ROUTE_CACHE_MAX:
-        _WORDS.clear()
-    _WORDS.add(segment)
+_WORDS: dict[str, None] = {}
 
 
 _labels_cache: dict[str, tuple[str, str, str]] = {}
@@ -242,9 +243,7 @@ def split_access_key(key: str) -> tuple[str, str, str]:
         method, _, rest = key.partition(" ")
         path = rest[: rest.rfind(" HTTP/")]
         labels = (method if method in HTTP_METHODS else "OTHER"), route_template(path), key[-3:]
-        if len(_labels_cache) >= _ROUTE_CACHE_MAX:
-            _labels_cache.clear()
-        _labels_cache[key] = labels
+        remember(_labels_cache, key, labels)
     return labels
 
 
@@ -320,9 +319,7 @@ class Counted:
             self.passed.append(model)
         if model in self.models:
             return False
-        if len(self.models) >= 64:
-            self.models.clear()
-        self.models[model] = None
+        remember(self.models, model, None, 64)
         return True
 
 
@@ -369,9 +366,7 @@ class RouteLabels:
         if labels is None:
             labels = self.fold(split_access_key(key))
             if labels[1] in self.known:
-                if len(self.final) >= _ROUTE_CACHE_MAX:
-                    self.final.clear()
-                self.final[key] = labels
+                remember(self.final, key, labels)
         return labels
 
     def fold(self, labels: tuple[str, str, str]) -> tuple[str, str, str]:

@@ -1,23 +1,10 @@
-"""Text embeddings: LeapfrogAI's text-embeddings backend and Hugging Face text-embeddings-inference.
+"""Text embeddings: LeapfrogAI's text-embeddings backend, Hugging Face text-embeddings-inference
+(TEI) and infinity.
 
-LeapfrogAI (``packages/text-embeddings``, InstructorEmbedding behind the LeapfrogAI gRPC SDK), in
-the LeapfrogAI line format (``parsers.leapfrog``) or Python's default ``INFO:__main__:...``:
-
-- ``processing CreateEmbedding request: char-length: N word-count: M`` starts a request and
-  ``finished processing CreateEmbedding request, created K embeddings`` ends it: the backend logs
-  no request id and encodes one request at a time, so they pair in order (``parsers.pairs``) for
-  ``llm_requests_running`` and, from the lines' own times, ``llm_request_duration_seconds``;
-  ``K`` goes to ``llm_embeddings_total``. An error record while a request runs fails the oldest.
-- ``Load pretrained SentenceTransformer: <model>`` names the model; InstructorEmbedding's
-  ``load INSTRUCTOR_Transformer`` (or the SDK's ``Initializing LeapfrogAI``) is a start-up, the
-  SDK's ``Starting server. Listening on ...`` means ready, ``Shutdown signal received`` not.
-
-TEI (``parsers.embeddings_tei``): each ``Success`` line of a request span gives
-``llm_requests_total{outcome="ok"}``, ``llm_request_duration_seconds`` (``total_time``) and the
-phases as this plugin's own histograms; ``compute_tokens`` (gRPC spans) counts prompt tokens.
-``ERROR`` lines are errors by TEI's phrases; inside a request span they also fail the request.
-``Args { model_id: ... }`` is a start-up and names the model, ``Ready`` means ready,
-``signal received, starting graceful shutdown`` and a fatal ``Error: ...`` not.
+LeapfrogAI's lines (its own format, ``parsers.leapfrog``, or Python's default) pair in order, as it
+logs no request id (``parsers.pairs``); TEI's lines and request spans are read by
+``parsers.embeddings_tei``; infinity's ``rich`` records and uvicorn lines here. What each server's
+log gives: docs/parsers.md, "Text embeddings".
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from logmetrics.events import Event
 from logmetrics.records import Record
 
 from . import llamacpp_patterns as P
-from .common import HTTP_METHODS, Counted, RouteLabels, route_template
+from .common import HTTP_METHODS, Counted, RouteLabels, remember, route_template
 from .llamacpp_errors import Errors, client_type
 from .pairs import Pairs
 
@@ -115,9 +115,7 @@ def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, in
                 method, path, code = key
                 labels = routes.fold(((method if method in HTTP_METHODS else "OTHER"), route_template(path), code))
                 if labels[1] in routes.known:  # a known route keeps its labels
-                    if len(cache) >= ROUTE_CACHE_MAX:
-                        cache.clear()
-                    cache[key] = labels
+                    remember(cache, key, labels, ROUTE_CACHE_MAX)
             http[labels] = http.get(labels, 0) + 1
             produced += 1
         elif kind == LAUNCH:

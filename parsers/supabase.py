@@ -9,26 +9,10 @@ the component the stream is named after (a file, container or compose service), 
 lines, the service the record names (``supabase_elixir``) or the stream's last one, else Realtime;
 else the parser's name, ``supabase``.
 
-- Requests: Kong's and PostgREST's access lines, GoTrue's ``request completed`` and Storage's
-  ``type:"request"`` JSON lines give ``http_requests_total`` by method, route template and code
-  (query strings, ids, bucket names and object paths removed: ``supabase_routes``); GoTrue's ``duration`` (ns) and
-  Storage's ``responseTime`` (ms) give ``http_request_duration_seconds``. An access line with
-  the database role as user is PostgREST's; with ``-``, a ``kong_request_id`` or a Kong service
-  path, Kong's.
-- Errors: one per error record (Postgres ``DETAIL``/``STATEMENT``/... lines are one record with
-  their ``ERROR``/``FATAL`` line; PostgREST's JSON error object after ``An error ocurred when
-  loading the schema cache`` belongs to that error; an Elixir crash report, from its ``[error]``
-  line (or an application's exit) through its ``** (X)`` line, frames, ``Last message:`` and
-  ``State:``, is one record; a JSON object printed over lines is one record; an Erlang crash's two
-  lines are one crash), by ``error_type`` from a phrase table (an Elixir report's data fields left
-  out), else the SQLSTATE class, else an Elixir exception's class (``runtime_error``), else
-  ``error``.
-- Start-ups (``backend_restarts_total``) and ``backend_ready``: Postgres ``database system is
-  ready to accept connections``, ``Starting PostgREST`` (then ``Connection successful``, ``Listening
-  on port``, ``Schema cache loaded`` for ready), ``GoTrue API started on``, Storage's
-  ``Server listening at``, Phoenix's ``Running ...Web.Endpoint``; a Postgres shutdown or an
-  Erlang crash sets ready to 0.
-- Every other recognised line counts in ``supabase_log_records_total{level}``.
+Requests (route templates: ``supabase_routes``), errors (one per record, typed by phrase, else by
+SQLSTATE class, else by Elixir exception class), start-ups and readiness, and every other
+recognised line in ``supabase_log_records_total{level}``: docs/parsers.md, "Supabase", says
+which lines give what.
 """
 
 from __future__ import annotations

@@ -2,21 +2,7 @@
 ``supabase_routes``; the Elixir services' lines: ``supabase_elixir``).
 
 Each pattern is matched at the start of a record (the envelope and any compose prefix already
-peeled) and stays within one line. What each component prints:
-
-- Kong: nginx ``combined`` access lines (Kong 3 adds `` kong_request_id: "..."``) and the nginx
-  error log ``YYYY/MM/DD HH:MM:SS [level] pid#tid: msg``.
-- PostgREST: Apache combined access lines with the database role as user, and diagnostics
-  ``dd/Mon/YYYY:HH:MM:SS +zzzz: msg``.
-- GoTrue (auth): logrus JSON or text ``time=".." level=.. msg=".."``; pop's ``[POP] ...`` lines.
-- Storage: pino JSON, or pino-pretty ``[time] LEVEL (pid on host): msg`` with an indented block (the
-  time in any of pino-pretty's forms; ``(pid)``, ``(name/pid on host)`` or none).
-- Postgres: ``log_line_prefix`` lines (``%h %m [%p] %q%u@%d `` or plain ``%m [%p] ``) with their
-  ``DETAIL:``/``HINT:``/... lines (joined by the ``POSTGRES`` shape).
-- Realtime, Logflare (analytics), Supavisor (pooler): Elixir's Logger lines and crash reports
-  (``supabase_elixir``); the Erlang VM's ``Kernel pid terminated`` and ``Crash dump is being
-  written`` lines.
-- Bitnami images: init-script lines ``postgresql 14:15:38.73 INFO  ==> msg`` before the above.
+peeled) and stays within one line. Which component prints which format: docs/parsers.md, "Supabase".
 """
 
 from __future__ import annotations

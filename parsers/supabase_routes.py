@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from .common import route_template
+from .common import remember, route_template
 
 Part = frozenset[str] | str  # fixed words, or a placeholder
 Rules = tuple[tuple[Part, ...], ...]
@@ -105,10 +105,7 @@ def supabase_route(path: str, rules_of: dict[str, Rules] | None = None, componen
     key = (path, component)
     route = _cache.get(key)
     if route is None:
-        route = _route(path, (rules_of or {}).get(component))
-        if len(_cache) >= _CACHE_MAX:
-            _cache.clear()
-        _cache[key] = route
+        route = remember(_cache, key, _route(path, (rules_of or {}).get(component)), _CACHE_MAX)
     return route
 
 

@@ -1,27 +1,9 @@
 """leapfrogai-ui and other SvelteKit apps on Node (adapter-node), one record at a time.
 
-The UI logs no access lines; what it prints:
-
-- ``Listening on http://0.0.0.0:3000`` (or ``Listening on 0.0.0.0:3000``, ``Listening on file
-  descriptor 3``) when the server starts: ``backend_restarts_total`` and ``backend_ready`` 1.
-- ``SvelteKitError: Not found: /path`` (kit 2) or ``Error: Not found: /path`` with a stack (kit 1)
-  for every 404, scanners included: this plugin's ``ui_not_found_total``, apart from the errors (a
-  scanner's probes must not raise an error rate). The log never names the method, so no
-  ``http_requests_total``; the path is never a label.
-- A Node error with its ``    at ...`` frames (one record however many frames) and the UI's own
-  ``console.error`` lines (``Caught Error: ...``, ``Error fetching ...``, ``Unable to ...``):
-  ``backend_errors_total`` with the error class in snake case (``TypeError`` gives ``type_error``)
-  when the record starts with it or names a standard class, a connection or time-out cause when
-  the text names one, else ``error``.
-- The same from Node loggers (``parsers.ui_lines``): a line with a level at error or above is one
-  error whatever it says (``[ERROR] ...``, winston's ``error: ...``, pino's ``{"level":50,...}``,
-  with its class from ``err.type``), a level below error never is; a 404 or a start-up in a
-  logger's message counts as it does on its own.
-- ``Uncaught ...`` and ``Unhandled rejection ...`` lines: ``backend_errors_total``.
-- V8's own fatal errors, ``FATAL ERROR: Reached heap limit ... JavaScript heap out of memory`` with
-  its numbered native frames: one ``backend_errors_total`` (``oom`` for that one).
-- Node warnings, ``(node:1) Warning: ...`` and ``(node:1) [DEP0040] DeprecationWarning: ...``:
-  this plugin's ``ui_warnings_total{kind}``, not errors (a deprecation is no failure).
+Start-ups, 404s (this plugin's ``ui_not_found_total``, apart from the errors: scanners make many),
+Node errors with their frames (one record, typed by class or cause), Node warnings (this plugin's
+``ui_warnings_total``), and the same from Node loggers' lines (``parsers.ui_lines``). What each
+line gives: docs/parsers.md, "leapfrogai-ui and SvelteKit".
 
 Labels hold only class names and fixed words: never the message, the path or the user's text.
 """

@@ -1,19 +1,9 @@
 """How Node loggers frame a message: the level a line states, and the message it carries.
 
 ``logged(text)`` reads the first line of a record; it gives ``None`` for a line that states no
-level (plain ``console.log``/``console.error`` output), else a ``Logged``. The shapes:
-
-- a bracketed level, ``[ERROR] message`` (``[error]``, ``[FATAL]``, ``[WARN]``, ...), after an
-  optional timestamp: ``2026-09-09T12:20:52.123Z [ERROR] ...``, ``[2026-09-09 12:20:52] [ERROR] ...``;
-- winston's ``simple`` and ``cli`` formats, a lowercase level and a colon at the line's start,
-  after an optional timestamp: ``error: Something failed {"service":"ui"}``;
-- pino-pretty, ``[12:20:52.123] ERROR (1234): message``;
-- JSON lines: pino and bunyan with numeric levels (``"level":50``; 50 is error, 60 fatal),
-  pino and winston with string levels (``"level":"error"``). The message is ``msg`` or
-  ``message``, after the error's own first line (``err.stack``'s first line, else
-  ``err.type: err.message``), and the class is ``err.type`` or ``err.name`` when it is one.
-
-A level word this module does not know (``[ui]``) is no level: the line is read as plain text.
+level (plain ``console.log``/``console.error`` output), else a ``Logged``. The shapes (bracketed
+levels, winston's, pino-pretty's, pino's, bunyan's and winston's JSON): docs/parsers.md,
+"leapfrogai-ui and SvelteKit". A level word this module does not know (``[ui]``) is no level.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """vLLM: stats lines, request lifecycle, uvicorn access lines, errors, start-ups, model name.
 
 One whole-chunk scan per batch (``parse_batch``); ``parse`` runs the same scan on one record.
-Every rule is a ``re`` pattern run over the chunk (see ``vllm_patterns``), aggregated in C where
-it can be, so lines that match nothing never reach Python code.
-
-Token counters are exact where the log has per-request counts (``vllm_requests``: token-id lists
-of the request log, logged response bodies' ``usage``), from the first line that counts a series
-of a model on. Otherwise they are estimates: vLLM logs no per-request token counts by default, so
-``llm_prompt_tokens_total`` / ``llm_generation_tokens_total`` integrate the logged average
-throughput over the time since the previous stats line of the same engine (``vllm_stats``).
-
-Finished requests and client errors come from the uvicorn access lines where they are logged
-(``vllm_outcomes``); the access log covers every request, the per-request lines only some.
-
-Gauges follow the last stats line of each engine (``vllm_stats``); with several engines (data
-parallelism) counts and throughputs are summed over the engines and ratios averaged.
-
-Series that start at 0: only those the log seen so far can move (``vllm_zeros``). Crashes: one
-per crash episode of fatal errors (``vllm_crashes``).
+Every rule is a ``re`` pattern run over the chunk (``vllm_patterns``), aggregated in C where it
+can be, so lines that match nothing never reach Python code. Its parts: access lines and errors
+(``vllm_lines``), the rare lines (``vllm_rare``), stats lines, gauges and token estimates
+(``vllm_stats``), exact per-request counts (``vllm_requests``), finished requests and client
+errors (``vllm_outcomes``), start-ups and the model (``vllm_startup``), crash episodes
+(``vllm_crashes``), the series that start at 0 (``vllm_zeros``). What each version logs and
+what it gives: docs/parsers.md, "vLLM".
 
 Routes: ``RouteLabels`` (``parsers.common``) with vLLM's routes (``ROUTES``) and those its
 ``Route: ..., Methods: ...`` start-up lines list (also from before the read position, ``learn``):

@@ -14,7 +14,6 @@ from logmetrics.events import Event
 
 from . import vllm_patterns as P
 from .common import UVICORN_LINE, RouteLabels, access_labels
-from .vllm_errors import FATAL_TYPES, classify_error
 from .vllm_kinds import Fatal, Mark
 from .vllm_startup import life_kind
 
@@ -97,8 +96,8 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
         elif client_error(text):  # the client's fault: counted from its access line (no events)
             pass
         else:
-            kind = classify_error(text, "serving" in source)
-            if kind in FATAL_TYPES:
+            kind = P.classify_error(text, "serving" in source)
+            if kind in P.FATAL_TYPES:
                 lines[text] = kind, lines[text][1] + n if text in lines else n
             else:
                 errors[kind] += n
@@ -222,8 +221,8 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
             covered = end
         if more is None and client_error(text):  # the client's fault: counted from its access line
             continue
-        kind = classify_error(text, source is not None and "serving" in source, traceback)
-        if kind in FATAL_TYPES:
+        kind = P.classify_error(text, source is not None and "serving" in source, traceback)
+        if kind in P.FATAL_TYPES:
             fatal.append(Fatal(start, kind, inside is None and raw is None))
             continue
         counts[kind] += 1
@@ -277,4 +276,4 @@ def headless(t: str) -> tuple[str, int]:
     while 0 <= end < len(t) - 1 and cont(t, end + 1):
         end = t.find("\n", end + 1)
     record = t[1:end if end >= 0 else len(t)]
-    return classify_error(record, traceback=True), record.count("\n")
+    return P.classify_error(record, traceback=True), record.count("\n")

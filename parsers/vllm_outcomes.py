@@ -14,7 +14,7 @@ from collections import Counter
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
-from .common import access_answer
+from .common import access_answer, remember
 from .vllm_requests import Requests
 
 #: Routes of vLLM's OpenAI-compatible server (0.2 - 0.33), known to be served before its
@@ -68,10 +68,7 @@ def _saying(labels: tuple[str, ...]) -> str | bool:
     method, route, code = labels
     answer = access_answer(code, route, route in INFERENCE_ROUTES, "model_not_found")
     said = (answer[1] if answer[0] else method == "POST" and answer[1] == "ok") if answer is not None else False
-    if len(_said) >= 4096:
-        _said.clear()
-    _said[labels] = said
-    return said
+    return remember(_said, labels, said)
 
 
 class OkSource:
@@ -124,9 +121,7 @@ class Generation:
             return
         sums = self._sums.get(model)
         if sums is None:
-            if len(self._sums) >= 64:
-                self._sums.clear()
-            sums = self._sums[model] = [0.0, 0.0]
+            sums = remember(self._sums, model, [0.0, 0.0], 64)
         before = max(sums)
         sums[0] += est
         sums[1] += exact

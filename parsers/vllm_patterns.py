@@ -1,4 +1,5 @@
-"""The regular expressions of the vLLM parser (``parsers/vllm.py``), one place for all formats.
+"""The regular expressions of the vLLM parser (``parsers/vllm.py``), one place for all formats, and
+its error phrase table.
 
 Every pattern is a stdlib ``re`` pattern meant for a whole-chunk scan of text that starts with
 ``\\n``: either anchored on ``\\n`` (plus an optional process prefix) or led by a literal, so that
@@ -11,7 +12,8 @@ import re
 
 from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES, Shape
 
-from .common import EXCEPTION_NAME, PROC_PREFIX, TRACEBACK_BODY, UVICORN_ACCESS
+from .common import EXCEPTION_NAME, PROC_PREFIX, TRACEBACK_BODY, UVICORN, UVICORN_ACCESS
+from .errors import COMMON_CAUSES, Phrases
 
 PFX = PROC_PREFIX
 NUM = r"(\d+(?:\.\d+)?)"
@@ -187,7 +189,7 @@ SHUTDOWN_KEYS = frozenset(mark[2:] for mark in SHUTDOWN_MARKS)
 
 #: uvicorn's lifecycle lines (server ready, shutting down), found by ``LINES`` (one group: the text);
 #: ``LIFE`` finds them on its own (``learn``), ``LIFE_AT`` checks a line's start up to the text.
-_LIFE_TEXT = r"Application startup complete|Shutting down|Finished server process"
+_LIFE_TEXT = "|".join(map(re.escape, (UVICORN.ready[0].rstrip("."), *UVICORN.stopping)))
 _LIFE = rf"INFO: +({_LIFE_TEXT})"
 LIFE = re.compile(rf"\n{PFX}?{_LIFE}", re.ASCII)
 LIFE_AT = re.compile(rf"{PFX}?INFO: +(?={_LIFE_TEXT})", re.ASCII)
@@ -244,3 +246,32 @@ SNIFF_HEADER = r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 #: it, or a rotation cut it): it starts with a frame or with the final exception line. It can only
 #: be a batch's first record: further on, such lines continue the record above them.
 HEADLESS = re.compile(rf"\n{PFX}?(?:  File \"|{EXCEPTION_NAME}(?::|(?=\n)))", re.ASCII)
+
+# --- error phrases ----------------------------------------------------------------------------
+
+#: Causes of vLLM's own, before and after the common ones (the order makes ``ERROR_TYPES``'s).
+#: Within a tier the leftmost phrase in the text wins, so an ``MQEngineDeadError: ...
+#: OutOfMemoryError(...)`` is ``engine_dead`` and an ``Error in chat completion stream generator.``
+#: whose traceback ends in ``torch.OutOfMemoryError`` is ``oom``.
+ERROR_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("engine_dead", ("EngineDeadError", "died unexpectedly", "EngineCore encountered a fatal error",
+                     "Background loop has errored", "Engine background task failed", "output_handler failed")),
+    ("oom", ("No available memory for the cache blocks", "KV cache is needed, which is larger than the available")),
+    ("startup", ("Engine core initialization failed", "failed to start")),
+    *COMMON_CAUSES,
+    ("bad_request", ("maximum context length",)),
+)
+#: Contexts: where it happened (they lose to any cause).
+ERROR_CONTEXTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bad_request", ("Error in preprocessing prompt inputs",)),
+    ("asgi", ("Exception in ASGI application",)),
+    ("stream_error", ("stream generator",)),
+)
+PHRASES = Phrases(ERROR_CAUSES, ERROR_CONTEXTS)
+#: Every error_type ``classify_error`` can return, so that the counters start at 0.
+ERROR_TYPES: tuple[str, ...] = PHRASES.types
+#: The error types of a dead engine: one crash prints several records of them (the engine's
+#: traceback, the API server's, one per request in flight), so they are counted once per crash.
+FATAL_TYPES = frozenset({"oom", "engine_dead", "cuda", "startup"})
+#: ``classify_error(text, request_handler=False, traceback=False)``: the ``error_type`` of a record.
+classify_error = PHRASES.classify

@@ -1,17 +1,10 @@
 """vLLM's per-request lines: exact token counts, finished requests and durations.
 
 Where vLLM logs per-request counts, ``llm_prompt_tokens_total``, ``llm_generation_tokens_total``
-and ``llm_requests_total{outcome="ok"}`` are counted from them, exactly:
-
-- prompt tokens: the ids of ``Received request ... prompt_token_ids: [...]`` (0.2 - 0.11, INFO;
-  request logging on: the default up to 0.10.1, ``--enable-log-requests`` from 0.10.2) or of the
-  DEBUG ``Request ... details: ... prompt_token_ids: [...]`` line (0.13+);
-- generated tokens: the ids of ``--enable-log-outputs``' ``Generated response ... output_token_ids:
-  [...]`` (a streamed response: the sum of its ``(streaming delta)`` lines; 0.33: the DEBUG
-  ``... details: output_token_ids`` line);
-- finished requests: one per ``Generated response`` line that ends a response (not a delta);
-- both token kinds and a finished request from a logged response body's ``usage`` object
-  (``VLLM_DEBUG_LOG_API_SERVER_RESPONSE``, non-streaming responses only).
+and ``llm_requests_total{outcome="ok"}`` are counted from them, exactly: the token-id lists of the
+request log (``Received request``, ``Request ... details``, ``Generated response``: a streamed
+response is the sum of its deltas, and one that ends is a finished request) and the ``usage`` of
+logged response bodies. Which lines, in which versions and at which level: docs/parsers.md, "vLLM".
 
 Each of the three series (prompt, generation, ok) takes its source per model and stream: the
 request log (``rule="request_log"``) once one of its lines has counted, else the response bodies
@@ -40,6 +33,7 @@ from collections.abc import Callable
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
+from .common import remember
 from .pairs import Pairs
 from .vllm_kinds import Item, Kind, Source
 
@@ -119,9 +113,7 @@ class Requests:
         """The sources in use for ``model``'s series."""
         got = self.sources.get(model)
         if got is None:
-            if len(self.sources) >= MAX_MODELS:
-                self.sources.clear()
-            got = self.sources[model] = {}
+            got = remember(self.sources, model, {}, MAX_MODELS)
         return got
 
     def _lists(self) -> bool:

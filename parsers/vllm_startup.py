@@ -7,12 +7,12 @@ import re
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
+from .common import UVICORN
 from .vllm_kinds import Control, Mark
 
 MAX_MODEL_LEN = 200
 
-_LIFE_KIND = {"Application startup complete": Control.READY, "Shutting down": Control.STOPPED,
-              "Finished server process": Control.STOPPED}
+_LIFE_KIND = {UVICORN.ready[0].rstrip("."): Control.READY, **dict.fromkeys(UVICORN.stopping, Control.STOPPED)}
 _KIND_BY_START = {"vL": Control.VERSION, "In": Control.ENGINE_INIT, "St": Control.SERVER_START,
                   "ar": Control.MODEL_ONLY, "no": Control.MODEL_ONLY}
 

@@ -29,6 +29,7 @@ from typing import NamedTuple
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
+from .common import remember
 
 MAX_DT = 60
 #: vLLM V1's default ``VLLM_LOG_STATS_INTERVAL``, seconds.
@@ -92,9 +93,7 @@ class Clock:
                 # (December lines read in January are last year's, and the other way round)
                 year += (mon - month < -6) - (mon - month > 6)
                 base = calendar.timegm((year, mon, dom, hh, mm, 0))
-            if len(self.minutes) >= 4096:
-                self.minutes.clear()
-            self.minutes[minute] = base
+            remember(self.minutes, minute, base)
         return None if base is None else base + int(seconds)
 
 
@@ -144,9 +143,7 @@ class Stats:
             key = index or ("agg" if agg else "")
             eng = engines.get(key)
             if eng is None:
-                if len(engines) >= MAX_ENGINES:
-                    engines.clear()
-                eng = engines[key] = Engine()
+                eng = remember(engines, key, Engine(), MAX_ENGINES)
             eng.line = line
             v1 = waiting is not None
             if not v1:

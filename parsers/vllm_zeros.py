@@ -20,8 +20,8 @@ from collections.abc import Iterable
 
 from logmetrics.plugins import ZeroSeries
 
-from .common import Counted
-from .vllm_errors import ERROR_TYPES
+from .common import Counted, remember
+from .vllm_patterns import ERROR_TYPES
 
 #: What request lines show the log can produce (see the module docstring).
 V0_REQUESTS, V1_REQUESTS = ("ok", "aborted", "preempt"), ("aborted", "error")
@@ -73,7 +73,4 @@ class Capabilities:
         zeros += [("backend_errors_total", (model, kind)) for kind in ERROR_TYPES]
         zeros += [(name, (model,) if outcome is None else (model, outcome))
                   for cap in sorted(self.caps) for name, outcome in ZERO_SERIES[cap]]
-        if len(self._lists) >= 64:
-            self._lists.clear()
-        self._lists[model] = zeros
-        return zeros
+        return remember(self._lists, model, zeros, 64)

@@ -1,28 +1,10 @@
 """Whisper speech-to-text servers: faster-whisper, whisper.cpp, openai-whisper, LeapfrogAI's backend.
 
 Record by record (``parse``), and runs of its frequent lines at once (``parse_run``, the framework's
-fast path; which lines, in ``whisper_scan``) with the same events, counted in C.
-What each server logs, and what it gives:
-
-- faster-whisper (logger ``faster_whisper``, INFO must be enabled), under any host app's format:
-  ``Processing audio with duration [H:]MM:SS.mmm`` adds to ``llm_audio_seconds_total``. It logs
-  no request end, so no request count or latency of its own.
-- LeapfrogAI's whisper backend (faster-whisper inside, LeapfrogAI line format): ``Task t is
-  starting`` and ``Transcription|Translation complete!`` pair (in order: it logs no request id)
-  into the running gauge, durations and outcomes (``whisper_requests``); an exception gRPC
-  reports ends the oldest request as ``error``. Unsupported task or language are errors of their
-  own types. ``Initializing LeapfrogAI`` is a start-up; ``Starting server. Listening on`` makes it ready.
-- whisper.cpp: ``loading model from '.../ggml-base.en.bin'`` names the model (``base.en``) and is
-  a start-up; ``processing '...' (N samples, X sec)`` adds X audio seconds. CLI: its timings
-  block (one record) is one finished run, ``ok``, lasting its ``total time`` (model load included).
-  Server (``whisper server listening at``: ready): requests are serial; one is ``ok`` when the next
-  one or a shutdown comes without ``failed to process audio`` (``error``) or a client disconnect
-  (``aborted``); the timings block it prints at shutdown is cumulative and is not a request.
-- openai-whisper (print based): only segment lines, for audio seconds (``whisper_audio``).
-
-Errors: ERROR/CRITICAL lines, tracebacks (once per record), whisper.cpp's ``error:`` and ``failed
-to`` lines, typed with the phrase table of ``whisper_patterns``. The text the backends log (prompts,
-transcripts, file names) never reaches a label: only the model name and fixed words do.
+fast path; which lines, in ``whisper_patterns``) with the same events. A line's message is first taken
+out of the host app's wrapper (``whisper_patterns.message``); LeapfrogAI's requests pair in order
+(``whisper_requests``); audio seconds are ``whisper_audio``'s. What each server logs and what it
+gives: docs/parsers.md, "Whisper". Prompts, transcripts and file names never reach a label.
 
 A record a read pause cut in two (the engine flushes a held-back record when its input goes idle)
 counts once: a timings block on its ``total time`` line, an error on its first part (the rest
@@ -43,7 +25,6 @@ from logmetrics.records import Record
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
-from . import whisper_scan as S
 from .common import UVICORN, RouteLabels, access_answer, access_labels, model_label
 from .errors import is_traceback
 from .whisper_audio import Audio
@@ -79,7 +60,7 @@ class WhisperParser(Parser):
     claims: ClassVar[tuple[str, ...]] = ("*whisper*",)
     #: Python tracebacks, indented lines, and whisper.cpp's timings block.
     shapes: ClassVar[tuple[Shape, ...]] = (*DEFAULT_SHAPES, P.TIMINGS_BLOCK)
-    frequent: ClassVar[str] = S.FREQUENT_PY
+    frequent: ClassVar[str] = P.FREQUENT_PY
     process_names: ClassVar[tuple[str, ...]] = ("whisper", "whisper-server", "whisper-cli", "faster-whisper-server",
                                                 "faster_whisper_server", "whisper_server")
     #: Lines only a whisper server prints; openai-whisper-style lines.
@@ -173,27 +154,27 @@ class WhisperParser(Parser):
 
     def frequent_lines(self, text: str) -> str:
         """LeapfrogAI's lines of a fixed shape in a stream of that format, else faster-whisper's
-        under Python's default format (``whisper_scan``); none in a batch with CR LF line ends."""
+        under Python's default format (``whisper_patterns``); none in a batch with CR LF line ends."""
         if "\r" in text:
             return ""
-        return S.FREQUENT_LFAI if self._lfai or S.LFAI_MARK in text else S.FREQUENT_PY
+        return P.FREQUENT_LFAI if self._lfai or P.LFAI_MARK in text else P.FREQUENT_PY
 
     def parse_run(self, run: Run) -> tuple[list[Event], int]:
-        """The events of a run of frequent lines (``whisper_scan``), and how many gave events."""
+        """The events of a run of frequent lines (``whisper_patterns``), and how many gave events."""
         text, a, b = run.text, run.start, run.end
         out: list[Event] = []
-        lfai = text.find(S.LFAI_MARK, a, b) >= 0  # every line in a LeapfrogAI stream's runs, none else
+        lfai = text.find(P.LFAI_MARK, a, b) >= 0  # every line in a LeapfrogAI stream's runs, none else
         if lfai:
             self._lfai = True
         self._error_end = None
         n = 0
-        durations = S.DURATIONS.findall(text, a, b)
+        durations = P.DURATIONS.findall(text, a, b)
         if durations:
             n += len(durations)
             self._audio.durations(durations, self.model, out)
         if lfai and text.find("__main__: ", a, b) >= 0:
             n += self._lfai_requests.run(text, a, b, self.model, run.time, out)
-        alive = S.alive_lines(text, a, b)
+        alive = P.alive_lines(text, a, b)
         if alive:
             n += alive
             out.append(SEEN)

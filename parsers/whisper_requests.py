@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from logmetrics.events import Event
 
-from . import whisper_scan as S
+from . import whisper_patterns as P
 from .pairs import Pairs
 
 REQUESTS = "llm_requests_total"
@@ -107,12 +107,12 @@ class LfaiRequests:
     def run(self, text: str, a: int, b: int, model: str, now: float, out: list[Event]) -> int:
         """The start and completion lines in the run ``text[a:b]``, in order, as ``start`` and
         ``complete`` take them one by one; how many there were."""
-        pairs, starts, shown, line_time = self.pairs, self.starts, self.outcomes.shown, S.line_time
+        pairs, starts, shown, line_time = self.pairs, self.starts, self.outcomes.shown, P.line_time
         done: dict[tuple[str, str], int] = {}
         took: dict[str, list[float]] = {}  # durations by model: one event per series
         n = 0
         expired = False
-        for m in S.PAIR_LINES.finditer(text, a, b):
+        for m in P.PAIR_LINES.finditer(text, a, b):
             n += 1
             t = line_time(text, text.rfind("\n", 0, m.start()) + 1)
             if m.group(1) is None:  # a start

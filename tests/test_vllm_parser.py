@@ -21,7 +21,7 @@ from logmetrics_parsers.common import (
     split_access_key,
 )
 from logmetrics_parsers.vllm import MAX_PENDING, VllmParser
-from logmetrics_parsers.vllm_errors import ERROR_TYPES, classify_error
+from logmetrics_parsers.vllm_patterns import ERROR_TYPES, classify_error
 
 from logmetrics.events import UNKNOWN_MODEL, Event, number
 from logmetrics.plugins import record_rule, validate
