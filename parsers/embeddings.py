@@ -14,18 +14,18 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
-from logmetrics.plugins import ZeroSeries
+from logmetrics.plugins import Parser, ZeroSeries
+from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
 from logmetrics.records.shapes import DEFAULT_SHAPES, EXCEPTION_LINE, Shape
 from logmetrics.store.catalog import DURATION_BUCKETS, Family
 
 from .common import PY_DEFAULT_LINE, UVICORN, RouteLabels, access_answer, access_labels, model_label
-from .embeddings_batch import RunReader
+from .embeddings_batch import FREQUENT, Requests, read_run
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .errors import is_traceback
 from .leapfrog import leapfrog_line
-from .pairs import Pairs
 
 PHASE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PHASES = (("queue_time", "embeddings_queue_duration_seconds"),
@@ -69,7 +69,7 @@ def rich_message(text: str) -> tuple[str, str] | None:
     return m.group(1), " ".join(p for p in parts if p)
 
 
-class EmbeddingsParser(RunReader):
+class EmbeddingsParser(Parser):
     """LeapfrogAI's text-embeddings backend and Hugging Face text-embeddings-inference."""
 
     name: ClassVar[str] = "embeddings"
@@ -79,6 +79,7 @@ class EmbeddingsParser(RunReader):
                                                 "infinity_emb")
     #: TEI's own targets and LeapfrogAI's CreateEmbedding lines; InstructorEmbedding.
     sniffs = ((0.95, rf"{_SNIFF_TEI}|CreateEmbedding request"), (0.5, _SNIFF_LFAI))
+    frequent: ClassVar[str] = FREQUENT
     metrics: ClassVar[tuple[Family, ...]] = (
         Family("embeddings_queue_duration_seconds", "histogram", ("model",),
                "Time a text-embeddings-inference request waited in the queue (its span's queue_time).",
@@ -91,9 +92,8 @@ class EmbeddingsParser(RunReader):
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
-        self._pairs = Pairs()
-        self._seq = 0
-        self._offset = 0.0  # record time minus the LeapfrogAI line's own time (for ``tick``)
+        self._requests = Requests()
+        self._pairs = self._requests.pairs
         self._is_tei = False  # the stream is TEI's (it logs no embeddings count)
         self._starting = False  # a start-up was counted and the server has not been ready since
         self._routes = RouteLabels()
@@ -142,9 +142,19 @@ class EmbeddingsParser(RunReader):
         self._other(record, events)
         return events
 
+    def parse_run(self, run: Run) -> tuple[list[Event], int]:
+        """A run of frequent lines at once (``embeddings_batch.read_run``): what ``parse`` gives on each."""
+        got = read_run(run, self.model, self._requests)
+        if got is None:
+            return super().parse_run(run)
+        events, n, tei, started = got
+        self._is_tei = self._is_tei or tei
+        self._starting = self._starting and not started
+        return events, n
+
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose finish line never came are dropped after the time-out."""
-        if self._pairs.expire(now - self._offset):
+        if self._pairs.expire(now - self._requests.offset):
             return self._pairs.events()
         return ()
 
@@ -219,7 +229,7 @@ class EmbeddingsParser(RunReader):
             return
         t = own_time if own_time is not None else record.time
         if own_time is not None and record.time is not None:
-            self._offset = record.time - own_time
+            self._requests.offset = record.time - own_time
         if "CreateEmbedding request" in msg:
             self._request(msg, t, own_time is not None, events)
             if level not in ("ERROR", "CRITICAL"):
@@ -272,22 +282,18 @@ class EmbeddingsParser(RunReader):
 
     def _request(self, msg: str, t: float | None, timed: bool, events: list[Event]) -> None:
         if _START.search(msg):
-            self._seq += 1
             self._starting = False
-            self._pairs.start(str(self._seq), self.model, t if timed and t is not None else 0.0)
-            if t is not None:
-                self._pairs.expire(t)
+            self._requests.start(self.model, t if timed and t is not None else 0.0, t)
             events.extend(self._pairs.events())
             return
         done = _DONE.search(msg)
         if done is None:
             return
-        began = self._pairs.finish()
-        model = self.model if began is None else began[0]
+        model, took = self._requests.finish(self.model, t if timed else None)
         events.append(Event("llm_embeddings_total", (model,), int(done.group(1)), rule="lfai_done"))
         events.append(Event("llm_requests_total", (model, "ok"), 1, rule="lfai_done"))
-        if began is not None and timed and t is not None and t >= began[1] > 0:
-            events.append(Event("llm_request_duration_seconds", (model,), t - began[1], rule="lfai_done"))
+        if took is not None:
+            events.append(Event("llm_request_duration_seconds", (model,), took, rule="lfai_done"))
         events.extend(self._pairs.events())
 
     def _error(self, text: str, traceback: bool, t: float | None, events: list[Event]) -> None:

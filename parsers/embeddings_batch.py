@@ -1,4 +1,5 @@
-"""The text-embeddings parser's frequent lines, and what reads a run of them in C (``parse_run``).
+"""The text-embeddings parser's frequent lines, what reads a run of them in C (``read_run``, for
+``parse_run``), and LeapfrogAI's requests, which both paths start and finish (``Requests``).
 
 The framework finds runs of the lines that make up nearly all of a busy log (``FREQUENT``), each
 a record of one line:
@@ -21,17 +22,13 @@ from __future__ import annotations
 
 import calendar
 import re
-from typing import TYPE_CHECKING, ClassVar
 
 from logmetrics.events import Event
-from logmetrics.plugins import Parser
 from logmetrics.plugins.fastpath import Run
 from logmetrics.records.shapes import EXCEPTION_LINE
 
 from .embeddings_tei import UNITS
-
-if TYPE_CHECKING:
-    from .pairs import Pairs
+from .pairs import Pairs
 
 DURATION = "llm_request_duration_seconds"
 QUEUE = "embeddings_queue_duration_seconds"
@@ -62,119 +59,113 @@ _LFAI_ROW = re.compile(r"^[\w.]+: (\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d),(\d{3}) [^>
 FREQUENT = rf"{_TEI}|{_HEAD}(?:{_START}|{_DONE})|{_BAR}"
 
 
-class RunReader(Parser):
-    """``parse_run`` for the text-embeddings parser; the subclass keeps the state it reads."""
+class Requests:
+    """LeapfrogAI's requests, paired in the order of their lines (the backend logs no request id
+    and encodes one request at a time): what ``parse`` and ``read_run`` both start and finish."""
 
-    model: str
-    _pairs: Pairs
-    _seq: int
-    _offset: float
-    _is_tei: bool
-    _starting: bool
-    frequent: ClassVar[str] = FREQUENT
+    __slots__ = ("offset", "pairs", "seq")
 
-    def parse_run(self, run: Run) -> tuple[list[Event], int]:
-        """A run's events, and how many of its lines gave events: the same as ``parse`` on each."""
-        text, at, end = run.text, run.start, run.end
-        tei = text.find("{total_time=", at, end) >= 0
-        paired = text.find(" >>> ", at, end) >= 0  # never in a TEI line
-        if tei and paired:  # a LeapfrogAI line that quotes a TEI span: line by line
-            return super().parse_run(run)
-        events: list[Event] = []
-        ok: dict[str, int] = {}  # requests ended well, per model
-        embedded: dict[str, int] = {}
-        n = self._tei_run(text, at, end, ok, events) if tei else 0
-        if paired:
-            n += self._lfai_run(text, at, end, run.time, ok, embedded, events)
-        self._flush(ok, embedded, paired, events)
-        return events, n
+    def __init__(self) -> None:
+        self.pairs = Pairs()
+        self.seq = 0
+        self.offset = 0.0  # record time minus the LeapfrogAI line's own time (for ``tick``)
 
-    def _tei_run(self, text: str, at: int, end: int, ok: dict[str, int], events: list[Event]) -> int:
-        """TEI ``Success`` lines: a request each, its duration and phases; how many lines."""
-        rows = _TEI_ROW.findall(text, at, end)
-        self._is_tei = True
-        model = (self.model,)
-        ok[self.model] = ok.get(self.model, 0) + len(rows)
-        if rows:  # one event per histogram series, with all its observations
-            unit = UNITS
-            events += (Event(DURATION, model, tuple([float(r[0]) * unit[r[1]] for r in rows]), None, TEI_RULE),
-                       Event(QUEUE, model, tuple([float(r[4]) * unit[r[5]] for r in rows]), None, TEI_RULE),
-                       Event(INFERENCE, model, tuple([float(r[6]) * unit[r[7]] for r in rows]), None, TEI_RULE),
-                       Event(TOKENIZATION, model, tuple([float(r[2]) * unit[r[3]] for r in rows]), None, TEI_RULE))
-        return len(rows)
+    def start(self, model: str, at: float, now: float | None) -> None:
+        """A request of ``model`` began at ``at`` (0: unknown); those older than the time-out at
+        ``now`` are dropped. The running gauge is given out by the caller (``pairs.events``)."""
+        self.seq += 1
+        self.pairs.start(str(self.seq), model, at)
+        if now is not None:
+            self.pairs.expire(now)
 
-    def _lfai_run(self, text: str, at: int, end: int, now: float, ok: dict[str, int], embedded: dict[str, int],
-                  events: list[Event]) -> int:
-        """LeapfrogAI request lines (starts and finishes, in order); how many lines."""
-        rows = _LFAI_ROW.findall(text, at, end)
-        pairs = self._pairs
-        minutes: dict[str, int] = {}
-        if (len(rows) > 1 and not pairs.open and not pairs.timed_out and not len(rows) % 2
-                and not any(row[3] for row in rows[::2]) and all(row[3] for row in rows[1::2])):
-            # Pairs with nothing running before them: each starts and ends at once, as the pairing would.
-            model = self.model
-            pairs.models.add(model)
-            self._seq += len(rows) // 2
-            self._starting = False
-            made = 0
-            took: list[float] = []
-            for i in range(0, len(rows), 2):
-                began = self._time(rows[i], minutes)
-                ended = self._time(rows[i + 1], minutes)
-                made += int(rows[i + 1][3])
-                if ended >= began > 0:
-                    took.append(ended - began)
-            if took:
-                events.append(Event(DURATION, (model,), tuple(took), None, "lfai_done"))
-            ok[model] = ok.get(model, 0) + len(rows) // 2
-            embedded[model] = embedded.get(model, 0) + made
-            self._offset = now - ended
-            return len(rows)
-        for row in rows:
-            t = self._time(row, minutes)
-            if row[3]:
-                self._done(t, int(row[3]), ok, embedded, events)
-            else:
-                self._started(t)
-            self._offset = now - t
-        return len(rows)
+    def finish(self, model: str, at: float | None) -> tuple[str, float | None]:
+        """The oldest open request ended at ``at`` (None: unknown): its model (``model`` if none
+        was open) and how long it took, if known."""
+        began = self.pairs.finish()
+        if began is None:
+            return model, None
+        return began[0], (at - began[1] if at is not None and at >= began[1] > 0 else None)
 
-    # -- the frequent lines ------------------------------------------------------------------
 
-    @staticmethod
-    def _time(row: tuple[str, ...], minutes: dict[str, int]) -> float:
-        """A LeapfrogAI line's time (as ``leapfrog_line`` reads it), the minute's start computed once."""
-        minute = row[0]
-        base = minutes.get(minute)
-        if base is None:
-            base = minutes[minute] = calendar.timegm((int(minute[:4]), int(minute[5:7]), int(minute[8:10]),
-                                                      int(minute[11:13]), int(minute[14:16]), 0, 0, 0, 0))
-        return (base + int(row[1])) + int(row[2]) / 1000
+def read_run(run: Run, model: str, requests: Requests) -> tuple[list[Event], int, bool, bool] | None:
+    """A run's events, how many of its lines gave events (the same as ``parse`` on each), and
+    whether it held TEI lines and LeapfrogAI request starts; ``None`` for a run to read line by
+    line (a LeapfrogAI line that quotes a TEI span)."""
+    text, at, end = run.text, run.start, run.end
+    tei = text.find("{total_time=", at, end) >= 0
+    paired = text.find(" >>> ", at, end) >= 0  # never in a TEI line
+    if tei and paired:
+        return None
+    events: list[Event] = []
+    ok: dict[str, int] = {}  # requests ended well, per model
+    embedded: dict[str, int] = {}
+    n = _tei_run(text, at, end, model, ok, events) if tei else 0
+    started = False
+    if paired:
+        got, started = _lfai_run(text, at, end, run.time, model, requests, ok, embedded, events)
+        n += got
+    rule = "lfai_done" if embedded else TEI_RULE
+    events += [Event("llm_requests_total", (m, "ok"), k, None, rule) for m, k in ok.items()]
+    events += [Event("llm_embeddings_total", (m,), k, None, "lfai_done") for m, k in embedded.items()]
+    if paired:
+        events.extend(requests.pairs.events())
+    return events, n, tei, started
 
-    def _started(self, t: float) -> None:
-        """A request began at ``t`` (the running gauge is given out with the next flush)."""
-        self._seq += 1
-        self._starting = False
-        self._pairs.start(str(self._seq), self.model, t)
-        self._pairs.expire(t)
 
-    def _done(self, t: float, count: int, ok: dict[str, int], embedded: dict[str, int], events: list[Event]) -> None:
-        """A request ended at ``t`` having made ``count`` embeddings: the oldest open one."""
-        began = self._pairs.finish()
-        model = self.model if began is None else began[0]
-        embedded[model] = embedded.get(model, 0) + count
-        ok[model] = ok.get(model, 0) + 1
-        if began is not None and t >= began[1] > 0:
-            events.append(Event(DURATION, (model,), t - began[1], None, "lfai_done"))
+def _tei_run(text: str, at: int, end: int, model: str, ok: dict[str, int], events: list[Event]) -> int:
+    """TEI ``Success`` lines: a request each, its duration and phases; how many lines."""
+    rows = _TEI_ROW.findall(text, at, end)
+    ok[model] = ok.get(model, 0) + len(rows)
+    if rows:  # one event per histogram series, with all its observations
+        unit, labels = UNITS, (model,)
+        events += (Event(DURATION, labels, tuple([float(r[0]) * unit[r[1]] for r in rows]), None, TEI_RULE),
+                   Event(QUEUE, labels, tuple([float(r[4]) * unit[r[5]] for r in rows]), None, TEI_RULE),
+                   Event(INFERENCE, labels, tuple([float(r[6]) * unit[r[7]] for r in rows]), None, TEI_RULE),
+                   Event(TOKENIZATION, labels, tuple([float(r[2]) * unit[r[3]] for r in rows]), None, TEI_RULE))
+    return len(rows)
 
-    def _flush(self, ok: dict[str, int], embedded: dict[str, int], paired: bool, events: list[Event]) -> None:
-        """The counters added up since the last flush, and the running gauge if requests started or ended."""
-        rule = "lfai_done" if embedded else "tei_success"
-        for model, n in ok.items():
-            events.append(Event("llm_requests_total", (model, "ok"), n, None, rule))
-        for model, n in embedded.items():
-            events.append(Event("llm_embeddings_total", (model,), n, None, "lfai_done"))
-        ok.clear()
-        embedded.clear()
-        if paired:
-            events.extend(self._pairs.events())
+
+def _lfai_run(text: str, at: int, end: int, now: float, model: str, requests: Requests, ok: dict[str, int],
+              embedded: dict[str, int], events: list[Event]) -> tuple[int, bool]:
+    """LeapfrogAI request lines (starts and finishes, in order): how many lines, and whether a
+    request started."""
+    rows = _LFAI_ROW.findall(text, at, end)
+    pairs = requests.pairs
+    minutes: dict[str, int] = {}
+    if (len(rows) > 1 and not pairs.open and not pairs.timed_out and not len(rows) % 2
+            and not any(row[3] for row in rows[::2]) and all(row[3] for row in rows[1::2])):
+        # Pairs with nothing running before them: each starts and ends at once, as the pairing would.
+        pairs.models.add(model)
+        requests.seq += len(rows) // 2
+        took = [ended - began for i in range(0, len(rows), 2)
+                if (ended := _time(rows[i + 1], minutes)) >= (began := _time(rows[i], minutes)) > 0]
+        if took:
+            events.append(Event(DURATION, (model,), tuple(took), None, "lfai_done"))
+        ok[model] = ok.get(model, 0) + len(rows) // 2
+        embedded[model] = embedded.get(model, 0) + sum(int(row[3]) for row in rows[1::2])
+        requests.offset = now - _time(rows[-1], minutes)
+        return len(rows), True
+    started = False
+    for row in rows:
+        t = _time(row, minutes)
+        if row[3]:
+            owner, took_s = requests.finish(model, t)
+            embedded[owner] = embedded.get(owner, 0) + int(row[3])
+            ok[owner] = ok.get(owner, 0) + 1
+            if took_s is not None:
+                events.append(Event(DURATION, (owner,), took_s, None, "lfai_done"))
+        else:
+            requests.start(model, t, t)
+            started = True
+        requests.offset = now - t
+    return len(rows), started
+
+
+def _time(row: tuple[str, ...], minutes: dict[str, int]) -> float:
+    """A LeapfrogAI line's time (as ``leapfrog_line`` reads it), the minute's start computed once."""
+    minute = row[0]
+    base = minutes.get(minute)
+    if base is None:
+        base = minutes[minute] = calendar.timegm((int(minute[:4]), int(minute[5:7]), int(minute[8:10]),
+                                                  int(minute[11:13]), int(minute[14:16]), 0, 0, 0, 0))
+    return (base + int(row[1])) + int(row[2]) / 1000
