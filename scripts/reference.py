@@ -4,8 +4,8 @@
     python scripts/reference.py           # rewrite the text between the guide's reference markers
     python scripts/reference.py --check   # exit 1 if the committed text differs
 
-The reference comes from logmetrics/store/catalog.py (names, types, labels, help), the hints of
-logmetrics/store/reference.py (how to read each family) and rules/*.yml (what records or alerts on it).
+The reference comes from logmetrics/store/catalog.toml (each family's name, type, labels and help,
+and how to read it) and rules/*.yml (what records or alerts on it).
 Needs PyYAML (in the test extras).
 """
 
