@@ -4,7 +4,6 @@ reads the ``--config`` file again."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -31,14 +30,9 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
     tune_allocator()
     raise_open_file_limit()
     if opts.listen is None:
-        try:
-            runner, failed = shards.run(opts, entries, opts.workers,
-                                        Progress(sys.stderr) if sys.stderr.isatty() else None)
-        except KeyboardInterrupt:  # SIGINT or SIGTERM before the end: nothing printed, and no success
-            print("logmetrics: interrupted before the end of the inputs: nothing printed", file=sys.stderr, flush=True)
-            # Out at once: a thread may be blocked reading stdin, whose lock the interpreter's own
-            # exit would wait for (and abort on); there is nothing to save.
-            os._exit(130)
+        # (SIGINT or SIGTERM before the end of the inputs: nothing printed, and the command line's
+        # own handling of an interrupted command, exit code 130)
+        runner, failed = shards.run(opts, entries, opts.workers, Progress(sys.stderr) if sys.stderr.isatty() else None)
         try:
             sys.stdout.buffer.write(text(runner.registry))
             sys.stdout.flush()
