@@ -274,10 +274,10 @@ def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: Sour
     takes, and the groups of all of them merged in log time (by step, then file, then file order);
     each file's clock is appended to ``clocks``. Raises UserError if there is none."""
     clocks = [] if clocks is None else clocks
-    every = discover(paths, lambda exc: log.warning("%s", exc))
-    found = [f for f in every if not chosen or chosen.wanted(f)]
+    found = discover(paths, lambda exc: log.warning("%s", exc), chosen.wanted if chosen else None)
     if not found:
-        left_out = " (the include and exclude globs leave out every one)" if every else ""
+        globbed = chosen and discover(paths, log.debug)
+        left_out = " (the include and exclude globs leave out every one)" if globbed else ""
         raise UserError(f"no log file found in {', '.join(paths)}{left_out}")
     files: list[str] = []
     seen: set[tuple[int, int]] = set()
