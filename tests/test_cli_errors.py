@@ -292,3 +292,44 @@ def test_a_state_file_that_is_no_file_of_its_own_is_refused_untouched(tmp_path: 
     assert ("not a regular file" if kind in ("fifo", "device") else "lies among the followed files") in line
     assert (logs / "api.log").read_text() == ACCESS.format(port=1) + "\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["report", "check", "backfill"])
+def test_a_fifo_among_the_logs_is_left_out_unopened(tmp_path: Path, command: str) -> None:
+    """A FIFO in a directory of logs is no log: report, check and backfill read the logs beside it
+    and never open it (opening it would block until a writer came)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "vllm.log").write_text("\n".join([STATS, ACCESS.format(port=50000)]) + "\n")
+    os.mkfifo(logs / "pipe.log")
+    extra = ["--out", str(tmp_path / "blocks")] if command == "backfill" else []
+    proc = run(command, str(logs), *extra, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "pipe.log" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("command", ["report", "check", "backfill"])
+def test_a_device_named_is_refused_without_reading_it(tmp_path: Path, command: str) -> None:
+    """/dev/zero named on the command line is refused at once (reading it would never end): the
+    reason, then one error line, exit code 2."""
+    extra = ["--out", str(tmp_path / "blocks")] if command == "backfill" else []
+    proc = run(command, "/dev/zero", *extra, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "/dev/zero: not a regular file (a FIFO, a device or a socket)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("logmetrics: error: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_backfill_out_below_a_file_is_one_error_line(vllm_log: Path, tmp_path: Path) -> None:
+    """--out naming a directory that cannot be made (below a regular file) is one error line."""
+    (tmp_path / "afile").write_text("")
+    line = one_error_line(run("backfill", str(vllm_log), "--out", str(tmp_path / "afile" / "sub")))
+    assert line == f"logmetrics: error: --out {tmp_path / 'afile' / 'sub'}: cannot make the directory: Not a directory"
+
+
+def test_oneshot_with_globs_that_leave_out_every_file_says_so(vllm_log: Path) -> None:
+    """watch --oneshot whose --include leaves out every file is an error, as in report and backfill,
+    not an empty exposition with exit code 0."""
+    line = one_error_line(run("watch", "--oneshot", str(vllm_log.parent), "--include", "nomatch*"))
+    assert line == (f"logmetrics: error: no log file found in {vllm_log.parent} "
+                    "(the include and exclude globs leave out every one)")

@@ -217,9 +217,14 @@ class _Checker:
         value = item.get(key, [])
         if isinstance(value, str):
             value = [value]
-        if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
+        if not isinstance(value, list):
             raise self.fail(f"{where}{key} must be a list of globs (such as [\"*.log\"]), not {_kind(value)}",
                             "input", i, key)
+        for n, pattern in enumerate(value, 1):
+            if not isinstance(pattern, str) or not pattern:
+                what = "an empty string" if pattern == "" else _kind(pattern)
+                raise self.fail(f"{where}{key}: glob #{n} must be a non-empty string (such as \"*.log\"), not {what}",
+                                "input", i, key)
         return tuple(str(g) for g in value)
 
     def process(self, i: int, item: object) -> tuple[str, str]:

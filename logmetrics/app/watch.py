@@ -16,6 +16,7 @@ from logmetrics.app.runner import Runner, tune_allocator
 from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.descriptors import raise_open_file_limit
+from logmetrics.sources.discovery import left_out
 from logmetrics.store.exposition import host_port, text
 
 
@@ -32,6 +33,10 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
     if opts.listen is None:
         # (SIGINT or SIGTERM before the end of the inputs: nothing printed, and the command line's
         # own handling of an interrupted command, exit code 130)
+        chosen = opts.file_filter()
+        why = left_out(opts.paths, chosen.wanted) if chosen else ""
+        if why:  # as backfill and report say it: printing nothing would look like an empty log
+            raise UserError(f"no log file found in {', '.join(opts.paths)}{why}")
         runner, failed = shards.run(opts, entries, opts.workers, Progress(sys.stderr) if sys.stderr.isatty() else None)
         try:
             sys.stdout.buffer.write(text(runner.registry))

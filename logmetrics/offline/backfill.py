@@ -34,7 +34,7 @@ from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock, anchor_of
 from logmetrics.sources.chunks import Chunk, SourceStats
-from logmetrics.sources.discovery import discover
+from logmetrics.sources.discovery import discover, left_out
 from logmetrics.sources.filefilter import FileFilter
 from logmetrics.store.store import Store
 
@@ -197,7 +197,10 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     stats = SourceStats()
     chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
     files, merged = log_groups(opts.paths, opts.step, opts.tz, stats, chosen=chosen)
-    os.makedirs(opts.out, exist_ok=True)
+    try:
+        os.makedirs(opts.out, exist_ok=True)
+    except OSError as exc:  # a file where a directory must be, no permission, a full disk
+        raise UserError(f"--out {opts.out}: cannot make the directory: {exc.strerror or exc}") from None
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
@@ -276,9 +279,8 @@ def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: Sour
     clocks = [] if clocks is None else clocks
     found = discover(paths, lambda exc: log.warning("%s", exc), chosen.wanted if chosen else None)
     if not found:
-        globbed = chosen and discover(paths, log.debug)
-        left_out = " (the include and exclude globs leave out every one)" if globbed else ""
-        raise UserError(f"no log file found in {', '.join(paths)}{left_out}")
+        why = left_out(paths, chosen.wanted) if chosen else ""
+        raise UserError(f"no log file found in {', '.join(paths)}{why}")
     files: list[str] = []
     seen: set[tuple[int, int]] = set()
     streams: list[Iterator[Group]] = []

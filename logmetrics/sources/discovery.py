@@ -34,7 +34,8 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
 
     Compressed and temporary rotations found in directories and globs are left out, and so are the
     files of a Docker container directory that are not its logs (``config.v2.json``, ``hostname``,
-    ...), files that are no log by their first bytes, and those ``wanted`` refuses (the inputs'
+    ...), files that are no log by their first bytes, FIFOs, devices and sockets (one named is
+    left out with ``onerror``), and those ``wanted`` refuses (the inputs'
     include and exclude globs); a file named explicitly is always kept. Symlinked subdirectories are followed, each
     directory walked once (a symlink loop ends there; real paths are walked before symlinked ones).
     """
@@ -50,11 +51,31 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
         for path in glob.glob(arg, recursive=True) if is_glob(arg) else [arg]:
             if os.path.isdir(path):
                 _walk(path, seen, found, onerror)
+            elif _special(path):  # reading one would block (a FIFO) or never end (/dev/zero)
+                if path == arg:
+                    onerror(OSError(f"{path}: not a regular file (a FIFO, a device or a socket); left out"))
             elif path == arg or _a_log(path):
                 found.add(path)
     if wanted is not None:  # the inputs' include and exclude globs; a file named is always read
         found = {path for path in found if path in named or wanted(path)}
     return sorted(found)
+
+
+def left_out(paths: Sequence[str], wanted: Callable[[str], bool]) -> str:
+    """Why ``paths`` give no file once ``wanted`` chose: `` (the include and exclude globs leave
+    out every one)`` if they name files now and it refuses every one, else ``""``."""
+    found = discover(paths, log.debug)
+    taken = any(path in paths or wanted(path) for path in found)  # (a file named is always taken)
+    return " (the include and exclude globs leave out every one)" if found and not taken else ""
+
+
+def _special(path: str) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # missing or unreadable: the caller says so
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _linked_dirs(top: str) -> bool:
@@ -153,15 +174,15 @@ def _walk(top: str, seen: set[Ident], found: set[str], onerror: Callable[[OSErro
                 if entry.is_symlink():
                     if entry.is_dir():
                         linked.append(entry.path)
-                    elif _a_log(entry.path):
+                    elif entry.is_file() and _a_log(entry.path):
                         found.add(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
                     key = (dev, entry.inode())
                     if key not in seen:
                         seen.add(key)
                         todo.append((entry.path, dev))
-                elif _a_log(entry.path, entry.inode()):
-                    found.add(entry.path)
+                elif entry.is_file(follow_symlinks=False) and _a_log(entry.path, entry.inode()):
+                    found.add(entry.path)  # (a FIFO, a device or a socket is no log file: never opened)
             except OSError:
                 continue  # gone meanwhile
 
