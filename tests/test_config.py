@@ -87,7 +87,8 @@ ERRORS = [
     ('listen = ":9877"\nstate_file = \n', 2, "not valid TOML"),
     ('a = [1,\n2,\n', 2, "not valid TOML"),  # at its end: its last line
     ('[[input]\npath = "a"\n', 1, "not valid TOML"),
-    ('[[input]]\npath = "a"\ninclude = [1]\n', 3, "include: glob #1 must be a non-empty string (such as \"*.log\"), not an integer"),
+    ('[[input]]\npath = "a"\ninclude = [1]\n', 3,
+     "include: glob #1 must be a non-empty string (such as \"*.log\"), not an integer"),
     ('[[input]]\npath = "a"\nexclude = ["b", ""]\n', 3, "exclude: glob #2 must be a non-empty string"),
     ('[[input]]\npath = "a"\ninclude = 1\n', 3, "include must be a list of globs"),
 ]

@@ -1013,6 +1013,47 @@ def test_a_copy_taken_before_anything_of_its_file_was_read_counts_under_the_stre
     _all_under(got, log, [0, 1, 2, 3, 100])
 
 
+def test_a_copy_taken_before_anything_of_its_file_was_read_is_not_read_twice(tmp_path: Path, tail: Tail) -> None:
+    """x.log followed while empty, written and copied (``cp``, no truncation) before the next look:
+    the lines are read once, from x.log; the copy that stays is not read (it was read twice before)."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True, copy_wait=0.0)
+    got = drain(t)
+    append(log, lines(0, 4))
+    shutil.copyfile(log, tmp_path / "x.log.1")
+    got += drain(t)
+    got += drain(t)  # after the wait: kept, not read
+    assert data(got, log) == lines(0, 4)
+    assert data(got, tmp_path / "x.log.1") == b""
+
+
+def test_a_kept_copy_written_over_by_the_next_cp_is_not_read_again(tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, a copy kept beside x.log, is written over by the next ``cp x.log x.log.1`` (the same
+    inode, longer now): it is a copy again, and what it gained are x.log's lines, read there once."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    t = tail(tmp_path, copy_wait=0.0)
+    t.poll()
+    log.write_bytes(lines(0, 40))
+    got = drain(t)
+    shutil.copyfile(log, bak)
+    got += drain(t)
+    got += drain(t)  # kept
+    ino = bak.stat().st_ino
+    append(log, lines(40, 50))
+    got += drain(t)
+    shutil.copyfile(log, bak)
+    assert bak.stat().st_ino == ino
+    got += drain(t)
+    got += drain(t)
+    assert data(got, log) == lines(0, 50)
+    assert data(got, bak) == b""
+    append(bak, lines(100, 105))  # written to later: that much is new
+    got += drain(t)
+    got += drain(t)
+    assert data(got) == lines(0, 50) + lines(100, 105)
+
+
 @pytest.mark.parametrize("from_beginning", [True, False])
 def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
         tmp_path: Path, tail: Tail, from_beginning: bool) -> None:

@@ -9,8 +9,10 @@ read), and is read as a new file, from its start, once it differs from its origi
 that stays the same as its original's start for ``COPY_WAIT`` seconds with no truncation is
 *kept*: a copy that stays (logrotate's ``copy``, a ``cp`` by hand), whose lines were counted
 through its original; it is remembered as a retired file read to its end, and only what is
-written to it later is read. A drained copy written over by the next round's ``cp`` is
-forgotten and placed again as a new copy.
+written to it later is read, unless it is the next round's ``cp`` over it: a kept copy that grew
+and still starts and ends like its original is held as a copy again. A drained copy written over
+by the next round's ``cp`` is forgotten and placed again as a new copy. An original read nothing
+of yet is compared by its bytes now (a copy may be taken before its first read).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Known:
     #: bytes it holds that were never read: a file let go whose directory moved away, or the copy a
     #: truncated file's unread bytes are in (counted lost if it goes before it is read)
     unread: int = 0
+    kept: bool = False  # a copy that stayed (``KEPT``): written over by the next ``cp``, it is held again
 
 
 @dataclass(slots=True)
@@ -98,6 +101,17 @@ def nearest_first(path: str, streams: list[_T], stream: Callable[[_T], str]) -> 
     directories (``0.log`` of every container), and logrotate keeps a copy beside its original."""
     here = os.path.dirname(path)
     return sorted(streams, key=lambda s: os.path.dirname(stream(s)) != here)
+
+
+def head_now(f: TailFile) -> bytes:
+    """``f``'s head; for a file read nothing of yet, its first bytes now (a copy of them may be
+    made before they are read)."""
+    if f.head or f.fd < 0:
+        return f.head
+    try:
+        return read_head(f.fd)
+    except OSError:
+        return b""
 
 
 def starts_like(head: bytes, original: bytes) -> bool:
@@ -182,7 +196,7 @@ def _looks_like(path: str, known: Known, original: TailFile, tail: Callable[[int
         return None
     try:
         head = read_head(fd)
-        if not starts_like(head, original.head):
+        if not starts_like(head, head_now(original)):
             return False
         known.head = head
         return tail(fd)

@@ -23,6 +23,7 @@ from logmetrics.sources.copies import (
     Known,
     copy_name,
     copy_state,
+    head_now,
     is_copy,
     nearest_first,
     originals,
@@ -169,7 +170,7 @@ class Placement:
                 if state == HELD:
                     return  # still a copy of what was (or is being) read from its original
                 if state == KEPT:  # a copy that stays: counted through its original; read on if written to
-                    known.offset, known.mtime_ns = size, st.st_mtime_ns
+                    known.offset, known.mtime_ns, known.kept = size, st.st_mtime_ns, True
                     return
                 del followed.copies.known[ident]  # not a copy of that file after all
                 # Its original went away: a new file. Or its content parted from that file's (a copy
@@ -193,6 +194,14 @@ class Placement:
             del followed.copies.known[ident]
             if known.offset is not None and not other_birth(fd, known.birth) \
                     and same_file(fd, size, head, known.head, known.offset, known.fp):
+                if known.kept and size > known.offset and self._copy_of(fd, head, size, known.stream):
+                    # a copy that stayed, written over by the next `cp` of its original: a copy
+                    # again, whose lines are its original's, not lines written to it
+                    now = time.monotonic()
+                    followed.copies.known[ident] = Known(known.stream, head, None, since=now, size=size, seen=now,
+                                                         birth=known.birth)
+                    followed.fds.close(fd)
+                    return
                 if size > known.offset:
                     followed.follow(fd, ident, head, path, known.stream, known.offset, size, pending=known.pending)
                 else:  # the same, only touched (or first looked at since it was retired parked)
@@ -220,7 +229,7 @@ class Placement:
                         continue
                 elif f.stream in followed.rotated:
                     continue  # the stream's file found new in this look: nothing copied it yet
-                if starts_like(head, f.head) and same_tail(fd, f, size):
+                if starts_like(head, head_now(f)) and same_tail(fd, f, size):
                     # a copy made before the truncation (or still being written): held back until the
                     # truncation comes, or read as a new file once it proves to be one
                     now = time.monotonic()  # (seen now: once claimed by a cut, it is kept while it is listed)
@@ -332,6 +341,11 @@ class Placement:
         else:
             at = 0
         return Position(path, path, ident[0], ident[1], b"", at)
+
+    def _copy_of(self, fd: int, head: bytes, size: int, stream: str) -> bool:
+        """Whether the open file ``fd`` starts like ``stream``'s current file and ends like it at ``size``."""
+        f = self.followed.current(stream)
+        return f is not None and f.fd >= 0 and starts_like(head, head_now(f)) and same_tail(fd, f, size)
 
     def _copied_unread(self, path: str, proven_new: bool) -> str | None:
         """The stream that a new file at ``path`` is a copy of, taken (copytruncate) before anything of
