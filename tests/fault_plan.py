@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 #   rename        mv x.log x.log-<n> (dateext), the writer reopens x.log
 #   shift         logrotate's numbered shift: rm x.log.3, .2 -> .3, .1 -> .2, x.log -> x.log.1
 #   copytruncate  cp x.log x.log-<n>; truncate x.log (the writer holds its lines meanwhile)
+#   copy          cp x.log x.log.1 (over the copy there, if any), x.log left as it is
+#   cpover        cp x.log x.log.1 (over the copy there, if any); truncate x.log
 #   delete        rm x.log, the writer creates it again
 #   symlink       the file is a symlink into a directory not watched; point it at a new file
 #   fdlimit       lower logmetrics' RLIMIT_NOFILE to its open descriptors + (arg) until the end
 #   sigkill       SIGKILL, down for (arg) seconds while the writer goes on, start again
 #   sigterm       SIGTERM, the same
-KINDS = ("rename", "shift", "copytruncate", "delete", "symlink", "fdlimit", "sigkill", "sigterm")
+KINDS = ("rename", "shift", "copytruncate", "copy", "cpover", "delete", "symlink", "fdlimit", "sigkill", "sigterm")
 KILLS = frozenset({"sigkill", "sigterm"})
 
 # Fault kinds that trials still find inexact, with what goes wrong; the normal test command runs the

@@ -253,6 +253,11 @@ class Trial:
             elif fault.kind == "copytruncate":
                 shutil.copyfile(path, f"{path}-{self.serial}")
                 os.truncate(path, 0)
+            elif fault.kind == "copy":  # logrotate's copy, or a cp by hand: x.log goes on as it is
+                shutil.copyfile(path, f"{path}.1")
+            elif fault.kind == "cpover":  # copytruncate into the same copy, round after round
+                shutil.copyfile(path, f"{path}.1")
+                os.truncate(path, 0)
             elif fault.kind == "delete":
                 path.unlink()
             elif fault.kind == "symlink":

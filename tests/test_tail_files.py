@@ -1054,6 +1054,71 @@ def test_a_kept_copy_written_over_by_the_next_cp_is_not_read_again(tmp_path: Pat
     assert data(got) == lines(0, 50) + lines(100, 105)
 
 
+def test_a_copytruncate_whose_file_starts_again_with_the_same_lines_is_seen(tmp_path: Path, tail: Tail) -> None:
+    """x.log read a little, then written, copied and cut, and written again from the same lines it
+    began with (a banner) past where it had been read: the cut cannot show in x.log itself, but its
+    copy, longer than x.log is now, proves it: the copy is read from the cut, x.log from its start."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True)
+    got = drain(t)
+    append(log, lines(0, 10))
+    got += drain(t)
+    append(log, lines(10, 500))
+    shutil.copyfile(log, tmp_path / "x.log.1")
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    append(log, lines(0, 10) + lines(1000, 1010))
+    got += drain(t)
+    got += drain(t)
+    _all_under(got, log, [*range(10), *range(500), *range(1000, 1010)])
+    assert t.stats.truncations[str(log)] == 1
+
+
+def test_a_copy_there_at_start_written_over_by_the_next_cp_is_not_read(tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, an old copy there at start (followed as a file of its own, from its end), is written
+    over by the next ``cp x.log x.log.1``: it grew into x.log's copy, and what it gained are x.log's
+    lines, read there once; lines written to it later still count."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(lines(0, 40))
+    shutil.copyfile(log, bak)
+    t = tail(tmp_path, copy_wait=0.0)
+    got = drain(t)
+    append(log, lines(40, 50))
+    got += drain(t)
+    shutil.copyfile(log, bak)
+    got += drain(t)
+    got += drain(t)
+    assert data(got) == lines(40, 50)
+    append(bak, lines(100, 105))
+    got += drain(t)
+    assert data(got) == lines(40, 50) + lines(100, 105)
+
+
+def test_a_copy_saved_as_a_stream_and_written_over_while_down_is_not_read(tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, a copy there at start, is saved as a stream of its own; while logmetrics is down,
+    x.log is written to and copied over x.log.1 again: after the restart what x.log.1 gained is not
+    read (it is x.log's, read there), and lines written to it later are."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(lines(0, 40))
+    shutil.copyfile(log, bak)
+    first = tail(tmp_path, copy_wait=0.0)
+    drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    time.sleep(0.01)
+    append(log, lines(40, 50))
+    shutil.copyfile(log, bak)
+    second = tail(tmp_path, copy_wait=0.0)
+    second.resume(positions, saved_at)
+    got = drain(second)
+    got += drain(second)
+    assert data(got) == lines(40, 50)
+    append(bak, lines(100, 105))
+    got += drain(second)
+    assert data(got) == lines(40, 50) + lines(100, 105)
+
+
 @pytest.mark.parametrize("from_beginning", [True, False])
 def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
         tmp_path: Path, tail: Tail, from_beginning: bool) -> None:

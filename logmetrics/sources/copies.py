@@ -17,6 +17,7 @@ of yet is compared by its bytes now (a copy may be taken before its first read).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -87,13 +88,14 @@ def copy_name(path: str, original: str) -> bool:
     return _DATE_BEFORE_EXT.fullmatch(name[len(stem) : len(name) - len(ext)]) is not None
 
 
-def originals(path: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # asked for the followed files that grow, poll after poll
+def originals(path: str) -> tuple[str, ...]:
     """The paths in ``path``'s directory that it is named like a rotated copy of (``copy_name``)."""
     here, name = os.path.split(path)
     stem, ext = os.path.splitext(name)
     cuts = [i for i, ch in enumerate(name) if ch in ".-_" and i]
     out = [name[:i] for i in cuts] + [stem[:i] + ext for i in cuts if i < len(stem)]
-    return [os.path.join(here, o) for o in dict.fromkeys(out) if copy_name(path, os.path.join(here, o))]
+    return tuple(os.path.join(here, o) for o in dict.fromkeys(out) if copy_name(path, os.path.join(here, o)))
 
 
 def nearest_first(path: str, streams: list[_T], stream: Callable[[_T], str]) -> list[_T]:
@@ -119,7 +121,7 @@ def starts_like(head: bytes, original: bytes) -> bool:
     return is_copy(head, original) or original.startswith(head)
 
 
-def _tails_equal(fd: int, other: int, size: int) -> bool:
+def tails_equal(fd: int, other: int, size: int) -> bool:
     """Whether the last bytes of the first ``size`` of ``fd`` are those of ``other`` there."""
     start = max(0, size - TAIL_CHECK)
     theirs = os.pread(other, size - start, start)
@@ -133,7 +135,7 @@ def same_tail_at(fd: int, path: str, size: int) -> bool:
     except OSError:
         return False
     try:
-        return _tails_equal(fd, other, size)
+        return tails_equal(fd, other, size)
     except OSError:
         return False
     finally:
@@ -144,7 +146,7 @@ def same_tail(fd: int, original: TailFile, size: int) -> bool:
     """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
     if original.fd < 0 or size <= 0:
         return True  # nothing to compare (now)
-    if _tails_equal(fd, original.fd, size):
+    if tails_equal(fd, original.fd, size):
         return True
     # Different, or the original was cut (and maybe written again) since its size was taken: then
     # it is a copy that the coming truncation will show, not a new file.
@@ -183,7 +185,7 @@ def _same_content(path: str, known: Known, original: TailFile, size: int) -> boo
 def _still_same(path: str, known: Known, original: TailFile, size: int) -> bool | None:
     """At the end of the wait: whether the file at ``path`` still starts like ``original`` and ends
     like it at ``size``, compared by path where the original is closed (parked)."""
-    return _looks_like(path, known, original, lambda fd: _tails_equal(fd, original.fd, size) if original.fd >= 0
+    return _looks_like(path, known, original, lambda fd: tails_equal(fd, original.fd, size) if original.fd >= 0
                        else same_tail_at(fd, original.path, size))
 
 

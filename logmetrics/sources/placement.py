@@ -29,6 +29,7 @@ from logmetrics.sources.copies import (
     originals,
     same_tail,
     starts_like,
+    tails_equal,
 )
 from logmetrics.sources.followed import Followed, drain, ident_at
 from logmetrics.sources.identity import birth, other_birth, other_birth_at, same_file
@@ -69,7 +70,7 @@ class Placement:
         unread = max(0, max(f.size, held) - f.handed_out())  # known there at the last look, not handed out yet
         try:
             if not f.truncated():
-                return False
+                return f.size > f.offset and self._grew_a_copy(f, cuts)
             mine = followed.active.get(f.stream) == f.ident
             if not mine and (not f.own or (f.moved and self._copied_over(f, cuts))):
                 # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
@@ -80,6 +81,9 @@ class Placement:
                 # its copy holds what was not read.)
                 followed.fds.release(f)
                 del followed.files[f.ident]
+                return True
+            if mine and self._copy_written_over(f):
+                self._let_copy_go(f)
                 return True
             pending = f.cutter.reset()
             cut = Cut(f.stream, f.head, f.offset, pending, time.monotonic(), unread)
@@ -110,6 +114,40 @@ class Placement:
         heads = [c.head for c in cuts if c.stream == f.stream] + ([current.head] if current is not None else [])
         head = read_head(f.fd) if any(heads) else b""
         return bool(head) and any(h and starts_like(head, h) for h in heads)
+
+    def _copy_written_over(self, f: TailFile) -> bool:
+        """Whether ``f``, cut, is named like the copy of another stream's file and now starts like it."""
+        originals = self._originals_of(f)
+        head = read_head(f.fd) if originals else b""
+        return bool(head) and any(starts_like(head, head_now(g)) for g in originals)
+
+    def _grew_a_copy(self, f: TailFile, cuts: list[Cut]) -> bool:
+        """Whether ``f``, its stream's own file, grew into a copy of another stream's file: named like
+        its copy, starting like it and ending like it at the same place, or starting like it was
+        before a cut found in this look, what it gained is that file's (`cp x.log x.log.1` over an
+        x.log.1 there at start, or saved as a stream of its own; then x.log cut, for copytruncate).
+        If so it is let go, for the copy evidence to place it as a copy."""
+        if not f.own or self.followed.active.get(f.stream) != f.ident:
+            return False
+        originals = self._originals_of(f)
+        head = read_head(f.fd) if originals else b""
+        streams = {g.stream for g in originals}
+        if not head or not (any(starts_like(head, head_now(g)) and same_tail(f.fd, g, f.size) for g in originals)
+                            or any(c.stream in streams and is_copy(head, c.head) for c in cuts)):
+            return False
+        self._let_copy_go(f)
+        return True
+
+    def _originals_of(self, f: TailFile) -> list[TailFile]:
+        """The followed files, their streams' own and open, that ``f``'s path is named like a copy of."""
+        return [g for g in self._named_originals(f.path) if g is not f and g.own and g.fd >= 0 and not g.draining]
+
+    def _let_copy_go(self, f: TailFile) -> None:
+        """Let go of ``f``, followed as a stream of its own and found to be another's copy: the
+        listing that follows places it by the copy evidence (a copy held back or kept, not read)."""
+        self.followed.fds.release(f)
+        self.followed.let_go(f)
+        self.followed.vanish_if_last(f.stream)
 
     def reopen_real(self, f: TailFile) -> bool:
         """Reopen a parked file that no listed path leads to by its real path, to drain it; True if it
@@ -211,6 +249,7 @@ class Placement:
                 return
             # else another file under its inode (deleted, and the inode reused), or written over: new
         if not followed.first and not proven_new and ident not in followed.start_at_end:
+            self._cut_unseen(path, fd, head, size, cuts)
             for cut in nearest_first(path, cuts[::-1], _stream):  # logrotate's copy of a file just
                 # truncated: it holds what we had not read yet. The newest cut first: a new file at the
                 # copy's name is the copy of the stream's last truncation
@@ -341,6 +380,29 @@ class Placement:
         else:
             at = 0
         return Position(path, path, ident[0], ident[1], b"", at)
+
+    def _cut_unseen(self, path: str, fd: int, head: bytes, size: int, cuts: list[Cut]) -> None:
+        """Note the cut of a followed file that the new file ``fd`` at ``path`` proves: named as its
+        copy, holding what was read of it (its head, and its last bytes read at the same place) and
+        more bytes than it holds now, which shrank since its last look or are not the copy's start.
+        This file was cut after the copy was taken, and written again with the bytes it began with
+        (a banner), or cut between its own look and the listing, so the cut did not show."""
+        for f in self._named_originals(path):
+            last = f.last
+            if not (f.own and f.fd >= 0 and not f.draining and last and f.head and size >= f.offset
+                    and is_copy(head, f.head) and ident_at(f.stream) == f.ident):
+                continue
+            try:
+                now = os.fstat(f.fd).st_size
+                if now >= size or os.pread(fd, len(last), f.offset - len(last)) != last:
+                    continue
+                if now >= f.size and tails_equal(fd, f.fd, now):
+                    continue  # not shrunk since its last look, and the copy's start: a copy that grew past it
+            except OSError:
+                continue
+            f.replaced = True  # the next look at it reports the cut: now
+            self.check_cut(f, cuts)
+            return
 
     def _copy_of(self, fd: int, head: bytes, size: int, stream: str) -> bool:
         """Whether the open file ``fd`` starts like ``stream``'s current file and ends like it at ``size``."""

@@ -76,6 +76,11 @@ class Resumed:
         fd, size, head = opened
         if saved is not None:
             if not other_birth(fd, saved.birth) and same_file(fd, size, head, saved.head, saved.offset, saved.fp):
+                if size > saved.offset and saved.stream == path and self._copy_of_saved(fd, head, path, size):
+                    # followed as a stream of its own (there at start, named like a copy), then written
+                    # over by `cp` of its original while we were down: what it gained is the original's
+                    self._keep_copy(fd, ident, head, path)
+                    return True
                 self.follow(fd, ident, head, path, saved.stream, saved.offset, size)
                 return True
             if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
@@ -97,9 +102,7 @@ class Resumed:
                 if size >= pos.offset and same_tail_at(fd, pos.stream, size):
                     # a copy kept beside a saved file found whole (logrotate's copy, a cp): its lines
                     # are that file's, read up to the saved position or to be read on from it
-                    followed.copies.known[ident] = Known(pos.stream, head, size, mtime_ns=os.fstat(fd).st_mtime_ns,
-                                                         seen=time.monotonic(), birth=birth(fd))
-                    followed.fds.close(fd)
+                    self._keep_copy(fd, ident, head, pos.stream)
                     return True
         at_path = {p.stream: (p.dev, p.ino) for p in followed.resume.saved.values() if p.path == p.stream}
         if path in at_path:  # the successor of a rotated file
@@ -117,6 +120,21 @@ class Resumed:
                 return True
         followed.follow(fd, ident, head, path, path, 0, size, active=True)
         return True
+
+    def _copy_of_saved(self, fd: int, head: bytes, path: str, size: int) -> bool:
+        """Whether the file ``fd`` at ``path`` is named like the copy of a saved stream's file, starts
+        like it and ends like the file now at that stream's path at the same place."""
+        streams = set(originals(path))
+        return any(p.stream in streams and p.path == p.stream and is_copy(head, p.head)
+                   and same_tail_at(fd, p.stream, size) for p in self.followed.resume.saved.values())
+
+    def _keep_copy(self, fd: int, ident: Ident, head: bytes, stream: str) -> None:
+        """Keep the file ``fd`` as a copy of ``stream``'s file that stays: not read (its lines are that
+        file's), only what is written to it later; written over by the next ``cp``, a copy again."""
+        st = os.fstat(fd)
+        self.followed.copies.known[ident] = Known(stream, head, st.st_size, mtime_ns=st.st_mtime_ns,
+                                                  seen=time.monotonic(), birth=birth(fd), kept=True)
+        self.followed.fds.close(fd)
 
     def follow(self, fd: int, ident: Ident, head: bytes, path: str, stream: str, offset: int, size: int) -> None:
         """Follow a file of a saved stream: at its path it is the stream's file, elsewhere a rotated one."""
