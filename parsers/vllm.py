@@ -140,18 +140,8 @@ class VllmParser(Parser):
             self._more_lines += more
             matched += 1
         fatal.sort()
-        stop_at = self._crashes.stop_at(t, rare)
-        if fatal and stop_at < len(t):  # the engine's end in a clean shutdown: recognised, not counted
-            events.extend(Event("backend_errors_total", (self.model, kind), 0, rule="shutdown")
-                          for pos, kind, _ in fatal if pos > stop_at)
-            for pos, _kind, head in fatal:
-                if pos > stop_at:  # the record counts here; one inside another record, with it
-                    if head:
-                        records.heads.add(pos)
-                        matched += 1
-                    else:
-                        records.inside.append(pos)
-            fatal = [x for x in fatal if x[0] <= stop_at]
+        fatal, stopped = self._crashes.shutdown(t, rare, fatal, self.model, events)
+        matched += stopped
         f = 0
         controls: list[Mark] = []
         life: list[Mark] = []

@@ -28,17 +28,23 @@ class Crashes:
         self.crash = False  # a crash episode is under way
         self.stopping = False  # a clean shutdown began and no start-up followed
 
-    def stop_at(self, t: str, rare: Counter[str]) -> int:
-        """Where in ``t`` the server began a clean shutdown (``len(t)`` if it did not; -1 if before
-        the text). A start-up ends the shutdown."""
+    def shutdown(self, t: str, rare: Counter[str], fatal: list[Fatal], model: str,
+                 events: list[Event]) -> tuple[list[Fatal], int]:
+        """``fatal`` (sorted) without the records after the server began a clean shutdown in ``t``
+        (or before it, and no start-up came since): the engine's end, recognised, not counted; and
+        how many records those make count."""
         found = [at for mark in P.SHUTDOWN_MARKS if (at := t.find(mark)) >= 0] if P.SHUTDOWN_KEYS & rare.keys() else []
         if found:
             self.stopping = True
-            return min(found)
-        if self.stopping and not any(key in P.STARTUP_KEYS for key in rare):
-            return -1  # since before the text
-        self.stopping = False
-        return len(t)
+            stop_at = min(found)
+        elif self.stopping and not any(key in P.STARTUP_KEYS for key in rare):
+            stop_at = -1  # since before the text
+        else:  # a start-up ends the shutdown
+            self.stopping = False
+            return fatal, 0
+        after = [x for x in fatal if x.pos > stop_at]
+        events.extend(Event("backend_errors_total", (model, x.type), 0, rule="shutdown") for x in after)
+        return [x for x in fatal if x.pos <= stop_at], sum(self.records.place(x.pos, x.head) for x in after)
 
     def count(self, fatal: list[Fatal], served: list[int], model: str, events: list[Event]) -> int:
         """Fatal errors of a segment, one per crash episode (a stats or ready line at a position in
@@ -47,7 +53,6 @@ class Crashes:
         crash = self.crash
         counted: Counter[str] = Counter()
         folded: set[str] = set()
-        heads, inside = self.records.heads, self.records.inside
         for pos, kind, head in fatal:
             if served:
                 i = bisect_left(served, pos, s)
@@ -58,11 +63,7 @@ class Crashes:
             else:
                 crash = True
                 counted[kind] += 1
-            if head:  # the record counts here; a record that begins inside another one, with it
-                heads.add(pos)
-                matched += 1
-            else:
-                inside.append(pos)
+            matched += self.records.place(pos, head)
         self.crash = crash and s == len(served)
         events.extend(Event("backend_errors_total", (model, kind), n, rule="error") for kind, n in counted.items())
         # the other records of a crash: recognised, worth nothing more (``logmetrics check`` shows them)

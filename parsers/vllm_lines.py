@@ -49,6 +49,15 @@ class Records:
         self.dynamic.clear()
         self.life.clear()
 
+    def place(self, pos: int, head: bool) -> int:
+        """A record at ``pos`` gave events: 1 if it starts its record (counted here), else 0 (a line
+        inside another record, counted with it by ``resolve``)."""
+        if head:
+            self.heads.add(pos)
+        else:
+            self.inside.append(pos)
+        return int(head)
+
     def resolve(self, t: str) -> int:
         """How many records, not counted yet, hold the lines in ``inside``."""
         matched = 0
@@ -226,11 +235,7 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
             fatal.append(Fatal(start, kind, inside is None and raw is None))
             continue
         counts[kind] += 1
-        if inside is None and raw is None:
-            matched += 1
-            records.heads.add(start)
-        else:
-            records.inside.append(start)
+        matched += records.place(start, inside is None and raw is None)
     return matched
 
 
