@@ -35,15 +35,11 @@ _NODE_HEAD = re.compile(r"^(?:[^\n]*?\b)?((?:[A-Z]\w*)?Error)(?:: ?([^\n]*))?\n(
 def python_exception(text: str) -> tuple[str, str] | None:
     """``(name, message)`` of the last line of ``text`` that names an exception on its own, else
     the last exception quoted inside a line; ``None`` when there is none."""
-    last = None
-    for m in _EXC_LINE.finditer(text):
-        last = m
-    if last is not None:
-        return last.group(1), (last.group(2) or "").strip()
-    quoted = None
-    for q in _EXC_ANY.finditer(text):
-        quoted = q
-    return (quoted.group(1), (quoted.group(2) or "").strip()) if quoted is not None else None
+    found = _EXC_LINE.findall(text) or _EXC_ANY.findall(text)  # (name, message or "") per line
+    if not found:
+        return None
+    name, message = found[-1]
+    return name, message.strip()
 
 
 def is_traceback(text: str) -> bool:
@@ -84,9 +80,8 @@ class Phrases:
         self._cause = _alternation(causes)
         self._context = _alternation(contexts)
         #: every error_type ``classify`` can return, so that a parser can start its counters at 0
-        self.types: tuple[str, ...] = (*dict.fromkeys(kind for kind, _ in (*causes, *contexts)),
-                                       "bad_request", "exception", "error")
-        self.types = tuple(dict.fromkeys(self.types))
+        self.types: tuple[str, ...] = tuple(dict.fromkeys(
+            (*(kind for kind, _ in (*causes, *contexts)), "bad_request", "exception", "error")))
 
     def classify(self, text: str, request_handler: bool = False, traceback: bool = False) -> str:
         """The ``error_type`` of an error record's text (see the class docstring)."""
