@@ -149,10 +149,7 @@ class LlamaCppParser(Parser):
     def parse(self, record: Record) -> list[Event]:
         """Events of one record: a traceback as one error, else each of its lines."""
         t = record.time if record.time is not None else 0.0
-        if self._pairs.open and self._pairs.expire(t):
-            out = self._pairs.events()
-        else:
-            out = []
+        out = self._pairs.events() if self._pairs.open and self._pairs.expire(t) else []
         text = record.text
         if is_traceback(text) or P.EXCEPTION_START.match(text):
             error(text, self.model, out, traceback=True)
@@ -177,8 +174,7 @@ class LlamaCppParser(Parser):
         c = P.ERA_C.fullmatch(s)
         if c is not None:
             self._server = True
-            kv = dict(P.KV.findall(c.group("kv") or ""))
-            kv = {k: v.strip('"') for k, v in kv.items()}
+            kv = {k: v.strip('"') for k, v in P.KV.findall(c.group("kv") or "")}
             lvl = c.group("lvl")
             self._message(s, c.group("msg"), "E" if lvl in ("ERR", "ERROR") else lvl[:1], kv, t, out)
             return
@@ -245,9 +241,7 @@ class LlamaCppParser(Parser):
             else:
                 self._start("slot " + b.group(1), t, out)
         elif "all slots are idle" in msg:
-            self._pairs.clear()
-            if self._pairs.models:
-                out.extend(self._pairs.events())
+            self._clear_running(out)
         cached = P.CACHED.search(msg)
         if cached is not None:
             n = cached.group(cached.lastindex or 0)

@@ -12,7 +12,7 @@ tuple), and the running-requests gauge is given once per run of frequent records
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Protocol
 
 from logmetrics.events import Event
@@ -59,7 +59,7 @@ class LlamaStream(Protocol):
 
 
 #: The counters of a batch, summed: (metric, labels) -> value.
-Sums = dict[tuple[str, tuple[str, ...]], int]
+Sums = Counter[tuple[str, tuple[str, ...]]]
 
 
 class _Run:
@@ -78,7 +78,7 @@ def scan(parser: LlamaStream, text: str, t: float) -> tuple[list[Event], int, in
     if not text.endswith("\n"):
         text += "\n"
     events: list[Event] = []  # in line order: other records' events, observations, the gauge
-    sums: Sums = {}  # the runs' counters, given once at the end (counters do not depend on order)
+    sums: Sums = Counter()  # the runs' counters, given once at the end (counters do not depend on order)
     matched = lines = 0
     pos = 0
     pairs = parser._pairs
@@ -219,18 +219,15 @@ def _flush(parser: LlamaStream, run: _Run, events: list[Event], sums: Sums) -> N
     """A run's counters added to the batch's sums, and its gauge (the model is the run's)."""
     model = (parser.model,)
     if run.ok:
-        for metric, n in (("llm_prompt_tokens_total", run.prompt), ("llm_generation_tokens_total", run.gen)):
-            sums[metric, model] = sums.get((metric, model), 0) + n
-        ok = ("llm_requests_total", (parser.model, "ok"))
-        sums[ok] = sums.get(ok, 0) + run.ok
+        sums["llm_prompt_tokens_total", model] += run.prompt
+        sums["llm_generation_tokens_total", model] += run.gen
+        sums["llm_requests_total", (parser.model, "ok")] += run.ok
     if run.kv:
-        cached = ("llm_cached_prompt_tokens_total", model)
-        sums[cached] = sums.get(cached, 0) + run.cached
+        sums["llm_cached_prompt_tokens_total", model] += run.cached
     for labels, n in run.http.items():
-        sums["http_requests_total", labels] = sums.get(("http_requests_total", labels), 0) + n
+        sums["http_requests_total", labels] += n
     for kind, n in run.client.items():
-        key = ("llm_client_errors_total", (parser.model, kind))
-        sums[key] = sums.get(key, 0) + n
+        sums["llm_client_errors_total", (parser.model, kind)] += n
     if run.pairs and parser._pairs.models:
         events += parser._pairs.events()
     parser._server = True  # every record the scan reads is llama-server's
