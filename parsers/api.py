@@ -10,6 +10,7 @@ line gives: docs/parsers.md, "FastAPI gateways".
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -119,11 +120,7 @@ class ApiParser(Parser):
 
     def parse_run(self, run: Run) -> tuple[list[Event], int]:
         """A run of access lines: ``http_requests_total`` once per label set, as ``parse`` counts them."""
-        counts: dict[tuple[str, str, str], int] = {}
-        labels_of = self._routes.labels
-        for key in _REQUESTS.findall(run.text, run.start, run.end):
-            labels = labels_of(key)
-            counts[labels] = counts.get(labels, 0) + 1
+        counts = Counter(map(self._routes.labels, _REQUESTS.findall(run.text, run.start, run.end)))
         return ([Event("http_requests_total", labels, n, rule="access") for labels, n in counts.items()],
                 sum(counts.values()))
 
@@ -143,20 +140,19 @@ class ApiParser(Parser):
         return "exception"
 
     def _life(self, msg: str, gunicorn: bool, level: str, events: list[Event]) -> None:
-        if msg.startswith("Starting gunicorn") or (not gunicorn and level and msg.startswith(UVICORN.started)):
-            if self.ready:
-                events.append(Event("backend_ready", (self.model,), 0, rule="down"))
-            self.ready = False
-            events.append(Event("backend_restarts_total", (), 1, rule="startup"))
-        elif msg.startswith(_READY):
+        """A start-up (the server, if up, went down), readiness or shutdown line."""
+        start = msg.startswith("Starting gunicorn") or (not gunicorn and level and msg.startswith(UVICORN.started))
+        if msg.startswith(_READY):
             if not self.ready:
                 self.ready = True
                 events.append(Event("backend_ready", (self.model,), 1, rule="ready"))
-        elif (msg.startswith("Shutting down: Master") if gunicorn else
-              (level and (msg == UVICORN.stopping[0] or msg.startswith(UVICORN.stopping[1])))):
+        elif start or (msg.startswith("Shutting down: Master") if gunicorn else
+                       (level and (msg == UVICORN.stopping[0] or msg.startswith(UVICORN.stopping[1])))):
             if self.ready:
                 events.append(Event("backend_ready", (self.model,), 0, rule="down"))
             self.ready = False
+            if start:
+                events.append(Event("backend_restarts_total", (), 1, rule="startup"))
 
 
 def _header(text: str) -> tuple[str, str, bool]:
