@@ -44,8 +44,6 @@ _FATAL = re.compile(r"Error: |thread '[^'\n]*' panicked at ")
 _SNIFF_TEI = r"\s(?:INFO|WARN|ERROR|DEBUG)\s.*text_embeddings_(?:router|core|backend)|\"target\":\"text_embeddings_"
 _SNIFF_LFAI = r"CreateEmbedding request|load INSTRUCTOR_Transformer|Load pretrained SentenceTransformer"
 
-
-_model_name = model_label
 #: The routes of an embeddings request (OpenAI's ``/v1/embeddings``, infinity's ``/embeddings``).
 EMBEDDINGS_ROUTES = ("/embeddings", "/embed")
 
@@ -108,7 +106,7 @@ class EmbeddingsParser(Parser):
             if tei is not None:
                 model = model_from_args(tei.msg) if tei.msg.startswith("Args {") else None
                 if model:
-                    self.model = _model_name(model) or self.model
+                    self.model = model_label(model) or self.model
                     self.ready = False
                 elif tei.msg == "Ready":
                     self.ready = True
@@ -117,7 +115,7 @@ class EmbeddingsParser(Parser):
                 continue
             m = _ST_MODEL.search(line)
             if m:
-                self.model = _model_name(m.group(1)) or self.model
+                self.model = model_label(m.group(1)) or self.model
             engines = _ENGINES.search(line) if "engine" in line else None
             if engines is not None:  # infinity's start-up (its message wrapped onto a line of its own)
                 self.model = _served(engines) or self.model
@@ -197,7 +195,7 @@ class EmbeddingsParser(Parser):
             model_id = model_from_args(msg)
             self._start(events)
             if model_id:
-                self.model = _model_name(model_id) or self.model
+                self.model = model_label(model_id) or self.model
         elif msg == "Ready":
             self._up(events)
         elif "starting graceful shutdown" in msg:
@@ -236,7 +234,7 @@ class EmbeddingsParser(Parser):
                 return
         m = None if self._infinity else _ST_MODEL.search(msg)  # (infinity named its served model before)
         if m:  # the model InstructorEmbedding serves (its zero series start)
-            self.model = _model_name(m.group(1)) or self.model
+            self.model = model_label(m.group(1)) or self.model
             events.append(SEEN)
         if "load INSTRUCTOR_Transformer" in msg or "Initializing LeapfrogAI" in msg:
             self._start(events)
@@ -335,4 +333,4 @@ class EmbeddingsParser(Parser):
 def _served(engines: re.Match[str]) -> str | None:
     """The model label of infinity's ``Creating N engines: ['a', 'b']`` line: the first name."""
     names = re.findall(r"'([^'\n]+)'", engines.group(1))
-    return _model_name(names[0]) if names else None
+    return model_label(names[0]) if names else None

@@ -45,11 +45,7 @@ CLI_OUTCOMES = ("ok", "error")
 
 def model_name(path: str) -> str:
     """A model label from a whisper.cpp model file: ``models/ggml-base.en.bin`` -> ``base.en``."""
-    name = os.path.basename(path.replace("\\", "/"))
-    if name.endswith(".bin"):
-        name = name[:-4]
-    if name.startswith("ggml-"):
-        name = name[5:]
+    name = os.path.basename(path.replace("\\", "/")).removesuffix(".bin").removeprefix("ggml-")
     return name or UNKNOWN_MODEL
 
 
@@ -138,16 +134,12 @@ class WhisperParser(Parser):
             self._timings(text, out)
         elif not self._lines(text, msg.text, out) and not self._lfai:
             self._audio.line(msg.text, self.model, out)
-        last = self._error_end
-        if last is not None and P.continues(text, last):
-            # the rest of the error record before it, which a read pause cut in two: counted there
+        rest = self._error_end is not None and P.continues(text, self._error_end)
+        if rest:  # the rest of the error record before it, which a read pause cut in two: counted there
             out.append(SEEN)
         elif not any(e.metric == ERRORS for e in out):
             self._error(text, msg, out)
-            last = None
-        else:
-            last = None
-        self._error_end = text.rpartition("\n")[2] if last is not None or any(e.metric == ERRORS for e in out) else None
+        self._error_end = text.rpartition("\n")[2] if rest or any(e.metric == ERRORS for e in out) else None
         if not out and P.INFO.search(msg.text):  # the stream is a working server's: its zero series
             out.append(SEEN)
         return out
