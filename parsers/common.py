@@ -65,10 +65,9 @@ UVICORN = UvicornLife()
 #: ``split_access_key``. The client is ``host:port``, ``[v6]:port`` or ``-``.
 UVICORN_ACCESS = r'INFO: +[^ \n]+ - "([^ "\n]+ [^ "\n]+ HTTP/[0-9.]+" \d{3})'
 
-_ACCESS = re.compile(rf"(?:{PROC_PREFIX})?{UVICORN_ACCESS}")
 #: uvicorn's access line at the start of its line (after an optional process prefix): the form
 #: whole-chunk scans count; ``access_line`` reads every other form too.
-UVICORN_LINE = _ACCESS
+UVICORN_LINE = re.compile(rf"(?:{PROC_PREFIX})?{UVICORN_ACCESS}")
 
 
 #: An access line wherever it starts in its line: uvicorn's (``CLIENT - "REQUEST" CODE``, the
@@ -104,6 +103,7 @@ _PREFIX_TOKENS = re.compile(
 _PY_UVICORN = re.compile(r"INFO:uvicorn(?:\.access)?:")
 #: The longest prefix taken before an access line that does not start its line.
 MAX_ACCESS_PREFIX = 160
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 
 
 def _prefix_ok(prefix: str) -> bool:
@@ -135,7 +135,7 @@ def access_line(line: str) -> tuple[str, str, str] | None:
     no message (``_prefix_ok``). A line that quotes an access line inside a message
     (``INFO: proxied: 10.0.0.1:5 - "GET / HTTP/1.1" 200``) is not one.
     """
-    m = _ACCESS.match(line)
+    m = UVICORN_LINE.match(line)
     if m is not None:
         key = m.group(1)
         method, _, rest = key.partition(" ")
@@ -153,9 +153,6 @@ def access_line(line: str) -> tuple[str, str, str] | None:
     g = a.groups()
     method, path, code = (g[1], g[2], g[3]) if g[1] is not None else (g[4], g[5], g[6])
     return (method if method in HTTP_METHODS else "OTHER"), path, code
-
-
-HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
 
 
 def access_labels(line: str) -> tuple[str, str, str] | None:
@@ -178,6 +175,7 @@ _ID_SEGMENT = re.compile(
 )
 MAX_ROUTE_SEGMENTS = 8
 _route_cache: dict[str, str] = {}
+_labels_cache: dict[str, tuple[str, str, str]] = {}  # (``split_access_key``)
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -231,9 +229,6 @@ def _is_id(segment: str) -> bool:
 
 #: Segments found no id (``v1``, ``threads``): met again and again, told by a look-up (bounded).
 _WORDS: dict[str, None] = {}
-
-
-_labels_cache: dict[str, tuple[str, str, str]] = {}
 
 
 def split_access_key(key: str) -> tuple[str, str, str]:
