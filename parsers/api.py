@@ -15,13 +15,13 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from logmetrics.events import UNKNOWN_MODEL, Event
-from logmetrics.plugins import Parser
+from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
 from logmetrics.records.shapes import EXCEPTION_LINE
 
 from .common import PROC_PREFIX, PY_DEFAULT_LINE, UVICORN, UVICORN_ACCESS, RouteLabels, access_labels, access_line
-from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception
+from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception, restarts_and_errors
 from .leapfrog import leapfrog_line
 
 PHRASES = Phrases(
@@ -92,11 +92,9 @@ class ApiParser(Parser):
         """``sniffs``; else a little for bare uvicorn access lines (other backends score higher)."""
         return super().sniff(lines) or (0.35 if any(access_line(line) for line in lines) else 0.0)
 
-    def zero_series(self, model: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+    def zero_series(self, model: str) -> Iterable[ZeroSeries]:
         """Start-ups and the error types of the phrase table."""
-        zeros: list[tuple[str, tuple[str, ...]]] = [("backend_restarts_total", ())]
-        zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
-        return zeros
+        return restarts_and_errors(model, PHRASES.types)
 
     # -- records -----------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from .common import PY_DEFAULT_LINE, UVICORN, RouteLabels, access_answer, access
 from .embeddings_batch import FREQUENT, Requests, read_run
 from .embeddings_tei import MARK as TEI_MARK
 from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
-from .errors import is_traceback
+from .errors import is_traceback, restarts_and_errors
 from .leapfrog import leapfrog_line
 
 PHASE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -159,8 +159,7 @@ class EmbeddingsParser(Parser):
     def zero_series(self, model: str) -> Iterable[ZeroSeries]:
         """Restarts, every error type, ``ok`` and ``error`` requests; embeddings where LeapfrogAI's
         backend logs them (not TEI)."""
-        zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
-        zeros += [("backend_errors_total", (model, kind)) for kind in PHRASES.types]
+        zeros = restarts_and_errors(model, PHRASES.types)
         zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
         if not self._is_tei and not self._infinity:
             zeros.append(("llm_embeddings_total", (model,)))

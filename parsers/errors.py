@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+from logmetrics.plugins import ZeroSeries
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
 
 from .common import PROC_PREFIX
@@ -93,6 +94,11 @@ class Phrases:
         if request_handler and "ValueError" in text:
             return "bad_request"
         return "exception" if traceback or _EXC_ANY.search(text) else "error"
+
+
+def restarts_and_errors(model: str, error_types: Iterable[str]) -> list[ZeroSeries]:
+    """The zero series every backend starts with: its restarts, and ``model``'s errors of each type."""
+    return [("backend_restarts_total", ()), *(("backend_errors_total", (model, kind)) for kind in error_types)]
 
 
 def _alternation(table: Table) -> Callable[[str], re.Match[str] | None] | None:

@@ -35,7 +35,7 @@ from logmetrics.records.shapes import Shape
 
 from . import llamacpp_patterns as P
 from .common import HTTP_METHODS, Counted, RouteLabels, access_line, route_template
-from .errors import is_traceback
+from .errors import is_traceback, restarts_and_errors
 from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, Timing, scan
 from .llamacpp_errors import Errors, error
 from .pairs import Pairs
@@ -139,8 +139,7 @@ class LlamaCppParser(Parser):
         ``error``, and client errors once the log is known to be llama-server's."""
         if model not in self._counted.models:
             return []
-        zeros: list[ZeroSeries] = [("backend_restarts_total", ())]
-        zeros += [("backend_errors_total", (model, kind)) for kind in P.ERROR_TYPES]
+        zeros = restarts_and_errors(model, P.ERROR_TYPES)
         zeros += [("llm_requests_total", (model, outcome)) for outcome in ("ok", "error")]
         if self._server:
             zeros += [("llm_client_errors_total", (model, kind)) for kind in P.CLIENT_TYPES]

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from logmetrics.plugins import ZeroSeries
 
 from .common import Counted, remember
+from .errors import restarts_and_errors
 from .vllm_patterns import ERROR_TYPES
 
 #: What request lines show the log can produce (see the module docstring).
@@ -69,8 +70,7 @@ class Capabilities:
         zeros = self._lists.get(model)
         if zeros is not None:  # asked after every batch: the same list while nothing new was learned
             return zeros
-        zeros = [("backend_restarts_total", ())]
-        zeros += [("backend_errors_total", (model, kind)) for kind in ERROR_TYPES]
+        zeros = restarts_and_errors(model, ERROR_TYPES)
         zeros += [(name, (model,) if outcome is None else (model, outcome))
                   for cap in sorted(self.caps) for name, outcome in ZERO_SERIES[cap]]
         return remember(self._lists, model, zeros, 64)

@@ -26,7 +26,7 @@ from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from .common import UVICORN, RouteLabels, access_answer, access_labels, model_label
-from .errors import is_traceback
+from .errors import is_traceback, restarts_and_errors
 from .whisper_audio import Audio
 from .whisper_requests import LFAI_OUTCOMES, LfaiRequests, Outcomes
 
@@ -176,8 +176,8 @@ class WhisperParser(Parser):
         """Series any whisper server can move: restarts; errors by type and audio per model. Those
         the log has shown it can: request outcomes from a stream's first request (they depend on
         the kind of server), client errors once it logs access lines."""
-        zeros: list[ZeroSeries] = [("backend_restarts_total", ()), *((ERRORS, (model, kind)) for kind in P.ERROR_TYPES),
-                                   (AUDIO, (model,)), *((REQUESTS, labels) for labels in self._outcomes.shown)]
+        zeros = [*restarts_and_errors(model, P.ERROR_TYPES), (AUDIO, (model,)),
+                 *((REQUESTS, labels) for labels in self._outcomes.shown)]
         if self._http:
             zeros += [(CLIENT_ERRORS, (model, kind)) for kind in P.CLIENT_ERROR_TYPES]
         return zeros
