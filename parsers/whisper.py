@@ -27,14 +27,11 @@ from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 from . import whisper_patterns as P
 from .common import UVICORN, RouteLabels, access_answer, access_labels, model_label
 from .errors import is_traceback, restarts_and_errors
-from .whisper_audio import Audio
-from .whisper_requests import LFAI_OUTCOMES, LfaiRequests, Outcomes
+from .whisper_audio import AUDIO, Audio
+from .whisper_requests import DURATION, LFAI_OUTCOMES, REQUESTS, LfaiRequests, Outcomes
 
-REQUESTS = "llm_requests_total"
 ERRORS = "backend_errors_total"
-AUDIO = "llm_audio_seconds_total"
 READY = "backend_ready"
-DURATION = "llm_request_duration_seconds"
 HTTP = "http_requests_total"
 CLIENT_ERRORS = "llm_client_errors_total"
 #: Outcomes each kind of server can log.
