@@ -18,7 +18,7 @@ from typing import NamedTuple
 from logmetrics.records.shapes import EXCEPTION_LINE as EXCEPTION_NAME_LINE
 from logmetrics.records.shapes import PYTHON_TRACEBACK, Shape
 
-from .common import PY_DEFAULT_LINE
+from .common import PY_DEFAULT_LINE, remember
 from .errors import COMMON_CAUSES, Phrases
 from .leapfrog import leapfrog_line
 
@@ -209,10 +209,8 @@ def line_time(text: str, at: int) -> float:
     hour = text[at + 10:at + 23]
     base = _hours.get(hour)
     if base is None:
-        if len(_hours) > 4096:
-            _hours.clear()
-        base = _hours[hour] = calendar.timegm((int(hour[:4]), int(hour[5:7]), int(hour[8:10]), int(hour[11:13]),
-                                               0, 0, 0, 0, 0))
+        base = remember(_hours, hour, calendar.timegm((int(hour[:4]), int(hour[5:7]), int(hour[8:10]),
+                                                       int(hour[11:13]), 0, 0, 0, 0, 0)))
     secs = base + _MIN_SEC[text[at + 24:at + 29]]
     return secs + _MILLIS[text[at + 30:at + 33]] if text[at + 29] == "," else secs + 0.0
 
