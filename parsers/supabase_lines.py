@@ -218,12 +218,8 @@ def _seconds(value: object, per_second: float) -> float | None:
 def _request(method: object, path: object, status: object) -> tuple[str, str, str]:
     """Labels' raw parts of a JSON request line; a status that is no number (Storage's ``ABORTED REQ``,
     a client that went away) is ``499``, nginx's code for it."""
-    if isinstance(status, bool) or not isinstance(status, (int, str)):
-        code = "499"
-    elif isinstance(status, int) or (status.isascii() and status.isdigit()):
-        code = _code(str(status))
-    else:
-        code = "499"
+    digits = isinstance(status, str) and status.isascii() and status.isdigit()
+    code = _code(str(status)) if digits or (isinstance(status, int) and not isinstance(status, bool)) else "499"
     return (method if isinstance(method, str) else "OTHER"), (path if isinstance(path, str) else ""), code
 
 
