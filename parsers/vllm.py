@@ -16,7 +16,9 @@ scanner 404s fold into ``__not_found__``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
+from operator import itemgetter
 from typing import ClassVar
 
 from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
@@ -165,12 +167,8 @@ class VllmParser(Parser):
         start = k = 0
         for pos, kind, value in [*controls, Mark(len(t), Control.END, "")]:
             end = t.rfind("\n", 0, pos) if kind is not Control.END else pos
-            k_end = k
-            while k_end < len(items) and items[k_end][0] < end:
-                k_end += 1
-            f_end = f
-            while f_end < len(fatal) and fatal[f_end][0] < end:
-                f_end += 1
+            k_end = bisect_left(items, end, k, key=itemgetter(0))  # the segment's items and fatal errors
+            f_end = bisect_left(fatal, end, f, key=itemgetter(0))
             served: list[int] | None = [] if f_end > f else None
             matched += self._segment(t, start, end, items[k:k_end], finished, ended, events, served)
             finished, ended = 0, (0, 0, 0)
