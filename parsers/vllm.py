@@ -130,8 +130,9 @@ class VllmParser(Parser):
         events: list[Event] = []
         records = self._records
         records.clear()
-        if rare:
-            self._learn_routes(t, rare)
+        if "Route" in rare:  # the routes the server lists at start-up
+            for path in P.ROUTE.findall(t):
+                self._routes.learn(path)
         fatal: list[Fatal] = []
         errors: Counter[str] = Counter()
         matched = access_and_errors(t, events, records, self._routes, fatal, errors)
@@ -211,12 +212,6 @@ class VllmParser(Parser):
             events += got
             matched += n
         return events, matched
-
-    def _learn_routes(self, t: str, rare: Counter[str]) -> None:
-        """The routes the server lists at start-up."""
-        if "Route" in rare:
-            for path in P.ROUTE.findall(t):
-                self._routes.learn(path)
 
     # -- model-labelled rules, one segment (between two start-up lines) at a time -------------
 
