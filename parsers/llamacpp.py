@@ -160,6 +160,7 @@ class LlamaCppParser(Parser):
         return out
 
     def _line(self, raw: str, t: float, out: list[Event]) -> None:
+        """One line of a record: its format read, then what its message says (``_message``)."""
         m = P.PREFIX.match(raw)  # never None: every part of it is optional
         level = (m.group("lvl") or "") if m else ""
         s = raw[m.end():] if m else raw
@@ -170,36 +171,31 @@ class LlamaCppParser(Parser):
         if access is not None:
             self._http(*access, out)
             return
-        c = P.ERA_C.fullmatch(s)
-        if c is not None:
+        kv: dict[str, str] = {}
+        if (c := P.ERA_C.fullmatch(s)) is not None:
             self._server = True
             kv = {k: v.strip('"') for k, v in P.KV.findall(c.group("kv") or "")}
-            lvl = c.group("lvl")
-            self._message(s, c.group("msg"), "E" if lvl in ("ERR", "ERROR") else lvl[:1], kv, t, out)
-            return
-        sl = P.SLOT.match(s)
-        if sl is not None:
+            msg, lvl = c.group("msg"), c.group("lvl")
+            level = "E" if lvl in ("ERR", "ERROR") else lvl[:1]
+        elif (sl := P.SLOT.match(s)) is not None:
             self._server = True
             task = int(sl.group("task"))
-            kv = {"id_slot": sl.group("slot")}
+            kv["id_slot"] = sl.group("slot")
             if task >= 0:
                 kv["id_task"] = str(task)
             msg = sl.group("msg")
             if sl.group("func").strip() == "print_timing" and not msg.strip():
                 self._block_key = self._key(kv)
                 return
-            self._message(s, msg, level, kv, t, out)
-            return
-        sv = P.SRV.match(s)
-        if sv is not None:
+        elif (sv := P.SRV.match(s)) is not None:
             self._server = True
-            self._message(s, sv.group("msg"), level, {}, t, out)
-            return
-        lib = P.LIB_TIMING.match(s)
-        if lib is not None:
-            self._message(s, lib.group("msg"), level, {"lib": "1"}, t, out)
-            return
-        self._message(s, s.lstrip(" \r"), level, {}, t, out)
+            msg = sv.group("msg")
+        elif (lib := P.LIB_TIMING.match(s)) is not None:
+            msg = lib.group("msg")
+            kv["lib"] = "1"
+        else:
+            msg = s.lstrip(" \r")
+        self._message(s, msg, level, kv, t, out)
 
     def _json(self, s: str, t: float, out: list[Event]) -> None:
         try:
