@@ -314,23 +314,19 @@ class LlamaCppParser(Parser):
 
     # -- model, life, errors ------------------------------------------------------------------
 
-    def _learn_model(self, line: str) -> bool:
-        if "model" in line:
-            m = P.MODEL_PATH.search(line)
-            if m is not None:
-                path = next(g for g in m.groups() if g)
-                name = model_of_path(path)
-                if name.startswith("sha256-"):  # a content-addressed blob (ollama): general.name is better
-                    self._from_path = False
-                    return True
-                self.model, self._from_path = name, True
-                return True
-        if "general.name" in line and not self._from_path:
+    def _learn_model(self, line: str) -> None:
+        """The model name from a line naming the model file (its base name), else ``general.name``."""
+        m = P.MODEL_PATH.search(line) if "model" in line else None
+        if m is not None:
+            name = model_of_path(next(g for g in m.groups() if g))
+            # a content-addressed blob (ollama) names no model: general.name is better
+            self._from_path = not name.startswith("sha256-")
+            if self._from_path:
+                self.model = name
+        elif "general.name" in line and not self._from_path:
             g = P.GENERAL_NAME.search(line)
             if g is not None:
                 self.model = g.group("name")
-                return True
-        return False
 
     def _life(self, line: str, out: list[Event]) -> None:
         start = P.STARTUP.search(line)
