@@ -116,15 +116,11 @@ class Requests:
             got = remember(self.sources, model, {}, MAX_MODELS)
         return got
 
-    def _lists(self) -> bool:
-        """Whether token-id lists can be counted (not cut by ``--max-log-len``)."""
-        return self.max_log_len is None
-
     def exact_from(self, model: str, items: list[Item], end: int) -> tuple[int, int]:
         """Where (positions in the text) prompt and generation tokens of ``model`` start to be exact,
         ``end`` if not in these ``items`` (which are sorted); 0 if they already are."""
         series = self.sources.get(model, {})
-        lists = self._lists()
+        lists = self.max_log_len is None  # token-id lists can be counted: not cut by ``--max-log-len``
         prompt = 0 if "prompt" in series else end
         gen = 0 if "gen" in series else end
         for pos, kind, _, _ in items:
@@ -153,7 +149,7 @@ class Requests:
                 got = True
             return got, ("ok",)
         if kind in (Kind.PROMPT, Kind.GEN_IDS):
-            if not self._lists():
+            if self.max_log_len is not None:  # lists that may have been cut
                 return False, ()
             series, metric = ("prompt", "llm_prompt_tokens_total") if kind == Kind.PROMPT else \
                 ("gen", "llm_generation_tokens_total")
