@@ -256,9 +256,7 @@ def client_error_type(code: str, route: str) -> str | None:
     the backend does not serve (``RouteLabels`` folded it) is ``not_found_route``."""
     if len(code) != 3 or code[0] != "4":
         return None
-    if route == NOT_FOUND:
-        return "not_found_route"
-    return CLIENT_ERROR_TYPES.get(code, "client_error")
+    return "not_found_route" if route == NOT_FOUND else CLIENT_ERROR_TYPES.get(code, "client_error")
 
 
 def access_answer(code: str, route: str, served: bool, not_found: str = "") -> tuple[bool, str] | None:

@@ -152,9 +152,7 @@ class EmbeddingsParser(Parser):
 
     def tick(self, now: float) -> Iterable[Event]:
         """Requests whose finish line never came are dropped after the time-out."""
-        if self._pairs.expire(now - self._requests.offset):
-            return self._pairs.events()
-        return ()
+        return self._pairs.events() if self._pairs.expire(now - self._requests.offset) else ()
 
     def zero_series(self, model: str) -> Iterable[ZeroSeries]:
         """Restarts, every error type, ``ok`` and ``error`` requests; embeddings where LeapfrogAI's
