@@ -146,8 +146,7 @@ class Stats:
                 eng = remember(engines, key, Engine(), MAX_ENGINES)
             eng.line = line
             v1 = waiting is not None
-            if not v1:
-                any_v0 = True
+            any_v0 = any_v0 or not v1
             if "Prefix cache" in rest:  # 0.33 leaves it out when there were no queries: keep the last one
                 eng.prefix_tail = rest
             if v1 and "Preemptions" in rest:
@@ -212,8 +211,7 @@ class Stats:
                 waiting += int(pending or wait or 0)
                 prompt += float(p or 0)
                 gen += float(g or 0)
-                rest = rest or ""
-                m = P.KV_USAGE.search(rest)
+                m = P.KV_USAGE.search(rest or "")
                 if m:
                     kv.append(float(m.group(1)) / 100.0)
             if e.prefix_tail:
