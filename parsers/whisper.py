@@ -348,5 +348,5 @@ class WhisperParser(Parser):
         if not ready:
             self._lfai_requests.clear(out, always=False)
 
-    def _request(self, outcome: str, out: list[Event], outcomes: tuple[str, ...], model: str | None = None) -> None:
-        self._outcomes.count(outcome, outcomes, model or self.model, out)
+    def _request(self, outcome: str, out: list[Event], outcomes: tuple[str, ...]) -> None:
+        self._outcomes.count(outcome, outcomes, self.model, out)
