@@ -28,7 +28,11 @@ KILLS = frozenset({"sigkill", "sigterm"})
 
 # Fault kinds that trials still find inexact, with what goes wrong; the normal test command runs the
 # others, scripts/fault-trials runs them all.
-PENDING: dict[str, str] = {}
+PENDING: dict[str, str] = {
+    "copy": "a cp over the copy beside a file, within a tenth of a second of a kill, a shift or a delete of that "
+            "file, still counts up to a few hundred lines twice or loses a few (about 3 % of 300 trials)",
+    "cpover": "the same for a cp over the copy followed by a truncation (about 3 % of 300 trials)",
+}
 
 LOST_COUNTER = "logmetrics_bytes_lost_total"  # bytes declared lost, by source; absent counts as 0
 LOST_FILES = "logmetrics_files_lost_total"  # files declared lost in an amount not known, by source
