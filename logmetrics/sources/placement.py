@@ -26,13 +26,12 @@ from logmetrics.sources.copies import (
     head_now,
     is_copy,
     nearest_first,
-    originals,
     same_tail,
     starts_like,
-    tails_equal,
 )
 from logmetrics.sources.followed import Followed, drain, ident_at
 from logmetrics.sources.identity import birth, other_birth, other_birth_at, same_file
+from logmetrics.sources.originals import Originals
 from logmetrics.sources.resumed import Resumed
 from logmetrics.sources.tailfile import Ident, TailFile, read_head
 
@@ -45,16 +44,13 @@ def _stream(item: Cut | TailFile | Position) -> str:
     return item.stream
 
 
-def _seq(f: TailFile) -> int:
-    return f.seq
-
-
 class Placement:
     """Decides what each file found is, in the registry of followed files it shares with the tailer."""
 
     def __init__(self, followed: Followed) -> None:
         self.followed = followed
         self.resumed = Resumed(followed)
+        self.originals = Originals(followed)
 
     def check_open_files(self, cuts: list[Cut]) -> None:
         """Find the open files whose content was cut (copytruncate), restart them at 0, add to ``cuts``."""
@@ -70,9 +66,12 @@ class Placement:
         unread = max(0, max(f.size, held) - f.handed_out())  # known there at the last look, not handed out yet
         try:
             if not f.truncated():
-                return f.size > f.offset and self._grew_a_copy(f, cuts)
+                if f.size > f.offset and self.originals.grew_into(f, cuts):
+                    self._let_copy_go(f)  # for the listing that follows to place it as a copy
+                    return True
+                return False
             mine = followed.active.get(f.stream) == f.ident
-            if not mine and (not f.own or (f.moved and self._copied_over(f, cuts))):
+            if not mine and (not f.own or (f.moved and self.originals.copied_over(f, cuts))):
                 # A rotated copy being drained, written over (cp x.log x.log.1 again): what it holds now
                 # is a new copy, for the copy evidence to place, not lines of the stream to read again
                 # from the start; so is the stream's rotated file, found renamed before, that now starts
@@ -82,7 +81,7 @@ class Placement:
                 followed.fds.release(f)
                 del followed.files[f.ident]
                 return True
-            if mine and self._copy_written_over(f):
+            if mine and self.originals.written_over(f):
                 self._let_copy_go(f)
                 return True
             pending = f.cutter.reset()
@@ -106,41 +105,6 @@ class Placement:
         if not claimed:  # its copy may show up at a later look; a claimed cut is matched no more, so
             cuts.append(cut)  # that a later copy (logs of identical lines) does not take its offset
         return True
-
-    def _copied_over(self, f: TailFile, cuts: list[Cut]) -> bool:
-        """Whether open ``f``, cut, now starts like its stream's current file (or like that file was
-        before a cut found in this look): a copy of it written in."""
-        current = self.followed.current(f.stream)
-        heads = [c.head for c in cuts if c.stream == f.stream] + ([current.head] if current is not None else [])
-        head = read_head(f.fd) if any(heads) else b""
-        return bool(head) and any(h and starts_like(head, h) for h in heads)
-
-    def _copy_written_over(self, f: TailFile) -> bool:
-        """Whether ``f``, cut, is named like the copy of another stream's file and now starts like it."""
-        originals = self._originals_of(f)
-        head = read_head(f.fd) if originals else b""
-        return bool(head) and any(starts_like(head, head_now(g)) for g in originals)
-
-    def _grew_a_copy(self, f: TailFile, cuts: list[Cut]) -> bool:
-        """Whether ``f``, its stream's own file, grew into a copy of another stream's file: named like
-        its copy, starting like it and ending like it at the same place, or starting like it was
-        before a cut found in this look, what it gained is that file's (`cp x.log x.log.1` over an
-        x.log.1 there at start, or saved as a stream of its own; then x.log cut, for copytruncate).
-        If so it is let go, for the copy evidence to place it as a copy."""
-        if not f.own or self.followed.active.get(f.stream) != f.ident:
-            return False
-        originals = self._originals_of(f)
-        head = read_head(f.fd) if originals else b""
-        streams = {g.stream for g in originals}
-        if not head or not (any(starts_like(head, head_now(g)) and same_tail(f.fd, g, f.size) for g in originals)
-                            or any(c.stream in streams and is_copy(head, c.head) for c in cuts)):
-            return False
-        self._let_copy_go(f)
-        return True
-
-    def _originals_of(self, f: TailFile) -> list[TailFile]:
-        """The followed files, their streams' own and open, that ``f``'s path is named like a copy of."""
-        return [g for g in self._named_originals(f.path) if g is not f and g.own and g.fd >= 0 and not g.draining]
 
     def _let_copy_go(self, f: TailFile) -> None:
         """Let go of ``f``, followed as a stream of its own and found to be another's copy: the
@@ -232,7 +196,7 @@ class Placement:
             del followed.copies.known[ident]
             if known.offset is not None and not other_birth(fd, known.birth) \
                     and same_file(fd, size, head, known.head, known.offset, known.fp):
-                if known.kept and size > known.offset and self._copy_of(fd, head, size, known.stream):
+                if known.kept and size > known.offset and self.originals.copy_of(fd, head, size, known.stream):
                     # a copy that stayed, written over by the next `cp` of its original: a copy
                     # again, whose lines are its original's, not lines written to it
                     now = time.monotonic()
@@ -249,7 +213,10 @@ class Placement:
                 return
             # else another file under its inode (deleted, and the inode reused), or written over: new
         if not followed.first and not proven_new and ident not in followed.start_at_end:
-            self._cut_unseen(path, fd, head, size, cuts)
+            hidden = self.originals.cut_shown(path, fd, head, size)
+            if hidden is not None:  # its cut did not show in it: noted now, for this copy to be read from it
+                hidden.replaced = True
+                self.check_cut(hidden, cuts)
             for cut in nearest_first(path, cuts[::-1], _stream):  # logrotate's copy of a file just
                 # truncated: it holds what we had not read yet. The newest cut first: a new file at the
                 # copy's name is the copy of the stream's last truncation
@@ -258,7 +225,7 @@ class Placement:
                     followed.follow(fd, ident, head, path, cut.stream, min(cut.offset, size), size,
                                          pending=cut.pending)
                     return
-            for f in self._named_originals(path):  # no size test: the original may be longer now
+            for f in self.originals.named(path):  # no size test: the original may be longer now
                 # than at its last look, or cut (the content decides)
                 if f.draining or ident_at(f.stream) != f.ident:
                     # A drained copy is no original, but the stream's own file is, just rotated: cut,
@@ -286,14 +253,14 @@ class Placement:
             self._follow_from(fd, ident, head, path, at if at <= size else 0, size)
         elif not followed.from_beginning and not proven_new and mtime < followed.started - OLD_MARGIN:
             self._follow_from(fd, ident, head, path, size, size)  # there at start, but not seen then
-        elif (owner := self._rotated_into(path)) is not None:
+        elif (owner := self.originals.rotated_into(path)) is not None:
             # its stream was rotated twice between two looks: this file came and went at its path
             # unseen, a rotation not counted yet; or, its file cut, a copy of lines written between
             # two copytruncates, a cut not counted yet
             counts = followed.stats.rotations if owner in followed.copies.rotated_lately else followed.stats.truncations
             counts[owner] = counts.get(owner, 0) + 1
             followed.follow(fd, ident, head, path, owner, 0, size)
-        elif (owner := self._copied_unread(path, proven_new)) is not None:
+        elif (owner := self.originals.copied_unread(path, proven_new)) is not None:
             # a copy of what its stream's file held before we read a byte of it
             followed.follow(fd, ident, head, path, owner, 0, size)
         else:
@@ -350,22 +317,6 @@ class Placement:
                                                unread=f.size - f.offset)
         followed.vanish_if_last(f.stream)
 
-    def _named_originals(self, path: str) -> list[TailFile]:
-        """The followed files of the streams that ``path`` is named like a rotated copy of, those in
-        its directory first, in the order they were followed: looked up by name in an index made
-        once a listing (each new file would compare its name with every followed one's otherwise)."""
-        names = {os.path.basename(o) for o in originals(path)}
-        if not names:
-            return []
-        index = self.followed.name_index
-        if index is None:
-            index = self.followed.name_index = {}
-            for f in self.followed.files.values():
-                index.setdefault(os.path.basename(f.stream), []).append(f)
-        found = [f for name in names for f in index.get(name, ()) if self.followed.files.get(f.ident) is f]
-        found.sort(key=_seq)
-        return nearest_first(path, found, _stream)
-
     def _unread(self, path: str, ident: Ident, size: int, mtime: float, proven_new: bool) -> Position:
         """The position a new file waiting for a descriptor will be read from, for the state: a crash
         before it is opened must not take it for a file read to its end."""
@@ -380,60 +331,6 @@ class Placement:
         else:
             at = 0
         return Position(path, path, ident[0], ident[1], b"", at)
-
-    def _cut_unseen(self, path: str, fd: int, head: bytes, size: int, cuts: list[Cut]) -> None:
-        """Note the cut of a followed file that the new file ``fd`` at ``path`` proves: named as its
-        copy, holding what was read of it (its head, and its last bytes read at the same place) and
-        more bytes than it holds now, which shrank since its last look or are not the copy's start.
-        This file was cut after the copy was taken, and written again with the bytes it began with
-        (a banner), or cut between its own look and the listing, so the cut did not show."""
-        for f in self._named_originals(path):
-            last = f.last
-            if not (f.own and f.fd >= 0 and not f.draining and last and f.head and size >= f.offset
-                    and is_copy(head, f.head) and ident_at(f.stream) == f.ident):
-                continue
-            try:
-                now = os.fstat(f.fd).st_size
-                if now >= size or os.pread(fd, len(last), f.offset - len(last)) != last:
-                    continue
-                if now >= f.size and tails_equal(fd, f.fd, now):
-                    continue  # not shrunk since its last look, and the copy's start: a copy that grew past it
-            except OSError:
-                continue
-            f.replaced = True  # the next look at it reports the cut: now
-            self.check_cut(f, cuts)
-            return
-
-    def _copy_of(self, fd: int, head: bytes, size: int, stream: str) -> bool:
-        """Whether the open file ``fd`` starts like ``stream``'s current file and ends like it at ``size``."""
-        f = self.followed.current(stream)
-        return f is not None and f.fd >= 0 and starts_like(head, head_now(f)) and same_tail(fd, f, size)
-
-    def _copied_unread(self, path: str, proven_new: bool) -> str | None:
-        """The stream that a new file at ``path`` is a copy of, taken (copytruncate) before anything of
-        its file's content was read: named as its copy, beside a file read nothing of, else None."""
-        if proven_new:
-            return None
-        for stream in originals(path):
-            f = self.followed.current(stream)
-            if f is not None and f.offset == 0 and not f.head:
-                return stream
-        return None
-
-    def _rotated_into(self, path: str) -> str | None:
-        """The stream that a new file at ``path`` was rotated out of unseen: one named as ``path``'s
-        original whose own file was replaced or cut since the last look, or lately (a file found
-        after waiting for a descriptor; a copy of lines written between two copytruncates), else
-        None (a file of its own)."""
-        followed = self.followed
-        for stream in originals(path):
-            ident = followed.active.get(stream)
-            if ident is not None and ident_at(stream) != ident:
-                followed.copies.rotated_lately[stream] = time.monotonic()  # its file moved away unseen
-                return stream
-            if stream in followed.copies.rotated_lately or stream in followed.copies.cut_lately:
-                return stream
-        return None
 
     def _follow_from(self, fd: int, ident: Ident, head: bytes, path: str, at: int, size: int) -> None:
         """Follow a file that was there at start from ``at`` (its end then), or from its start."""
