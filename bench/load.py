@@ -529,6 +529,8 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics (python -m logmetrics)")
     ap.add_argument("--json", type=Path, help="also write the raw figures to this file")
     a = ap.parse_args()
+    if a.corpus is not None and not a.corpus.is_file():
+        ap.error(f"--corpus {a.corpus}: not a log file (a directory, or missing): name one file of lines")
     a.feed = Feed(a.corpus)
     quick = a.quick
     rates = [int(x) for x in (a.rates or ("20000" if quick else "20000,100000")).split(",")]
