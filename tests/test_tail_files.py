@@ -1058,20 +1058,15 @@ def test_a_copytruncate_whose_file_starts_again_with_the_same_lines_is_seen(tmp_
     """x.log read a little, then written, copied and cut, and written again from the same lines it
     began with (a banner) past where it had been read: the cut cannot show in x.log itself, but its
     copy, longer than x.log is now, proves it: the copy is read from the cut, x.log from its start."""
-    log = tmp_path / "x.log"
-    log.write_bytes(b"")
-    t = tail(tmp_path, from_beginning=True)
-    got = drain(t)
-    append(log, lines(0, 10))
-    got += drain(t)
-    append(log, lines(10, 500))
+    log, t, got = _x_log_read(tmp_path, tail)
+    append(log, lines(3, 500))
     shutil.copyfile(log, tmp_path / "x.log.1")
     with open(log, "r+b") as fh:
         fh.truncate(0)
-    append(log, lines(0, 10) + lines(1000, 1010))
+    append(log, lines(0, 3) + lines(1000, 1010))
     got += drain(t)
     got += drain(t)
-    _all_under(got, log, [*range(10), *range(500), *range(1000, 1010)])
+    _all_under(got, log, [*range(3), *range(500), *range(1000, 1010)])
     assert t.stats.truncations[str(log)] == 1
 
 
