@@ -19,7 +19,6 @@ second (llama.cpp / vLLM), so that the two are compared on the same machine at t
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -30,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
 from bench.gen_backends import LlamaCurrentWriter
 from bench.gen_mix import write_lines
-from bench.run import OUT, Tool, check, compile_package, ensure_corpus, measure, samples, sum_by
+from bench.run import OUT, Tool, check, compile_package, ensure_corpus, measure, rounds_parser, samples, sum_by
 
 FORMAT = 2  # of the llama.cpp log's expected.json
 
@@ -81,13 +80,7 @@ def check_llama(text: str, exp: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lines", type=int, default=1_000_000, help="lines of each log when generated")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=5, help="measured rounds (default 5)")
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics")
-    args = ap.parse_args(argv)
+    args = rounds_parser(__doc__, 1_000_000, 5, "lines of each log").parse_args(argv)
 
     OUT.mkdir(exist_ok=True)
     compile_package(args.python)

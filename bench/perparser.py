@@ -20,7 +20,6 @@ the same run.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -38,7 +37,7 @@ from bench.gen_backends import (
     Writer,
 )
 from bench.gen_mix import write_lines, write_vllm
-from bench.run import OUT, Tool, compile_package, measure, samples
+from bench.run import OUT, Tool, compile_package, measure, rounds_parser, samples
 
 
 def write_api(path: Path, n: int, seed: int) -> None:
@@ -83,13 +82,7 @@ LOGS: tuple[tuple[str, str, Callable[[Path, int, int], None]], ...] = (
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lines", type=int, default=300_000, help="lines of each log (about; whole events)")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=3, help="measured rounds (default 3)")
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics")
-    args = ap.parse_args(argv)
+    args = rounds_parser(__doc__, 300_000, 3, "lines of each log (about; whole events)").parse_args(argv)
 
     OUT.mkdir(exist_ok=True)
     compile_package(args.python)

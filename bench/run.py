@@ -216,16 +216,23 @@ def fmt_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def rounds_parser(doc: str | None, lines: int, runs: int, what: str = "corpus size") -> argparse.ArgumentParser:
+    """The command line of a benchmark that times rounds on a generated log: its size and seed, the
+    rounds measured and warm-up rounds, and the interpreter that runs logmetrics."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=lines, help=f"{what} when it is generated (default {lines:,})")
+    ap.add_argument("--seed", type=int, default=7, help="corpus seed when it is generated (default 7)")
+    ap.add_argument("--runs", type=int, default=runs, help=f"measured rounds (default {runs})")
+    ap.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up rounds (default 1)")
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lines", type=int, default=1_000_000, help="corpus size when it is generated")
-    ap.add_argument("--seed", type=int, default=7, help="corpus seed when it is generated")
+    ap = rounds_parser(__doc__, 1_000_000, 5)
     ap.add_argument("--corpus", type=Path, help="log to read (default bench/out/corpus-LINES-SEED.log)")
-    ap.add_argument("--runs", type=int, default=5, help="measured rounds (default 5)")
-    ap.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up rounds (default 1)")
     ap.add_argument("--no-mtail", action="store_true", help="do not run mtail even when it is installed")
-    ap.add_argument("--python", default=sys.executable, help="interpreter that runs logmetrics")
     ap.add_argument("--json", type=Path, help="also write the raw runs and summary to this file")
     ap.add_argument("--logmetrics-arg", action="append", default=[], metavar="ARG",
                     help="one more argument for logmetrics watch (repeatable), e.g. --logmetrics-arg=--plugin=x.py")
