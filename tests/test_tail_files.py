@@ -1114,6 +1114,76 @@ def test_a_copy_saved_as_a_stream_and_written_over_while_down_is_not_read(tmp_pa
     assert data(got) == lines(40, 50) + lines(100, 105)
 
 
+def test_a_copy_made_while_down_of_a_file_saved_empty_is_not_read(tmp_path: Path, tail: Tail) -> None:
+    """x.log is empty when its position is saved (its saved head is empty, and any file starts with
+    that); while logmetrics is down it is written to and copied to x.log.1: the copy is x.log's
+    (it starts and ends as x.log does there), so its lines count once, under x.log."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    time.sleep(0.01)
+    append(log, lines(0, 16))
+    shutil.copyfile(log, bak)
+    second = tail(tmp_path, copy_wait=0.0)
+    second.resume(positions, saved_at)
+    got = drain(second)
+    got += drain(second)
+    assert data(got, log) == lines(0, 16)
+    assert data(got, bak) == b""
+
+
+def test_an_empty_copy_saved_as_a_stream_and_written_over_after_the_restart_is_not_read(
+        tmp_path: Path, tail: Tail) -> None:
+    """x.log and its empty copy x.log.1 are saved empty; after the restart, before the first poll,
+    x.log is written to and copied over x.log.1: x.log.1 grew into x.log's copy, not read."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    bak.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    second = tail(tmp_path, copy_wait=0.0)
+    second.resume(positions, saved_at)
+    time.sleep(0.01)
+    append(log, lines(0, 20))
+    shutil.copyfile(log, bak)
+    got = drain(second)
+    got += drain(second)
+    assert data(got, log) == lines(0, 20)
+    assert data(got, bak) == b""
+
+
+def test_a_copy_kept_at_a_restart_written_over_by_the_next_cp_is_not_read(tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, saved as a stream of its own, is written over by ``cp x.log x.log.1`` while logmetrics
+    is down, and kept after the restart as x.log's copy; the next ``cp`` writes over it again: what it
+    gained are x.log's lines, read there once."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    bak.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    drain(first)
+    append(log, lines(0, 11))
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    time.sleep(0.01)
+    shutil.copyfile(log, bak)
+    second = tail(tmp_path, copy_wait=0.0)
+    second.resume(positions, saved_at)
+    got += drain(second)
+    append(log, lines(11, 17))
+    got += drain(second)
+    shutil.copyfile(log, bak)
+    got += drain(second)
+    got += drain(second)
+    assert data(got, log) == lines(0, 17)
+    assert data(got, bak) == b""
+
+
 @pytest.mark.parametrize("from_beginning", [True, False])
 def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
         tmp_path: Path, tail: Tail, from_beginning: bool) -> None:

@@ -142,6 +142,15 @@ def same_tail_at(fd: int, path: str, size: int) -> bool:
         os.close(other)
 
 
+def same_head_at(path: str, head: bytes) -> bool:
+    """Whether the file at ``path`` starts with ``head`` (False where it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(head)) == head
+    except OSError:
+        return False
+
+
 def same_tail(fd: int, original: TailFile, size: int) -> bool:
     """Whether the last bytes of the first ``size`` of ``fd`` are those of ``original`` there."""
     if original.fd < 0 or size <= 0:

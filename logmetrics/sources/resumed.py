@@ -14,7 +14,15 @@ import os
 import time
 
 from logmetrics.sources.chunks import Position
-from logmetrics.sources.copies import Known, copy_name, is_copy, nearest_first, originals, same_tail_at
+from logmetrics.sources.copies import (
+    Known,
+    copy_name,
+    is_copy,
+    nearest_first,
+    originals,
+    same_head_at,
+    same_tail_at,
+)
 from logmetrics.sources.followed import Followed, ident_at
 from logmetrics.sources.identity import birth, other_birth, same_file
 from logmetrics.sources.tailfile import Ident
@@ -76,10 +84,12 @@ class Resumed:
         fd, size, head = opened
         if saved is not None:
             if not other_birth(fd, saved.birth) and same_file(fd, size, head, saved.head, saved.offset, saved.fp):
-                if size > saved.offset and saved.stream == path and self._copy_of_saved(fd, head, path, size):
+                original = self._copy_of_saved(fd, head, path, size) \
+                    if size > saved.offset and saved.stream == path else None
+                if original is not None:
                     # followed as a stream of its own (there at start, named like a copy), then written
                     # over by `cp` of its original while we were down: what it gained is the original's
-                    self._keep_copy(fd, ident, head, path)
+                    self._keep_copy(fd, ident, head, original)
                     return True
                 self.follow(fd, ident, head, path, saved.stream, saved.offset, size)
                 return True
@@ -95,7 +105,7 @@ class Resumed:
         # that one was not copied)
         resume = followed.resume
         for pos in nearest_first(path, list(resume.saved.values()), _stream):
-            if is_copy(head, pos.head) and copy_name(path, pos.stream):
+            if self._copy_of(pos, fd, head, path, size):
                 if (pos.dev, pos.ino) not in resume.whole:
                     self.follow(fd, ident, head, path, pos.stream, min(pos.offset, size), size)
                     return True
@@ -121,12 +131,25 @@ class Resumed:
         followed.follow(fd, ident, head, path, path, 0, size, active=True)
         return True
 
-    def _copy_of_saved(self, fd: int, head: bytes, path: str, size: int) -> bool:
-        """Whether the file ``fd`` at ``path`` is named like the copy of a saved stream's file, starts
-        like it and ends like the file now at that stream's path at the same place."""
-        streams = set(originals(path))
-        return any(p.stream in streams and p.path == p.stream and is_copy(head, p.head)
-                   and same_tail_at(fd, p.stream, size) for p in self.followed.resume.saved.values())
+    @staticmethod
+    def _copy_of(pos: Position, fd: int, head: bytes, path: str, size: int) -> bool:
+        """Whether the file ``fd`` at ``path`` is named like a copy of ``pos``'s stream and starts like
+        its file: with its saved head, or, where nothing of that file had been read at the save (an
+        empty head, which any file starts with), like the file now at the stream's path, and with its
+        bytes where the copy ends."""
+        if not copy_name(path, pos.stream):
+            return False
+        if pos.head:
+            return is_copy(head, pos.head)
+        return bool(head) and same_head_at(pos.stream, head) and same_tail_at(fd, pos.stream, size)
+
+    def _copy_of_saved(self, fd: int, head: bytes, path: str, size: int) -> str | None:
+        """The saved stream whose file the file ``fd`` at ``path`` is a copy of, if any: named like
+        its copy, starting like it and ending like the file now at that stream's path at the same place."""
+        for p in self.followed.resume.saved.values():
+            if p.path == p.stream and self._copy_of(p, fd, head, path, size) and same_tail_at(fd, p.stream, size):
+                return p.stream
+        return None
 
     def _keep_copy(self, fd: int, ident: Ident, head: bytes, stream: str) -> None:
         """Keep the file ``fd`` as a copy of ``stream``'s file that stays: not read (its lines are that
