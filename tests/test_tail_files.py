@@ -1184,6 +1184,33 @@ def test_a_copy_kept_at_a_restart_written_over_by_the_next_cp_is_not_read(tmp_pa
     assert data(got, bak) == b""
 
 
+def test_an_empty_copy_that_stayed_written_over_by_a_copytruncate_is_its_copy(tmp_path: Path, tail: Tail) -> None:
+    """x.log, empty, is copied and cut (x.log.1 is empty too, a copy that stays); then x.log is
+    written to, read, and copied over x.log.1 and cut: x.log.1 is the copy of that cut, holding
+    nothing unread, not the empty copy written to."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+
+    def copytruncate() -> None:
+        shutil.copyfile(log, bak)
+        with open(log, "r+b") as fh:
+            fh.truncate(0)
+
+    log.write_bytes(b"")
+    t = tail(tmp_path, copy_wait=0.0)
+    t.poll()
+    copytruncate()
+    got = drain(t)
+    got += drain(t)
+    append(log, lines(0, 14))
+    got += drain(t)
+    copytruncate()
+    got += drain(t)
+    got += drain(t)
+    assert data(got, log) == lines(0, 14)
+    assert data(got, bak) == b""
+    assert t.stats.truncations[str(log)] == 1
+
+
 @pytest.mark.parametrize("from_beginning", [True, False])
 def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
         tmp_path: Path, tail: Tail, from_beginning: bool) -> None:
