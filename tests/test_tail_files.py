@@ -1189,26 +1189,76 @@ def test_an_empty_copy_that_stayed_written_over_by_a_copytruncate_is_its_copy(tm
     written to, read, and copied over x.log.1 and cut: x.log.1 is the copy of that cut, holding
     nothing unread, not the empty copy written to."""
     log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
-
-    def copytruncate() -> None:
-        shutil.copyfile(log, bak)
-        with open(log, "r+b") as fh:
-            fh.truncate(0)
-
     log.write_bytes(b"")
     t = tail(tmp_path, copy_wait=0.0)
     t.poll()
-    copytruncate()
+    _copytruncate(log, bak)
     got = drain(t)
     got += drain(t)
     append(log, lines(0, 14))
     got += drain(t)
-    copytruncate()
+    _copytruncate(log, bak)
     got += drain(t)
     got += drain(t)
     assert data(got, log) == lines(0, 14)
     assert data(got, bak) == b""
     assert t.stats.truncations[str(log)] == 1
+
+
+def _copytruncate(log: Path, copy: Path) -> None:
+    """``cp log copy`` (over the copy there: the same file, written over) and a truncation of ``log``."""
+    shutil.copyfile(log, copy)
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+
+
+def test_a_copy_read_as_a_file_of_its_own_after_a_restart_written_over_by_a_copytruncate(
+        tmp_path: Path, tail: Tail) -> None:
+    """x.log, saved empty, is written to and copytruncated while logmetrics is down (x.log.1, which
+    no saved figure tells from a file of its own, is read whole); after the restart the next
+    copytruncate writes over x.log.1: it is that cut's copy, and no line counts twice."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    time.sleep(0.01)
+    append(log, lines(0, 13))
+    _copytruncate(log, bak)
+    append(log, lines(13, 28))
+    second = tail(tmp_path, copy_wait=0.0)
+    second.resume(positions, saved_at)
+    got = drain(second)
+    _copytruncate(log, bak)
+    got += drain(second)
+    got += drain(second)
+    assert sorted(data(got).splitlines(keepends=True)) == [line(i) for i in range(28)]
+
+
+def test_an_empty_copy_drained_after_a_restart_written_over_by_a_copytruncate(tmp_path: Path, tail: Tail) -> None:
+    """x.log is copytruncated twice while logmetrics is down, the second time while empty (x.log.1,
+    written over, is empty: the copy of lines written between two cuts, drained under x.log); after
+    the restart the next copytruncate writes over it: it is that cut's copy, and no line counts twice."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    drain(first)
+    append(log, lines(0, 9))
+    got = drain(first)
+    positions, saved_at = first.positions(), time.time()
+    first.close()
+    time.sleep(0.01)
+    _copytruncate(log, bak)
+    _copytruncate(log, bak)
+    append(log, lines(9, 14))
+    second = tail(tmp_path, copy_wait=0.0)
+    second.resume(positions, saved_at)
+    got += drain(second)
+    _copytruncate(log, bak)
+    got += drain(second)
+    got += drain(second)
+    _all_under(got, log, list(range(14)))
 
 
 @pytest.mark.parametrize("from_beginning", [True, False])

@@ -35,6 +35,12 @@ def _seq(f: TailFile) -> int:
     return f.seq
 
 
+def _cut_start(head: bytes, found: list[TailFile], cuts: list[Cut]) -> bool:
+    """Whether ``head`` starts like a cut of one of the streams of ``found`` that waits for its copy."""
+    streams = {g.stream for g in found}
+    return any(c.stream in streams and is_copy(head, c.head) for c in cuts)
+
+
 class Originals:
     """Answers, from the registry of followed files, which of them a file is (named like) a copy of."""
 
@@ -69,11 +75,12 @@ class Originals:
         head = read_head(f.fd) if any(heads) else b""
         return bool(head) and any(h and starts_like(head, h) for h in heads)
 
-    def written_over(self, f: TailFile) -> bool:
-        """Whether ``f``, cut, is named like the copy of another stream's file and now starts like it."""
+    def written_over(self, f: TailFile, cuts: list[Cut]) -> bool:
+        """Whether ``f``, cut, is named like the copy of another stream's file and now starts like it
+        (or like it was before a cut found in this look: the copy of a copytruncate written in)."""
         found = self.of(f)
         head = read_head(f.fd) if found else b""
-        return bool(head) and any(starts_like(head, head_now(g)) for g in found)
+        return bool(head) and (any(starts_like(head, head_now(g)) for g in found) or _cut_start(head, found, cuts))
 
     def grew_into(self, f: TailFile, cuts: list[Cut]) -> bool:
         """Whether ``f``, its stream's own file, grew into a copy of another stream's file: named like
@@ -84,9 +91,18 @@ class Originals:
             return False
         found = self.of(f)
         head = read_head(f.fd) if found else b""
-        streams = {g.stream for g in found}
         return bool(head) and (any(starts_like(head, head_now(g)) and same_tail(f.fd, g, f.size) for g in found)
-                               or any(c.stream in streams and is_copy(head, c.head) for c in cuts))
+                               or _cut_start(head, found, cuts))
+
+    @staticmethod
+    def filled(f: TailFile, cuts: list[Cut]) -> bool:
+        """Whether ``f``, a rotated file of its stream of which nothing was read (empty when found: an
+        empty copy), now starts like a cut of that stream found in this look: written over by the
+        copy of the next copytruncate, whose lines are that cut's."""
+        if f.own or f.head:
+            return False
+        head = read_head(f.fd)
+        return bool(head) and any(c.stream == f.stream and is_copy(head, c.head) for c in cuts)
 
     def copy_of(self, fd: int, head: bytes, size: int, stream: str) -> bool:
         """Whether the open file ``fd`` starts like ``stream``'s current file and ends like it at ``size``."""

@@ -74,6 +74,10 @@ class Placement:
                 if f.size > f.offset and self.originals.grew_into(f, cuts):
                     self._let_copy_go(f)  # for the listing that follows to place it as a copy
                     return True
+                if f.size > f.offset and self.originals.filled(f, cuts):
+                    followed.fds.release(f)  # the same: a copy to place, not lines to read
+                    del followed.files[f.ident]
+                    return True
                 return False
             mine = followed.active.get(f.stream) == f.ident
             if not mine and (not f.own or (f.moved and self.originals.copied_over(f, cuts))):
@@ -86,7 +90,7 @@ class Placement:
                 followed.fds.release(f)
                 del followed.files[f.ident]
                 return True
-            if mine and self.originals.written_over(f):
+            if mine and self.originals.written_over(f, cuts):
                 self._let_copy_go(f)
                 return True
             pending = f.cutter.reset()
