@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -1090,6 +1091,26 @@ def test_a_copy_there_at_start_written_over_by_the_next_cp_is_not_read(tmp_path:
     assert data(got) == lines(40, 50) + lines(100, 105)
 
 
+def _while_down(tmp_path: Path, tail: Tail, before: FileTailer, *writes: Callable[[], object]) -> FileTailer:
+    """Save ``before``'s positions and stop it, make ``writes`` while it is down (after the save, by
+    the clock), and start a tailer over ``tmp_path`` that goes on from those positions."""
+    positions, saved_at = before.positions(), time.time()
+    before.close()
+    time.sleep(0.01)
+    for write in writes:
+        write()
+    after = tail(tmp_path, copy_wait=0.0)
+    after.resume(positions, saved_at)
+    return after
+
+
+def _copytruncate(log: Path, copy: Path) -> None:
+    """``cp log copy`` (over the copy there: the same file, written over) and a truncation of ``log``."""
+    shutil.copyfile(log, copy)
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+
+
 def test_a_copy_saved_as_a_stream_and_written_over_while_down_is_not_read(tmp_path: Path, tail: Tail) -> None:
     """x.log.1, a copy there at start, is saved as a stream of its own; while logmetrics is down,
     x.log is written to and copied over x.log.1 again: after the restart what x.log.1 gained is not
@@ -1099,13 +1120,7 @@ def test_a_copy_saved_as_a_stream_and_written_over_while_down_is_not_read(tmp_pa
     shutil.copyfile(log, bak)
     first = tail(tmp_path, copy_wait=0.0)
     drain(first)
-    positions, saved_at = first.positions(), time.time()
-    first.close()
-    time.sleep(0.01)
-    append(log, lines(40, 50))
-    shutil.copyfile(log, bak)
-    second = tail(tmp_path, copy_wait=0.0)
-    second.resume(positions, saved_at)
+    second = _while_down(tmp_path, tail, first, lambda: append(log, lines(40, 50)), lambda: shutil.copyfile(log, bak))
     got = drain(second)
     got += drain(second)
     assert data(got) == lines(40, 50)
@@ -1122,13 +1137,7 @@ def test_a_copy_made_while_down_of_a_file_saved_empty_is_not_read(tmp_path: Path
     log.write_bytes(b"")
     first = tail(tmp_path, copy_wait=0.0)
     drain(first)
-    positions, saved_at = first.positions(), time.time()
-    first.close()
-    time.sleep(0.01)
-    append(log, lines(0, 16))
-    shutil.copyfile(log, bak)
-    second = tail(tmp_path, copy_wait=0.0)
-    second.resume(positions, saved_at)
+    second = _while_down(tmp_path, tail, first, lambda: append(log, lines(0, 16)), lambda: shutil.copyfile(log, bak))
     got = drain(second)
     got += drain(second)
     assert data(got, log) == lines(0, 16)
@@ -1168,12 +1177,7 @@ def test_a_copy_kept_at_a_restart_written_over_by_the_next_cp_is_not_read(tmp_pa
     drain(first)
     append(log, lines(0, 11))
     got = drain(first)
-    positions, saved_at = first.positions(), time.time()
-    first.close()
-    time.sleep(0.01)
-    shutil.copyfile(log, bak)
-    second = tail(tmp_path, copy_wait=0.0)
-    second.resume(positions, saved_at)
+    second = _while_down(tmp_path, tail, first, lambda: shutil.copyfile(log, bak))
     got += drain(second)
     append(log, lines(11, 17))
     got += drain(second)
@@ -1205,13 +1209,6 @@ def test_an_empty_copy_that_stayed_written_over_by_a_copytruncate_is_its_copy(tm
     assert t.stats.truncations[str(log)] == 1
 
 
-def _copytruncate(log: Path, copy: Path) -> None:
-    """``cp log copy`` (over the copy there: the same file, written over) and a truncation of ``log``."""
-    shutil.copyfile(log, copy)
-    with open(log, "r+b") as fh:
-        fh.truncate(0)
-
-
 def test_a_copy_read_as_a_file_of_its_own_after_a_restart_written_over_by_a_copytruncate(
         tmp_path: Path, tail: Tail) -> None:
     """x.log, saved empty, is written to and copytruncated while logmetrics is down (x.log.1, which
@@ -1221,14 +1218,10 @@ def test_a_copy_read_as_a_file_of_its_own_after_a_restart_written_over_by_a_copy
     log.write_bytes(b"")
     first = tail(tmp_path, copy_wait=0.0)
     drain(first)
-    positions, saved_at = first.positions(), time.time()
-    first.close()
-    time.sleep(0.01)
-    append(log, lines(0, 13))
-    _copytruncate(log, bak)
-    append(log, lines(13, 28))
-    second = tail(tmp_path, copy_wait=0.0)
-    second.resume(positions, saved_at)
+    second = _while_down(tmp_path, tail, first,
+                        lambda: append(log, lines(0, 13)),
+                        lambda: _copytruncate(log, bak),
+                        lambda: append(log, lines(13, 28)))
     got = drain(second)
     _copytruncate(log, bak)
     got += drain(second)
@@ -1246,19 +1239,31 @@ def test_an_empty_copy_drained_after_a_restart_written_over_by_a_copytruncate(tm
     drain(first)
     append(log, lines(0, 9))
     got = drain(first)
-    positions, saved_at = first.positions(), time.time()
-    first.close()
-    time.sleep(0.01)
-    _copytruncate(log, bak)
-    _copytruncate(log, bak)
-    append(log, lines(9, 14))
-    second = tail(tmp_path, copy_wait=0.0)
-    second.resume(positions, saved_at)
+    second = _while_down(tmp_path, tail, first,
+                        lambda: _copytruncate(log, bak),
+                        lambda: _copytruncate(log, bak),
+                        lambda: append(log, lines(9, 14)))
     got += drain(second)
     _copytruncate(log, bak)
     got += drain(second)
     got += drain(second)
     _all_under(got, log, list(range(14)))
+
+
+def test_an_empty_copy_saved_and_written_over_by_a_copytruncate_while_down(tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, the empty copy of an empty x.log made while logmetrics is down, is followed as a file
+    of its own and saved with nothing read of it; x.log is read and saved, then copytruncated over
+    x.log.1 while logmetrics is down again: x.log.1 is that cut's copy, and no line counts twice."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    got = drain(first)
+    second = _while_down(tmp_path, tail, first, lambda: _copytruncate(log, bak), lambda: append(log, lines(0, 3)))
+    got += drain(second)
+    third = _while_down(tmp_path, tail, second, lambda: _copytruncate(log, bak))
+    got += drain(third)
+    got += drain(third)
+    _all_under(got, log, list(range(3)))
 
 
 @pytest.mark.parametrize("from_beginning", [True, False])

@@ -82,6 +82,8 @@ class Resumed:
                     followed.unopened[ident] = saved
             return True
         fd, size, head = opened
+        if saved is not None and self._written_copy(saved, fd, head, path, size):
+            saved = None  # placed as a copy, as a new file is
         if saved is not None:
             if not other_birth(fd, saved.birth) and same_file(fd, size, head, saved.head, saved.offset, saved.fp):
                 original = self._copy_of_saved(fd, head, path, size) \
@@ -142,6 +144,13 @@ class Resumed:
         if pos.head:
             return is_copy(head, pos.head)
         return bool(head) and same_head_at(pos.stream, head) and same_tail_at(fd, pos.stream, size)
+
+    def _written_copy(self, saved: Position, fd: int, head: bytes, path: str, size: int) -> bool:
+        """Whether the saved file ``fd`` at ``path``, of which nothing had been read (an empty copy,
+        whose saved head tells it from no file), now is named and starts like the copy of another
+        saved file: written over by ``cp`` while logmetrics was down."""
+        return not saved.head and size > 0 and any(
+            p is not saved and self._copy_of(p, fd, head, path, size) for p in self.followed.resume.saved.values())
 
     def _copy_of_saved(self, fd: int, head: bytes, path: str, size: int) -> str | None:
         """The saved stream whose file the file ``fd`` at ``path`` is a copy of, if any: named like
