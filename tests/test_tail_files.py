@@ -1266,6 +1266,24 @@ def test_an_empty_copy_saved_and_written_over_by_a_copytruncate_while_down(tmp_p
     _all_under(got, log, list(range(3)))
 
 
+def test_a_copy_saved_as_a_file_of_its_own_written_over_by_a_copytruncate_while_down(
+        tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, a copytruncate's copy made while logmetrics is down and read as a file of its own, is
+    saved; the next copytruncate writes over it while logmetrics is down again: it is not cut, but
+    that cut's copy, and no line counts twice."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(b"")
+    first = tail(tmp_path, copy_wait=0.0)
+    got = drain(first)
+    second = _while_down(tmp_path, tail, first, lambda: append(log, lines(0, 17)), lambda: _copytruncate(log, bak),
+                         lambda: append(log, lines(17, 33)))
+    got += drain(second)
+    third = _while_down(tmp_path, tail, second, lambda: _copytruncate(log, bak))
+    got += drain(third)
+    got += drain(third)
+    assert sorted(data(got).splitlines(keepends=True)) == [line(i) for i in range(33)]
+
+
 @pytest.mark.parametrize("from_beginning", [True, False])
 def test_files_waiting_for_a_descriptor_at_a_crash_are_read_after_it(
         tmp_path: Path, tail: Tail, from_beginning: bool) -> None:

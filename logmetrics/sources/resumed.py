@@ -146,11 +146,14 @@ class Resumed:
         return bool(head) and same_head_at(pos.stream, head) and same_tail_at(fd, pos.stream, size)
 
     def _written_copy(self, saved: Position, fd: int, head: bytes, path: str, size: int) -> bool:
-        """Whether the saved file ``fd`` at ``path``, of which nothing had been read (an empty copy,
-        whose saved head tells it from no file), now is named and starts like the copy of another
-        saved file: written over by ``cp`` while logmetrics was down."""
-        return not saved.head and size > 0 and any(
-            p is not saved and self._copy_of(p, fd, head, path, size) for p in self.followed.resume.saved.values())
+        """Whether the saved file ``fd`` at ``path``, written over while logmetrics was down (or with
+        nothing read of it, an empty copy, whose saved head tells it from no file), now is named and
+        starts like the copy of another saved file: a ``cp`` over it, placed as a copy."""
+        if size == 0 or other_birth(fd, saved.birth) or (
+                saved.head and same_file(fd, size, head, saved.head, saved.offset, saved.fp)):
+            return False
+        others = [p for p in self.followed.resume.saved.values() if p is not saved]
+        return any(self._copy_of(p, fd, head, path, size) for p in others)
 
     def _copy_of_saved(self, fd: int, head: bytes, path: str, size: int) -> str | None:
         """The saved stream whose file the file ``fd`` at ``path`` is a copy of, if any: named like
