@@ -8,6 +8,8 @@ The fault kinds still pending a fix (``tests.fault_plan.PENDING``) run only in
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -98,3 +100,12 @@ def test_a_process_that_does_not_exit_shows_where_it_is(tmp_path: Path) -> None:
     finally:
         assert lm.stop() == 0
     assert "Thread 0x" in stacks and "in follow" in stacks
+
+
+def test_the_trials_script_prints_its_help() -> None:
+    """``scripts/fault-trials --help`` prints every option's help (the pending kinds' reasons, with
+    their per cent signs, included)."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "scripts/fault-trials"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--max-kills" in out and "--enabled" in out
