@@ -1111,6 +1111,27 @@ def _copytruncate(log: Path, copy: Path) -> None:
         fh.truncate(0)
 
 
+def test_a_copy_emptied_by_the_next_cp_is_a_copy_being_written_not_a_cut(tmp_path: Path, tail: Tail) -> None:
+    """x.log.1, an old copy there at start (a file of its own), is emptied by the next ``cp x.log
+    x.log.1`` (cp empties its target first) and a look comes before the copy's bytes: that is no
+    cut of x.log.1, and what the cp then writes is x.log's, read there once."""
+    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
+    log.write_bytes(lines(0, 40))
+    shutil.copyfile(log, bak)
+    t = tail(tmp_path, copy_wait=0.0)
+    got = drain(t)
+    append(log, lines(40, 50))
+    got += drain(t)
+    with open(bak, "r+b") as fh:
+        fh.truncate(0)
+    got += drain(t)
+    shutil.copyfile(log, bak)
+    got += drain(t)
+    got += drain(t)
+    assert data(got) == lines(40, 50)
+    assert t.stats.truncations.get(str(bak), 0) == 0
+
+
 def test_a_copy_saved_as_a_stream_and_written_over_while_down_is_not_read(tmp_path: Path, tail: Tail) -> None:
     """x.log.1, a copy there at start, is saved as a stream of its own; while logmetrics is down,
     x.log is written to and copied over x.log.1 again: after the restart what x.log.1 gained is not

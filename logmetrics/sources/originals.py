@@ -77,10 +77,14 @@ class Originals:
 
     def written_over(self, f: TailFile, cuts: list[Cut]) -> bool:
         """Whether ``f``, cut, is named like the copy of another stream's file and now starts like it
-        (or like it was before a cut found in this look: the copy of a copytruncate written in)."""
+        (or like it was before a cut found in this look: the copy of a copytruncate written in), or
+        is empty (the copy is being written)."""
         found = self.of(f)
-        head = read_head(f.fd) if found else b""
-        return bool(head) and (any(starts_like(head, head_now(g)) for g in found) or _cut_start(head, found, cuts))
+        if not found:
+            return False
+        head = read_head(f.fd)
+        # empty: a cp under way (it empties its target first), caught before the copy's bytes came
+        return not head or any(starts_like(head, head_now(g)) for g in found) or _cut_start(head, found, cuts)
 
     def grew_into(self, f: TailFile, cuts: list[Cut]) -> bool:
         """Whether ``f``, its stream's own file, grew into a copy of another stream's file: named like
