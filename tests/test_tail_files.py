@@ -1071,10 +1071,13 @@ def test_a_copytruncate_whose_file_starts_again_with_the_same_lines_is_seen(tmp_
     assert t.stats.truncations[str(log)] == 1
 
 
-def test_a_copy_there_at_start_written_over_by_the_next_cp_is_not_read(tmp_path: Path, tail: Tail) -> None:
+@pytest.mark.parametrize("emptied", [False, True])
+def test_a_copy_there_at_start_written_over_by_the_next_cp_is_not_read(tmp_path: Path, tail: Tail,
+                                                                       emptied: bool) -> None:
     """x.log.1, an old copy there at start (followed as a file of its own, from its end), is written
     over by the next ``cp x.log x.log.1``: it grew into x.log's copy, and what it gained are x.log's
-    lines, read there once; lines written to it later still count."""
+    lines, read there once; lines written to it later still count. ``emptied``: a look comes after
+    the cp emptied it (cp empties its target first) and before the copy's bytes: no cut either."""
     log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
     log.write_bytes(lines(0, 40))
     shutil.copyfile(log, bak)
@@ -1082,10 +1085,15 @@ def test_a_copy_there_at_start_written_over_by_the_next_cp_is_not_read(tmp_path:
     got = drain(t)
     append(log, lines(40, 50))
     got += drain(t)
+    if emptied:
+        with open(bak, "r+b") as fh:
+            fh.truncate(0)
+        got += drain(t)
     shutil.copyfile(log, bak)
     got += drain(t)
     got += drain(t)
     assert data(got) == lines(40, 50)
+    assert t.stats.truncations.get(str(bak), 0) == 0
     append(bak, lines(100, 105))
     got += drain(t)
     assert data(got) == lines(40, 50) + lines(100, 105)
@@ -1109,27 +1117,6 @@ def _copytruncate(log: Path, copy: Path) -> None:
     shutil.copyfile(log, copy)
     with open(log, "r+b") as fh:
         fh.truncate(0)
-
-
-def test_a_copy_emptied_by_the_next_cp_is_a_copy_being_written_not_a_cut(tmp_path: Path, tail: Tail) -> None:
-    """x.log.1, an old copy there at start (a file of its own), is emptied by the next ``cp x.log
-    x.log.1`` (cp empties its target first) and a look comes before the copy's bytes: that is no
-    cut of x.log.1, and what the cp then writes is x.log's, read there once."""
-    log, bak = tmp_path / "x.log", tmp_path / "x.log.1"
-    log.write_bytes(lines(0, 40))
-    shutil.copyfile(log, bak)
-    t = tail(tmp_path, copy_wait=0.0)
-    got = drain(t)
-    append(log, lines(40, 50))
-    got += drain(t)
-    with open(bak, "r+b") as fh:
-        fh.truncate(0)
-    got += drain(t)
-    shutil.copyfile(log, bak)
-    got += drain(t)
-    got += drain(t)
-    assert data(got) == lines(40, 50)
-    assert t.stats.truncations.get(str(bak), 0) == 0
 
 
 def test_a_copy_saved_as_a_stream_and_written_over_while_down_is_not_read(tmp_path: Path, tail: Tail) -> None:
