@@ -21,7 +21,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -140,6 +140,11 @@ def same_tail_at(fd: int, path: str, size: int) -> bool:
         return False
     finally:
         os.close(other)
+
+
+def copy_of_cut(head: bytes, streams: Collection[str], cuts: list[Cut]) -> bool:
+    """Whether a file starting with ``head`` starts like a cut of one of ``streams`` that waits for its copy."""
+    return any(c.stream in streams and is_copy(head, c.head) for c in cuts)
 
 
 def same_head_at(path: str, head: bytes) -> bool:

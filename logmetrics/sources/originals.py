@@ -15,6 +15,7 @@ import time
 
 from logmetrics.sources.copies import (
     Cut,
+    copy_of_cut,
     head_now,
     is_copy,
     nearest_first,
@@ -33,12 +34,6 @@ def _stream(f: TailFile) -> str:
 
 def _seq(f: TailFile) -> int:
     return f.seq
-
-
-def _cut_start(head: bytes, found: list[TailFile], cuts: list[Cut]) -> bool:
-    """Whether ``head`` starts like a cut of one of the streams of ``found`` that waits for its copy."""
-    streams = {g.stream for g in found}
-    return any(c.stream in streams and is_copy(head, c.head) for c in cuts)
 
 
 class Originals:
@@ -84,7 +79,8 @@ class Originals:
             return False
         head = read_head(f.fd)
         # empty: a cp under way (it empties its target first), caught before the copy's bytes came
-        return not head or any(starts_like(head, head_now(g)) for g in found) or _cut_start(head, found, cuts)
+        return (not head or any(starts_like(head, head_now(g)) for g in found)
+                or copy_of_cut(head, {g.stream for g in found}, cuts))
 
     def grew_into(self, f: TailFile, cuts: list[Cut]) -> bool:
         """Whether ``f``, its stream's own file, grew into a copy of another stream's file: named like
@@ -96,7 +92,7 @@ class Originals:
         found = self.of(f)
         head = read_head(f.fd) if found else b""
         return bool(head) and (any(starts_like(head, head_now(g)) and same_tail(f.fd, g, f.size) for g in found)
-                               or _cut_start(head, found, cuts))
+                               or copy_of_cut(head, {g.stream for g in found}, cuts))
 
     @staticmethod
     def filled(f: TailFile, cuts: list[Cut]) -> bool:
@@ -106,7 +102,7 @@ class Originals:
         if f.own or f.head:
             return False
         head = read_head(f.fd)
-        return bool(head) and any(c.stream == f.stream and is_copy(head, c.head) for c in cuts)
+        return bool(head) and copy_of_cut(head, (f.stream,), cuts)
 
     def copy_of(self, fd: int, head: bytes, size: int, stream: str) -> bool:
         """Whether the open file ``fd`` starts like ``stream``'s current file and ends like it at ``size``."""

@@ -22,6 +22,7 @@ from logmetrics.sources.copies import (
     Cut,
     Known,
     copy_name,
+    copy_of_cut,
     copy_state,
     head_now,
     is_copy,
@@ -38,11 +39,6 @@ from logmetrics.sources.tailfile import Ident, TailFile, read_head
 log = logging.getLogger("logmetrics.sources.tailer")  # the tailer's messages, under one name
 
 OLD_MARGIN = 1.0  # a file first seen after start but last written this long before start is read from its end
-
-
-def _copy_of_a_cut(head: bytes, stream: str, cuts: list[Cut]) -> bool:
-    """Whether a file starting with ``head`` starts like a cut of ``stream``'s that waits for its copy."""
-    return any(cut.stream == stream and is_copy(head, cut.head) for cut in cuts)
 
 
 def _stream(item: Cut | TailFile | Position) -> str:
@@ -207,7 +203,7 @@ class Placement:
             # copy: placed below, as a new file is)
             if known.offset is not None and not other_birth(fd, known.birth) \
                     and same_file(fd, size, head, known.head, known.offset, known.fp) \
-                    and not (known.kept and size > known.offset and _copy_of_a_cut(head, known.stream, cuts)):
+                    and not (known.kept and size > known.offset and copy_of_cut(head, (known.stream,), cuts)):
                 if known.kept and size > known.offset and self.originals.copy_of(fd, head, size, known.stream):
                     # a copy that stayed, written over by the next `cp` of its original: a copy
                     # again, whose lines are its original's, not lines written to it
