@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from logmetrics.sources.chunks import Chunk, SourceError, SourceStats
+from logmetrics.sources.discovery import unreadable
 from logmetrics.sources.stdin import StdinSource
 from logmetrics.sources.tailer import FileTailer
 from logmetrics.sources.waker import Waker
@@ -420,6 +421,13 @@ def test_ignored_suffixes_in_a_directory(tmp_path: Path, tail: Tail) -> None:
     (tmp_path / "x.log").write_bytes(b"plain\n")
     got = drain(t)
     assert [(c.stream, c.data) for c in got] == [(str(tmp_path / "x.log"), b"plain\n")]
+
+
+def test_a_listing_error_reads_as_watch_words_it() -> None:
+    """What discovery reports of a path it cannot list is one line, ``cannot read PATH: reason``, as
+    ``watch`` says it (not Python's ``[Errno 13] ...: 'PATH'``); other reports stay as they are."""
+    assert unreadable(PermissionError(13, "Permission denied", "logs/sub")) == "cannot read logs/sub: Permission denied"
+    assert unreadable(OSError("x.fifo: not a regular file")) == "x.fifo: not a regular file"
 
 
 def test_bad_paths_raise_source_error(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock, anchor_of
 from logmetrics.sources.chunks import Chunk, SourceStats
-from logmetrics.sources.discovery import discover, left_out
+from logmetrics.sources.discovery import discover, left_out, unreadable
 from logmetrics.sources.filefilter import FileFilter
 from logmetrics.store.store import Store
 
@@ -277,7 +277,7 @@ def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: Sour
     takes, and the groups of all of them merged in log time (by step, then file, then file order);
     each file's clock is appended to ``clocks``. Raises UserError if there is none."""
     clocks = [] if clocks is None else clocks
-    found = discover(paths, lambda exc: log.warning("%s", exc), chosen.wanted if chosen else None)
+    found = discover(paths, lambda exc: log.warning("%s", unreadable(exc)), chosen.wanted if chosen else None)
     if not found:
         why = left_out(paths, chosen.wanted) if chosen else ""
         raise UserError(f"no log file found in {', '.join(paths)}{why}")

@@ -28,6 +28,14 @@ def is_glob(path: str) -> bool:
     return not _GLOB_CHARS.isdisjoint(path)
 
 
+def unreadable(exc: OSError) -> str:
+    """What ``discover`` reports through ``onerror``, in one line as ``watch`` words it:
+    ``cannot read PATH: reason`` where the error names a path."""
+    if exc.filename is not None and exc.strerror:
+        return f"cannot read {exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
 def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
              wanted: Callable[[str], bool] | None = None) -> list[str]:
     """The files named by ``paths`` now (files, directories recursively, globs), sorted.
