@@ -239,17 +239,20 @@ def test_a_weak_stream_is_routed_on_what_it_showed_after_the_wait(monkeypatch: p
 
 def test_check_of_a_directory_gives_a_line_per_file_and_totals_per_parser(tmp_path: Path) -> None:
     """check of a directory: one line per log with its parser and matched share, totals per parser,
-    a file no parser takes said on its line, and the golden file beside a sample left out."""
+    a file no parser takes said on its line, the golden file beside a sample left out, and a file
+    name with a newline in it escaped on its one line."""
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "vllm-0.log").write_text('INFO:     10.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\nnoise\n')
     (logs / "vllm-1.log").write_text('INFO:     10.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n' * 3)
     (logs / "notes.txt").write_text("nothing any parser knows\n")
     (logs / "vllm-0.expected.prom").write_text("# HELP x y\n# TYPE x counter\nx 1\n")
+    (logs / "odd\nname.log").write_text('INFO:     10.0.0.1:5 - "GET /health HTTP/1.1" 200 OK\n')
     out = cli("check", "logs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
     assert ["vllm", "2", "1", "0", "50", "%", "logs/vllm-0.log"] in rows, out.stdout
+    assert ["api", "1", "1", "0", "100", "%", "logs/odd\\nname.log"] in rows, out.stdout  # one row, escaped
     assert ["vllm", "3", "3", "0", "100", "%", "logs/vllm-1.log"] in rows, out.stdout
     assert ["vllm", "2", "5", "4", "0", "80", "%"] in rows, out.stdout
     assert any(line.startswith("-") and "logs/notes.txt: no parser claims" in line for line in out.stdout.splitlines())

@@ -23,7 +23,7 @@ from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, ZeroKey, record_r
 from logmetrics.plugins.finder import ParserEntry
 from logmetrics.plugins.routing import SNIFF_LINES, route_text
 from logmetrics.records import Batch, Record, split_records
-from logmetrics.sources.discovery import discover
+from logmetrics.sources.discovery import discover, unreadable
 from logmetrics.sources.layouts import Layouts
 from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.store import Store
@@ -146,13 +146,18 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
     return reports
 
 
+def _shown(name: str) -> str:
+    """``name`` on one row: a file name with a newline or another control character in it escaped."""
+    return name if name.isprintable() else repr(name)[1:-1]
+
+
 def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: str | None,
             envelope: str, fast_check: FastCheck | None = None) -> tuple[str, bool]:
     """What ``logmetrics check`` prints for several files or a directory: a line per stream (its
     parser, records, those matched and used, the share read, and its faults), then the totals
     per parser; and whether any stream was faulty. Files under a directory or glob are found as
     ``watch`` finds them (what is no log left out)."""
-    files = discover(paths, lambda err: log.warning("%s", err))
+    files = discover(paths, lambda err: log.warning("%s", unreadable(err)))
     if not files:
         raise UserError(f"no files under {', '.join(paths)}")
     head = f"{'parser':<16} {'records':>8} {'matched':>8} {'used':>6} {'read':>6}"
@@ -163,7 +168,7 @@ def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: st
         try:
             reports = _reports(path, entries, parser=parser, envelope=envelope, top=0, fast_check=fast_check)
         except UserError as exc:
-            out.append(f"{'-':<16} {'':>8} {'':>8} {'':>6} {'':>6}  {path}: {str(exc).split(': ', 1)[-1]}")
+            out.append(f"{'-':<16} {'':>8} {'':>8} {'':>6} {'':>6}  {_shown(path)}: {str(exc).split(': ', 1)[-1]}")
             totals["(none)"][0] += 1
             continue
         for _, t in reports:
@@ -173,7 +178,7 @@ def summary(paths: Sequence[str], entries: dict[str, ParserEntry], *, parser: st
             faults = f" ({t.errors} parse errors, {t.refused} events refused{fast})" if t.faulty else ""
             faulty = faulty or t.faulty
             out.append(f"{t.parser:<16} {t.records:>8} {t.matched:>8} {t.used:>6} "
-                       f"{_share(t.matched + t.used, t.records):>6}  {t.where}{faults}")
+                       f"{_share(t.matched + t.used, t.records):>6}  {_shown(t.where)}{faults}")
             tot = totals[t.parser]
             tot[0], tot[1], tot[2], tot[3] = tot[0] + 1, tot[1] + t.records, tot[2] + t.matched, tot[3] + t.used
     out += ["", f"{'parser':<16} {'streams':>8} {'records':>8} {'matched':>8} {'used':>6} {'read':>6}"]
