@@ -21,10 +21,9 @@ llama.cpp totals are included for reference (the ``vllm`` parser does not read t
 
     python3 bench/gen_corpus.py -n 1000000 --seed 7 -o bench/out/corpus.log
 
-``--mix DIR`` writes the mixed corpus instead: one log per backend (vLLM, llama.cpp, whisper,
-embeddings) in ``DIR`` and ``DIR.expected.json`` beside it; see ``bench/gen_mix.py``.
+The mixed corpus (one log per backend in a directory) is ``bench/gen_mix.py``'s.
 
-    python3 bench/gen_corpus.py --mix bench/out/mix-1000000-7 -n 1000000 --seed 7
+    python3 bench/gen_mix.py bench/out/mix-1000000-7 -n 1000000 --seed 7
 """
 
 from __future__ import annotations
@@ -323,20 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--lines", type=int, default=1_000_000, help="number of lines (default 1,000,000)")
     ap.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     ap.add_argument("-o", "--out", type=Path, default=Path("corpus.log"), help="output log file")
-    ap.add_argument("--mix", type=Path, metavar="DIR",
-                    help="write the mixed corpus instead: one file per backend in DIR (see bench/gen_mix.py)")
     args = ap.parse_args(argv)
     if args.lines < 1:
         ap.error("--lines must be at least 1")
-    if args.mix:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
-        from bench.gen_mix import expected_path as mix_expected
-        from bench.gen_mix import write_mix
-
-        doc = write_mix(args.mix, args.lines, args.seed)
-        shares = ", ".join(f"{name} {f['lines']}" for name, f in doc["files"].items())
-        print(f"wrote {doc['lines']} lines to {args.mix}/ ({shares}) and {mix_expected(args.mix)}", file=sys.stderr)
-        return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     exp = Corpus(args.seed).write(args.out, args.lines)
     expected_path = args.out.with_name(args.out.name + ".expected.json")

@@ -1,6 +1,6 @@
 """The mixed corpus: one log file per backend in a directory, and the figures each must yield.
 
-    python3 bench/gen_corpus.py --mix bench/out/mix-1000000-7 -n 1000000 --seed 7
+    python3 bench/gen_mix.py bench/out/mix-1000000-7 -n 1000000 --seed 7
 
 Files (names a deployment would use, so that routing by name has something to go on) and their
 shares of the lines:
@@ -30,11 +30,14 @@ with the same rounding), never by parsing the files back.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: find ``bench``
 from bench.gen_backends import (
     EmbeddingsWriter,
     FasterWhisperWriter,
@@ -122,3 +125,22 @@ def expected_path(out: Path) -> Path:
     """Where the expected figures of the corpus in directory ``out`` go: beside it, not inside it
     (a file inside would be read as one more log)."""
     return out.with_name(out.name + ".expected.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path, metavar="DIR", help="the directory to write one log per backend into")
+    ap.add_argument("-n", "--lines", type=int, default=1_000_000, help="lines in all (default 1,000,000)")
+    ap.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    args = ap.parse_args(argv)
+    if args.lines < 1:
+        ap.error("--lines must be at least 1")
+    doc = write_mix(args.out, args.lines, args.seed)
+    shares = ", ".join(f"{name} {f['lines']}" for name, f in doc["files"].items())
+    print(f"wrote {doc['lines']} lines to {args.out}/ ({shares}) and {expected_path(args.out)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -148,12 +148,12 @@ def check(text: str, expected: dict[str, Any], self_metrics: bool, per_record: b
 
 
 def _ensure(corpus: Path, made: bool, gen_args: list[str], fmt: object, what: str) -> dict[str, Any]:
-    """Generate a corpus (``gen_corpus.py`` with ``gen_args``) and its expected.json unless both are
-    there (``made``) and the expected figures are of format ``fmt``; return the expected figures."""
+    """Generate a corpus (the generator and arguments ``gen_args``) and its expected.json unless both
+    are there (``made``) and the expected figures are of format ``fmt``; return the expected figures."""
     expected_path = corpus.with_name(corpus.name + ".expected.json")
     if not (made and expected_path.is_file()):
         print(f"generating {what}", file=sys.stderr)
-        subprocess.run([sys.executable, str(HERE / "gen_corpus.py"), *gen_args], check=True)
+        subprocess.run([sys.executable, *gen_args], check=True)
     expected: dict[str, Any] = json.loads(expected_path.read_text())
     if expected.get("format") != fmt:  # cached by an older generator
         expected_path.unlink()
@@ -163,13 +163,15 @@ def _ensure(corpus: Path, made: bool, gen_args: list[str], fmt: object, what: st
 
 def ensure_corpus(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
     """Generate the corpus (and its expected.json) unless both are there; return the expected totals."""
-    return _ensure(corpus, corpus.is_file(), ["-n", str(lines), "--seed", str(seed), "-o", str(corpus)], FORMAT,
+    gen = [str(HERE / "gen_corpus.py"), "-n", str(lines), "--seed", str(seed), "-o", str(corpus)]
+    return _ensure(corpus, corpus.is_file(), gen, FORMAT,
                    f"{corpus} ({lines} lines, seed {seed})")
 
 
 def ensure_mix(corpus: Path, lines: int, seed: int) -> dict[str, Any]:
     """Generate the mixed corpus directory (and its expected.json) unless both are there."""
-    return _ensure(corpus, corpus.is_dir(), ["--mix", str(corpus), "-n", str(lines), "--seed", str(seed)],
+    gen = [str(HERE / "gen_mix.py"), str(corpus), "-n", str(lines), "--seed", str(seed)]
+    return _ensure(corpus, corpus.is_dir(), gen,
                    MIX_FORMAT, f"{corpus}/ ({lines} lines, seed {seed})")
 
 

@@ -37,7 +37,7 @@ def test_the_samples_in_two_processes_give_one_process_output(tmp_path: Path) ->
 def test_the_mixed_corpus_in_two_processes_gives_one_process_output(tmp_path: Path) -> None:
     """The benchmark's mixed corpus (a log per backend, routed by content), in two processes: the same bytes."""
     corpus = tmp_path / "mix"
-    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_corpus.py"), "-n", "30000", "--mix", str(corpus)],
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_mix.py"), str(corpus), "-n", "30000"],
                    check=True, capture_output=True, timeout=300)
     one, _ = oneshot(str(corpus), workers=1, cwd=tmp_path)
     two, said = oneshot(str(corpus), workers=2, cwd=tmp_path)
