@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from logmetrics.sources.chunks import Position
+from logmetrics.sources.copies import same_head_at
 from logmetrics.sources.discovery import covers
 from logmetrics.sources.tailfile import Ident
 
@@ -56,9 +57,8 @@ class ResumeState:
                 saved = self.saved.get((st.st_dev, st.st_ino))
                 if saved is None or st.st_size < saved.offset:
                     continue
-                with open(path, "rb") as fh:
-                    if fh.read(len(saved.head)) == saved.head:
-                        whole.add((st.st_dev, st.st_ino))
+                if same_head_at(path, saved.head):
+                    whole.add((st.st_dev, st.st_ino))
             except OSError:
                 continue  # gone, or out of descriptors: not known whole (a copy of it stays possible)
         return whole

@@ -159,7 +159,9 @@ class Resumed:
         """The saved stream whose file the file ``fd`` at ``path`` is a copy of, if any: named like
         its copy, starting like it and ending like the file now at that stream's path at the same place."""
         for p in self.followed.resume.saved.values():
-            if p.path == p.stream and self._copy_of(p, fd, head, path, size) and same_tail_at(fd, p.stream, size):
+            # (with an empty saved head, _copy_of compared the ends already)
+            if p.path == p.stream and self._copy_of(p, fd, head, path, size) \
+                    and (not p.head or same_tail_at(fd, p.stream, size)):
                 return p.stream
         return None
 
