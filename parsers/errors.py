@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from logmetrics.plugins import ZeroSeries
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
 
-from .common import PROC_PREFIX
+from .common import PROC_PREFIX_OPT
 
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 #: Lines that chain two tracebacks of one record.
@@ -26,7 +26,7 @@ CHAINS = ("During handling of the above exception", "The above exception was the
 
 # A line that names the exception: optional process prefix and log header are the caller's to strip;
 # here the line starts with the name (``KeyError: 'x'``, ``torch.OutOfMemoryError: CUDA ...``).
-_EXC_LINE = re.compile(rf"^(?:{PROC_PREFIX})?({EXCEPTION_NAME})(?:: ?(.*))?$", re.M)
+_EXC_LINE = re.compile(rf"^{PROC_PREFIX_OPT}({EXCEPTION_NAME})(?:: ?(.*))?$", re.M)
 # Anywhere in a line, for error lines that quote an exception: ``Error in x: ValueError: bad``.
 _EXC_ANY = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:Error|Exception))\b(?::[ ]?([^\n]*))?")
 _FRAME = re.compile(r'^(?:[^\n]*?)  File "[^"\n]+", line \d+', re.M)

@@ -12,10 +12,11 @@ import re
 
 from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES, Shape
 
-from .common import EXCEPTION_NAME, PROC_PREFIX, TRACEBACK_BODY, UVICORN, UVICORN_ACCESS
+from .common import EXCEPTION_NAME, PROC_PREFIX, PROC_PREFIX_OPT, TRACEBACK_BODY, UVICORN, UVICORN_ACCESS
 from .errors import COMMON_CAUSES, Phrases
 
 PFX = PROC_PREFIX
+PFXO = PROC_PREFIX_OPT  # an optional process prefix (see there)
 NUM = r"(\d+(?:\.\d+)?)"
 #: The vLLM logger header, all versions: ``INFO 06-14 10:00:05 metrics.py:341]`` (<= 0.7),
 #: ``INFO 04-10 03:35:27 [loggers.py:80]`` (0.8+), a shrunk relative path under DEBUG, and the
@@ -24,17 +25,17 @@ HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 
 #: Lines that continue the record above: an optional process prefix and vLLM header (vLLM's
 #: formatter repeats the header on every line of a multi-line message), then a traceback-ish body.
-CONTINUATION = re.compile(rf"{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
+CONTINUATION = re.compile(rf"{PFXO}(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
 #: The same lines as a record shape: a line that is blank (``\n``) is left out of records by the
 #: records stage, so the shape names only lines with something on them (a prefix, a header, ``\r``).
-SHAPE = Shape("vllm", lines=rf"(?a:{PFX}?(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?"
+SHAPE = Shape("vllm", lines=rf"(?a:{PFXO}(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?"
                             rf"(?:{INDENTED.lines}|{TRACEBACK_LINES}|{EXCEPTION_LINE})"
-                            rf"|{PFX}?{HDR} ?{EOL}|{PFX}{EOL}|\r{EOL})")
+                            rf"|{PFXO}{HDR} ?{EOL}|{PFX}{EOL}|\r{EOL})")
 
-ACCESS = re.compile(rf"\n{PFX}?{UVICORN_ACCESS}", re.ASCII)
+ACCESS = re.compile(rf"\n{PFXO}{UVICORN_ACCESS}", re.ASCII)
 #: An access line of a finished request (2xx, POST on an inference route): where the access log
 #: takes over counting ``outcome="ok"``.
-ACCESS_OK = re.compile(rf"\n{PFX}?INFO: +\S+ - \"POST /(?:v1/(?:chat/completions|completions|embeddings|responses"
+ACCESS_OK = re.compile(rf"\n{PFXO}INFO: +\S+ - \"POST /(?:v1/(?:chat/completions|completions|embeddings|responses"
                        r"|audio/\w+|score|rerank)|v2/rerank|pooling|classify|score|rerank|invocations)[/?\w=&.-]* "
                        r"HTTP/[\d.]+\" 2\d\d", re.ASCII)
 
@@ -42,7 +43,7 @@ ACCESS_OK = re.compile(rf"\n{PFX}?INFO: +\S+ - \"POST /(?:v1/(?:chat/completions
 #: tail), a whole line. Groups: the date and minute (``MM-DD HH:MM``) and seconds of the vLLM
 #: header, the engine index, the number of engines aggregated (all four in the head), prompt and
 #: generation throughput, running, pending (V0), waiting (V1), the rest of the line (the tail).
-_STATS_HEAD = (rf"{PFX}?(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ )?"
+_STATS_HEAD = (rf"{PFXO}(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ )?"
                r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?")
 _STATS_TAIL = (rf"Avg prompt throughput: {NUM} tokens/s, Avg generation throughput: {NUM} tokens/s, "
                r"(?:Max iteration time: [^,\n]*, Avg time/tok:[^,\n]*, )?"
@@ -55,7 +56,7 @@ STATS_MARK = "Avg prompt throughput: "
 STATS_HEAD = re.compile(_STATS_HEAD, re.ASCII)
 STATS_TAIL = re.compile(_STATS_TAIL, re.ASCII)
 #: The timestamp of a header line, matched at its start.
-LINE_TIME = re.compile(rf"{PFX}?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d):(\d\d) ")
+LINE_TIME = re.compile(rf"{PFXO}(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d):(\d\d) ")
 KV_USAGE = re.compile(rf"\w+ KV cache usage: {NUM}%")
 PREFIX_HIT = re.compile(rf", Prefix cache hit rate: {NUM}%")
 PREEMPTIONS = re.compile(r", Preemptions: (\d+)")
@@ -134,16 +135,16 @@ REQUEST_KEYS = frozenset({RECEIVED_KEY, DETAILS_KEY, GENERATED_KEY, BODY_KEY})
 #: These four are anchored at the start of a line (process prefix, vLLM header): a prompt or an
 #: output is logged with ``%r`` on the same line, so a log line quoted inside one never matches.
 #: Groups: the request id, the rest of the line (the prompt's repr, then the ids: see ``id_count``).
-PROMPT_IDS = re.compile(rf"\n{PFX}?{HDR} (?:Received request|Request) ([^\s:]+)(?::| details:) ([^\n]*)")
+PROMPT_IDS = re.compile(rf"\n{PFXO}{HDR} (?:Received request|Request) ([^\s:]+)(?::| details:) ([^\n]*)")
 #: Any Received request line (to pair with a Generated response): the request id.
-RECEIVED = re.compile(rf"\n{PFX}?{HDR} Received request ([^\s:]+): ")
+RECEIVED = re.compile(rf"\n{PFXO}{HDR} Received request ([^\s:]+): ")
 #: Groups: the request id, the streaming marker (`` (streaming delta)`` / `` (streaming complete)``),
 #: `` details`` (0.33's DEBUG line), the rest of the line.
-GENERATED = re.compile(rf"\n{PFX}?{HDR} Generated response ([^\s:]+?)( \(streaming (?:delta|complete)\))?( details)?: "
+GENERATED = re.compile(rf"\n{PFXO}{HDR} Generated response ([^\s:]+?)( \(streaming (?:delta|complete)\))?( details)?: "
                        r"([^\n]*)")
 #: The usage object of a response body: prompt and completion tokens (vLLM's key order is
 #: prompt, total, completion; any order is accepted).
-BODY = re.compile(rf"\n{PFX}?{HDR} response_body=\{{\{{([^\n]*)\}}\}}")
+BODY = re.compile(rf"\n{PFXO}{HDR} response_body=\{{\{{([^\n]*)\}}\}}")
 USAGE = re.compile(r'"usage": ?\{([^{}]*)\}')
 USAGE_FIELD = re.compile(r'"(prompt|completion)_tokens": ?(\d+)')
 #: The token-id list at the end of ``prompt_token_ids: [`` / ``output_token_ids: [`` (searched from
@@ -158,6 +159,8 @@ MAX_LOG_LEN = re.compile(r"max_log_len(?:=|': )(\d+)")
 ABORTED_LIST = re.compile(r"\] Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)")
 ABORTED_ONE = re.compile(r"\] Request \S+ aborted\.?(?=\n)")
 FAILED = re.compile(r"\] Request \S+ failed")
+#: Either of the two above in one scan: ``a`` for an abort, empty for a failure.
+REQUEST_ENDED = re.compile(r"\] Request \S+ (?:(a)borted\.?(?=\n)|failed)")
 FINISHED_AT = re.compile(r"\] Finished request (?=\S+\n)")
 PREEMPTED = re.compile(r"\] Sequence group \S+ is preempted by [^\n]*?(?:total_num_cumulative_preemption=(\d+))?(?=\n)")
 V0_PREFIX = re.compile(rf"\] Prefix cache hit rate: GPU: {NUM}%")
@@ -191,8 +194,8 @@ SHUTDOWN_KEYS = frozenset(mark[2:] for mark in SHUTDOWN_MARKS)
 #: ``LIFE`` finds them on its own (``learn``), ``LIFE_AT`` checks a line's start up to the text.
 _LIFE_TEXT = "|".join(map(re.escape, (UVICORN.ready[0].rstrip("."), *UVICORN.stopping)))
 _LIFE = rf"INFO: +({_LIFE_TEXT})"
-LIFE = re.compile(rf"\n{PFX}?{_LIFE}", re.ASCII)
-LIFE_AT = re.compile(rf"{PFX}?INFO: +(?={_LIFE_TEXT})", re.ASCII)
+LIFE = re.compile(rf"\n{PFXO}{_LIFE}", re.ASCII)
+LIFE_AT = re.compile(rf"{PFXO}INFO: +(?={_LIFE_TEXT})", re.ASCII)
 LOGO_MODEL = re.compile(r"\] [ \t]*[\u2580-\u259f][^\n]*? model {3}(\S+)")
 
 #: An error record's first line: an ERROR/CRITICAL line (vLLM header or uvicorn ``ERROR:``) or a
@@ -200,13 +203,13 @@ LOGO_MODEL = re.compile(r"\] [ \t]*[\u2580-\u259f][^\n]*? model {3}(\S+)")
 #: record (a traceback-ish message), 3 set for a raw traceback, 4 the message, 5 set if the next
 #: line continues the record (the record has more than one line).
 ERROR_START = re.compile(
-    rf"\n{PFX}?(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
+    rf"\n{PFXO}(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
     rf"((?={TRACEBACK_BODY}))?| *:|(?= ))|((?=Traceback \(most recent call last\))))"
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)",
     re.ASCII,
 )
 #: The start of a one-line error record, up to its message (``ERROR_START`` without the groups).
-ERROR_HEAD = re.compile(rf"\n{PFX}?(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+[\]\[]+ | *:| )",
+ERROR_HEAD = re.compile(rf"\n{PFXO}(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+[\]\[]+ | *:| )",
                         re.ASCII)
 #: Access lines and error lines in one scan (one ``findall``, counted in C). Groups: 1 the access
 #: key (see ``UVICORN_ACCESS``); for an error: 2 the logging file, 3 set if the line continues a
@@ -214,7 +217,7 @@ ERROR_HEAD = re.compile(rf"\n{PFX}?(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\
 #: 7 a uvicorn lifecycle line (``_LIFE``), rare, handled as a start-up line is.
 #: Flags capture one character, so that ``findall``'s empty string means "not set".
 LINES = re.compile(
-    rf"\n{PFX}?(?:{UVICORN_ACCESS}"
+    rf"\n{PFXO}(?:{UVICORN_ACCESS}"
     rf"|(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
     rf"(?:(?=((?={TRACEBACK_BODY})[\s\S])))?| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE})",
@@ -226,15 +229,15 @@ LINES = re.compile(
 CLIENT_ERROR = re.compile(r"(?:\bcode=|'code': |\"code\": ?)4\d\d\b")
 
 #: Exception lines inside an error record (after the first line).
-EXCEPTION_IN = re.compile(rf"\n{PFX}?(?:{HDR} )?({EXCEPTION_NAME}(?::[^\n]*)?)(?=\n)", re.ASCII)
+EXCEPTION_IN = re.compile(rf"\n{PFXO}(?:{HDR} )?({EXCEPTION_NAME}(?::[^\n]*)?)(?=\n)", re.ASCII)
 
 TRACEBACK_TEXT = "Traceback (most recent call last)"
 #: Inside a multi-line error record, matched at a line start: a traceback's first line; an
 #: exception line; a line with an empty message. A traceback that follows an exception line
 #: directly (no "During handling ..." between them) is another error.
-TRACEBACK_AT = re.compile(rf"{PFX}?(?:{HDR} )?Traceback \(most recent call last\)", re.ASCII)
-EXCEPTION_AT = re.compile(rf"{PFX}?(?:{HDR} )?{EXCEPTION_NAME}(?::|(?=\n))", re.ASCII)
-EMPTY_AT = re.compile(rf"{PFX}?(?:{HDR} ?)?(?=\n)", re.ASCII)
+TRACEBACK_AT = re.compile(rf"{PFXO}(?:{HDR} )?Traceback \(most recent call last\)", re.ASCII)
+EXCEPTION_AT = re.compile(rf"{PFXO}(?:{HDR} )?{EXCEPTION_NAME}(?::|(?=\n))", re.ASCII)
+EMPTY_AT = re.compile(rf"{PFXO}(?:{HDR} ?)?(?=\n)", re.ASCII)
 
 #: Lines that say this is vLLM (sniffing).
 SNIFF_STRONG = (
@@ -245,7 +248,7 @@ SNIFF_HEADER = r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 #: A record that is the rest of a raw traceback whose header was never read (tailing began inside
 #: it, or a rotation cut it): it starts with a frame or with the final exception line. It can only
 #: be a batch's first record: further on, such lines continue the record above them.
-HEADLESS = re.compile(rf"\n{PFX}?(?:  File \"|{EXCEPTION_NAME}(?::|(?=\n)))", re.ASCII)
+HEADLESS = re.compile(rf"\n{PFXO}(?:  File \"|{EXCEPTION_NAME}(?::|(?=\n)))", re.ASCII)
 
 # --- error phrases ----------------------------------------------------------------------------
 
