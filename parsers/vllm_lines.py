@@ -8,6 +8,7 @@ newline that begins a line in the scanned text (which starts with a newline).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from logmetrics.events import Event
@@ -19,6 +20,9 @@ from .vllm_startup import life_kind
 
 #: How uvicorn's access lines begin (its level name padded to 9 characters).
 ACCESS_START = "\nINFO:     "
+#: In the reversed text, `` HTTP/`` and what comes before it in its line, back to the line's start,
+#: unless the line starts with ``INFO:`` (``prefixed_access``).
+_HTTP_LINE_REVERSED = re.compile(r"/PTTH [^\n]*+(?<!:OFNI)")
 
 
 class Records:
@@ -111,8 +115,8 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
-    if t.count(" HTTP/") > (scanned := sum(access.values())):  # access lines behind a prefix, perhaps
-        matched += prefixed_access(t, access, routes, scanned)
+    if (http := t.count(" HTTP/")) > (scanned := sum(access.values())):  # access lines behind a prefix, perhaps
+        matched += prefixed_access(t, access, routes, scanned, http)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
         matched = sum(access.values()) + error_records(t, errors, records, fatal)
@@ -123,26 +127,21 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     return matched
 
 
-def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels, scanned: int) -> int:
+def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels, scanned: int,
+                    http: int) -> int:
     """Access lines of ``t`` that the scan did not see: behind a prefix that a process manager or
     logging config adds (a time with its zone, pm2's ``0|api  | ``, ``INFO   `` with no colon; see
     ``common.access_line``). Added to ``access``; returns how many. Lines of the scanned form (the
     scan counted ``scanned``), and lines that start as an error record (counted as one), are skipped.
 
-    The lines led by uvicorn's ``INFO:`` are of the scanned form when their number says so (all but
-    the prefixed ones the scan counted): each is looked at only when it does not."""
-    info = 0
-    rest: list[str] = []
-    find, rfind, startswith = t.find, t.rfind, t.startswith
-    pos = find(" HTTP/")
-    while pos >= 0:
-        start = rfind("\n", 0, pos) + 1
-        end = find("\n", pos)
-        if startswith("INFO:", start):
-            info += 1
-        else:
-            rest.append(t[start:end])
-        pos = find(" HTTP/", end)
+    The lines that hold `` HTTP/`` (``http`` times in all) and do not start with uvicorn's ``INFO:``
+    are found by one regex over the reversed text, which reads each such line back to its start. The
+    ``INFO:`` lines are of the scanned form when their number says so (all but the prefixed ones the
+    scan counted): each is looked at only when it does not."""
+    size = len(t)
+    rest = [t[size - m.end():t.find("\n", size - m.start())] for m in _HTTP_LINE_REVERSED.finditer(t[::-1])]
+    rest.reverse()
+    info = http - sum(line.count(" HTTP/") for line in rest)  # on INFO: lines (one each, if all are scanned)
     uvicorn = UVICORN_LINE.match
     odd = [line for line in rest if uvicorn(line) is None]
     if info != scanned - (len(rest) - len(odd)):  # an INFO: line of another form: look at each

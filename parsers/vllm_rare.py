@@ -60,8 +60,8 @@ class RareLines:
                 items.extend(Item(m.start(), Kind.FAILED, "", 1) for m in P.FAILED.finditer(t))
         elif "Aborted request" in rare or "Request" in rare:
             lists = P.ABORTED_LIST.findall(t) if "Aborted request" in rare else []
-            ones = len(P.ABORTED_ONE.findall(t)) if "Request" in rare else 0
-            failed = len(P.FAILED.findall(t)) if "Request" in rare else 0
+            ended_by = Counter(P.REQUEST_ENDED.findall(t)) if "Request" in rare else Counter()
+            ones, failed = ended_by["a"], ended_by[""]
             ids = sum(1 if "," not in found else aborted_ids(found) for found in lists)
             ended = (ids + ones, len(lists) + ones, failed)
         self._items(t, rare, items)
