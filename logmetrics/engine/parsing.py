@@ -12,7 +12,7 @@ from logmetrics.engine.streams import Stream
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.events import Event
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, has_own_batch, record_rule, start_zeros
-from logmetrics.plugins.fastpath import Run, runs
+from logmetrics.plugins.fastpath import Run, Runs, runs
 from logmetrics.records import Batch, Record, split_records
 from logmetrics.store.store import READY, Store
 
@@ -35,8 +35,7 @@ def parse_records(parser: Parser, batch: Batch, raised: Callable[[Parser, BaseEx
     pattern = _frequent(parser, text, raised) if fast else None
     pos = 0
     if pattern is not None:
-        for m in pattern.finditer(text):
-            start, end = m.span()
+        for start, end in pattern.spans(text):
             if start > pos:
                 _records(parser, text[pos:start], batch.time, counts, raised)
             pos = end + 1
@@ -78,7 +77,7 @@ class _Counts:
 
 
 def _frequent(parser: Parser, text: str,
-              raised: Callable[[Parser, BaseException], None] | None) -> re.Pattern[str] | None:
+              raised: Callable[[Parser, BaseException], None] | None) -> Runs | None:
     """The pattern of runs of the parser's frequent lines for this batch (None: no fast path, or
     asking for it raised, or its pattern does not compile)."""
     try:

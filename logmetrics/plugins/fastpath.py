@@ -15,6 +15,7 @@ assert_fast_path_matches`` holds a parser to that, on its samples cut into batch
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from logmetrics.records.shapes import Shape, unconditional
@@ -34,18 +35,49 @@ class Run(NamedTuple):
         return [line for line in self.text[self.start:self.end].split("\n") if line]
 
 
-_compiled: dict[tuple[str, tuple[Shape, ...]], re.Pattern[str]] = {}
+class Runs:
+    """The runs of a parser's frequent lines in a text, found by two patterns: ``first`` tried at the
+    text's start only, and ``after``, which begins with the newline before a run. A pattern that
+    begins with a character is searched for that character (in a tight loop), where a ``^`` of
+    ``MULTILINE`` is tried at every position of the text: ten times the cost on long lines."""
+
+    __slots__ = ("_first", "after", "body")
+
+    def __init__(self, one: str, cont: str) -> None:
+        self.body = rf"{one}(?:\n+{one})*(?!\n+(?:{cont}))"
+        self.after = re.compile(rf"\n({self.body})", re.MULTILINE)
+        self._first: re.Pattern[str] | None = None  # compiled when first used (not at a plugin's check)
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        """Where each run starts and ends in ``text`` (from its first line's start to its last line's
+        end), in order."""
+        pos = 0
+        first = self._first
+        if first is None:
+            first = self._first = re.compile(self.body, re.MULTILINE)
+        m = first.match(text)
+        if m is not None:
+            yield m.span()
+            pos = m.end()
+        for m in self.after.finditer(text, pos):
+            yield m.span(1)
+
+    def texts(self, text: str) -> list[str]:
+        """The runs of ``text``, as text."""
+        return [text[a:b] for a, b in self.spans(text)]
 
 
-def runs(line: str, shapes: tuple[Shape, ...]) -> re.Pattern[str]:
-    """The pattern of runs of ``line`` (one whole line) that are whole records under ``shapes``:
-    no line of the run, nor the next line that is not blank, continues the line above it."""
+_compiled: dict[tuple[str, tuple[Shape, ...]], Runs] = {}
+
+
+def runs(line: str, shapes: tuple[Shape, ...]) -> Runs:
+    """The runs of ``line`` (one whole line) that are whole records under ``shapes``: no line of the
+    run, nor the next line that is not blank, continues the line above it."""
     key = (line, shapes)
-    rx = _compiled.get(key)
-    if rx is None:
+    found = _compiled.get(key)
+    if found is None:
         if len(_compiled) > 256:
             _compiled.clear()
         cont = unconditional(shapes)
-        one = rf"(?!{cont})(?:{line})(?![^\n])"
-        rx = _compiled[key] = re.compile(rf"^{one}(?:\n+{one})*(?!\n+(?:{cont}))", re.MULTILINE)
-    return rx
+        found = _compiled[key] = Runs(rf"(?!{cont})(?:{line})(?![^\n])", cont)
+    return found
