@@ -43,9 +43,12 @@ _START = r"processing CreateEmbedding request: char-length: \d+[^\n]*"
 _DONE = r"finished processing CreateEmbedding request, created \d+ embeddings(?![^\n])"
 #: A tqdm progress bar of sentence-transformers' ``encode`` (``Batches: 100%|███| 1/1 [00:00<00:00, 20.78it/s]``).
 _BAR = r"Batches: +\d+%\|[█▏▎▍▌▋▊▉# ]*\| *\d+/\d+ \[[\d:<?]+, *[\d.?]+(?:it/s|s/it)\](?![^\n])"
-_TEI = (r'\d{4}-\d{2}-\d{2}T[^\s\x1b"{]+ +INFO +\w+\{'
+#: (Names and the time in ASCII character sets, not ``\w`` and ``[^\s]``: half the time on lines this
+#: long. A line outside them goes to ``parse``, which takes any.)
+_NAME = "[A-Za-z0-9_]+"
+_TEI = (rf'\d{{4}}-\d\d-\d\dT[0-9:.,+Z-]+ +INFO +{_NAME}\{{'
         rf"total_time={_DUR} tokenization_time={_DUR} queue_time={_DUR} inference_time={_DUR}"
-        r"\}: text_embeddings_\w+(?:::\w+)*: (?:[^\s:\x1b]+:\d+: )?Success(?![^\n])")
+        rf"\}}: text_embeddings_{_NAME}(?:::{_NAME})*: (?:[A-Za-z0-9_./-]+:\d+: )?Success(?![^\n])")
 _PAIR = rf"{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE}"
 #: In a run of lines the pattern found: each TEI line's durations (number and unit), each
 #: LeapfrogAI line's minute, second, millisecond and (finish lines) embeddings made.
