@@ -7,9 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from logmetrics_parsers.common import access_line
+from logmetrics_parsers.vllm import VllmParser
 
-from tests.helpers import parse, total
+from logmetrics.events import values_of
+from tests.helpers import engine_batch, parse, total
 
 #: Access lines as process managers and logging configs print them, each counted once.
 PREFIXED = [
@@ -94,3 +98,26 @@ def test_vllm_counts_a_prefixed_line_among_scanned_ones(tmp_path: Path) -> None:
     assert total(samples, "http_requests_total", route="/v1/models") == 3
     assert total(samples, "http_requests_total", route="/v1/chat/completions") == 3
     assert total(samples, "http_requests_total") == 15
+
+
+#: Lines of uvicorn's own form, which the vLLM scan counts (one behind a process prefix too), and
+#: lines around them that hold `` HTTP/`` and count nothing: a prompt quoting one, chatter.
+SCANNED = ['INFO:     10.0.0.1:1 - "GET /health HTTP/1.1" 200 OK',
+           '(APIServer pid=7) INFO:     10.0.0.2:2 - "POST /v1/completions HTTP/1.1" 200 OK']
+NOISE = ["DEBUG 01-05 09:00:00 [logger.py:47] Request x details: prompt: 'a \"GET / HTTP/1.1\" 200 b'",
+         "INFO 01-05 09:00:01 [loggers.py:118] Engine 000: Avg prompt throughput: 1.0 tokens/s",
+         "DEBUG 01-05 09:00:02 [core.py:9] EngineCore loop: nothing to do"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["scanned", "prefixed", "quoted", "noise"]), st.integers(0, 16)),
+                max_size=40), st.booleans())
+def test_vllm_counts_each_access_line_once_among_any_others(picks: list[tuple[str, int]], crlf: bool) -> None:
+    """Whatever surrounds them, the vLLM scan counts every access line of uvicorn's form and every
+    prefixed one once, and none that a message quotes."""
+    pools = {"scanned": SCANNED, "prefixed": [p for p, _ in PREFIXED], "quoted": QUOTED, "noise": NOISE}
+    lines = [pools[kind][i % len(pools[kind])] for kind, i in picks]
+    text = ("\r\n" if crlf else "\n").join(lines) + "\n"
+    events, _ = engine_batch(VllmParser(), text)
+    counted = sum(sum(values_of(e)) for e in events if e.metric == "http_requests_total")
+    assert counted == sum(kind in ("scanned", "prefixed") for kind, _ in picks)
