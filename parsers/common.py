@@ -89,8 +89,10 @@ _ACCESS_ANY = re.compile(
 )
 #: What may end the prefix before an access line that has no level of its own: a separator a
 #: process manager writes (pm2's and compose's ``|``, journald's ``prog[pid]:``, a bracketed tag)
-#: or a time (``12:20:52``, ``2026-09-09T12:20:52.1Z``, a zone offset ``+0200``).
-_PREFIX_END = re.compile(r"(?:[|\]]|[\])]:|(?=[\d:.,TZ+-]*\d)[\d:.,TZ+-]+)\s*\Z")
+#: or a time (``12:20:52``, ``2026-09-09T12:20:52.1Z``, a zone offset ``+0200``, a zone name after
+#: the time: ``12:20:52 UTC``, ``12:20:52.123 CEST``).
+_ZONE = r"(?<=\d )(?!GET\b)(?:UTC|GMT|Z|[A-Z]{1,3}[SD]?T)\b"
+_PREFIX_END = re.compile(rf"(?:[|\]]|[\])]:|(?=[\d:.,TZ+-]*\d)[\d:.,TZ+-]+|{_ZONE})\s*\Z")
 #: A logging config's ``asctime - name - `` before the level: a prefix that starts with a time may
 #: end in `` - ``.
 _TIME_FIRST = re.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
@@ -100,8 +102,10 @@ _LEVEL_WORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE)\b"
 #: ``+0200``, ``Sep``), bracketed or parenthesised tags (``[12]``, ``(APIServer pid=1)``), pm2's
 #: ``0|worker``, a name before ``|`` (compose, honcho), journald's ``host prog[pid]:``, a logger
 #: name between `` - `` separators, and the separators. A word of a message is none of these.
+#: A run of time characters is one token, taken whole (possessive): split in every possible way, a
+#: date and time that is no prefix after all took exponential time to turn away.
 _PREFIX_TOKENS = re.compile(
-    r"\s*(?:(?:[\d:.,TZ+/-]*\d[\d:.,TZ+/-]*|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    rf"\s*(?:(?:(?=[\d:.,TZ+/-]*\d)[\d:.,TZ+/-]++|{_ZONE}|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r"|\[[^\]\n]*\]:?|\([^)\n]*\):?|\d+\|[\w.@-]+|[|-]|[\w.@/-]+\[\d+\]:"
     r"|[\w.@-]+(?=\s*\||\s+[\w.@/-]+\[\d+\]:|\s+-(?:\s|$)))\s*)+")
 #: Python's default format on uvicorn's own access logger: ``INFO:uvicorn.access:`` is no message.

@@ -33,6 +33,9 @@ PREFIXED = [
      ("GET", "/health", "200")),
     ('2026-09-09T12:21:08.123Z 10.0.0.7:5 - "POST /v1/embeddings HTTP/1.1" 400 Bad Request',
      ("POST", "/v1/embeddings", "400")),
+    ('2026-09-09 12:20:52 UTC INFO:     10.0.0.9:1 - "GET /health HTTP/1.1" 200 OK', ("GET", "/health", "200")),
+    ('2026-09-09 12:20:52.123456 CEST INFO:     10.0.0.9:2 - "GET /health HTTP/1.1" 200 OK',
+     ("GET", "/health", "200")),
     ('INFO:uvicorn.access:10.0.0.8:5 - "GET /v1/models HTTP/1.1" 200', ("GET", "/v1/models", "200")),
 ]
 #: Lines that mention or quote an access line inside a message, and uvicorn's TRACE lines: none counts.
@@ -80,7 +83,7 @@ def test_every_parser_that_reads_access_lines_counts_prefixed_ones(parser: str, 
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     samples = parse(out)
     assert total(samples, "http_requests_total") == len(PREFIXED)
-    assert total(samples, "http_requests_total", method="GET", code="200") == 7
+    assert total(samples, "http_requests_total", method="GET", code="200") == 9
 
 
 def test_vllm_counts_a_prefixed_line_among_scanned_ones(tmp_path: Path) -> None:
@@ -121,3 +124,12 @@ def test_vllm_counts_each_access_line_once_among_any_others(picks: list[tuple[st
     events, _ = engine_batch(VllmParser(), text)
     counted = sum(sum(values_of(e)) for e in events if e.metric == "http_requests_total")
     assert counted == sum(kind in ("scanned", "prefixed") for kind, _ in picks)
+
+
+def test_a_long_time_before_a_line_that_is_no_access_line_is_turned_away_at_once() -> None:
+    """A date and time with many digits before an access line that is not one (a word after the
+    time) is refused within seconds: the prefix's tokens are not tried split in every way."""
+    code = ("from logmetrics_parsers.common import access_line\n"
+            "line = '2026-09-09 12:20:52.123456789 12:20:52.123456 XYZW 10.0.0.1:1 - \"GET /h HTTP/1.1\" 200'\n"
+            "assert access_line(line) is None\n")
+    subprocess.run([sys.executable, "-c", code], timeout=20, check=True)
