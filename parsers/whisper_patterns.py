@@ -226,4 +226,7 @@ SNIFF_STRONG = (
     r"|>>> Task (?:transcribe|translate) is starting$|>>> (?:Transcription|Translation) complete!$"
     r"|^[A-Z]+:faster-whisper-server:"
 )
-SNIFF_WEAK = r"\bfaster_whisper\b|^Detected language: [A-Z]|^\[(?:\d+:)?\d{2}:\d{2}\.\d{3} --> "
+#: (LeapfrogAI's whisper backend also says what it set up for each task before the task starts,
+#: which no other backend prints: a log of many such lines before its first task is its.)
+SNIFF_WEAK = (r"\bfaster_whisper\b|^Detected language: [A-Z]|^\[(?:\d+:)?\d{2}:\d{2}\.\d{3} --> "
+              r"|>>> (?:Updated metadata: |Temperature [\d.]+ is set$|Language [\w-]+ is supported$)")

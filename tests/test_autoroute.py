@@ -205,6 +205,20 @@ def test_access_lines_before_the_first_stats_line_do_not_decide(tmp_path: Path) 
     assert total(got, "llm_requests_running", backend="vllm") == 3
 
 
+def test_a_leapfrogai_whisper_log_with_a_long_quiet_start_is_whisper_s(tmp_path: Path) -> None:
+    """LeapfrogAI's whisper backend may log hundreds of task set-up lines (metadata, language,
+    temperature) before its first task line: the stream is still routed to whisper."""
+    head = "Initializing LeapfrogAI\nStarting server. Listening on 0.0.0.0:50051.\n"
+    quiet = "".join(f"__main__: 2026-01-05 09:00:{i % 60:02d},631 | INFO | main.py:66 >>> Updated metadata: "
+                    f"Temperature=0.0\n__main__: 2026-01-05 09:00:{i % 60:02d},687 | INFO | main.py:101 >>> "
+                    "Language en is supported\n" for i in range(150))
+    task = ("__main__: 2026-01-05 09:01:00,668 | INFO | main.py:92 >>> Task transcribe is starting\n"
+            "__main__: 2026-01-05 09:01:04,640 | INFO | main.py:158 >>> Transcription complete!\n")
+    (tmp_path / "backend.log").write_text(head + quiet + task)
+    got = parse(cli("watch", "--oneshot", "backend.log", cwd=tmp_path).stdout)
+    assert total(got, "llm_requests_total", backend="whisper") == 1
+
+
 def test_a_weak_stream_waits_for_the_telling_line_then_counts_everything() -> None:
     """Live: access lines alone are held, not routed; the stats line that follows routes them all to vLLM."""
     from logmetrics.sources.chunks import Chunk
