@@ -140,7 +140,6 @@ def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: Route
     scan counted): each is looked at only when it does not."""
     size = len(t)
     rest = [t[size - m.end():t.find("\n", size - m.start())] for m in _HTTP_LINE_REVERSED.finditer(t[::-1])]
-    rest.reverse()
     info = http - sum(line.count(" HTTP/") for line in rest)  # on INFO: lines (one each, if all are scanned)
     uvicorn = UVICORN_LINE.match
     odd = [line for line in rest if uvicorn(line) is None]
@@ -268,7 +267,7 @@ def always_events(t: str, pos: int) -> bool:
     """Whether the line at ``pos`` is of a kind that always gives events."""
     line = t[pos : t.find("\n", pos + 1) + 1]
     return bool(P.ERROR_START.match(line) or P.ACCESS.match(line) or P.STATS.match(line, 1)
-                or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED_LIST, P.ABORTED_ONE, P.FAILED, P.V0_PREFIX)))
+                or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED_LIST, P.REQUEST_ENDED, P.V0_PREFIX)))
 
 
 def headless(t: str) -> tuple[str, int]:

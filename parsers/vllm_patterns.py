@@ -157,9 +157,7 @@ MAX_LOG_LEN = re.compile(r"max_log_len(?:=|': )(\d+)")
 #: The two forms of an abort, each led by its own literal so that counting them is fast (group 1:
 #: the list form's ids).
 ABORTED_LIST = re.compile(r"\] Aborted request(?:\(s\))? ([^\n]*?)\.?(?=\n)")
-ABORTED_ONE = re.compile(r"\] Request \S+ aborted\.?(?=\n)")
-FAILED = re.compile(r"\] Request \S+ failed")
-#: Either of the two above in one scan: ``a`` for an abort, empty for a failure.
+#: A request aborted (``Request X aborted``, the group ``a``) or failed (``Request X failed``, empty).
 REQUEST_ENDED = re.compile(r"\] Request \S+ (?:(a)borted\.?(?=\n)|failed)")
 FINISHED_AT = re.compile(r"\] Finished request (?=\S+\n)")
 PREEMPTED = re.compile(r"\] Sequence group \S+ is preempted by [^\n]*?(?:total_num_cumulative_preemption=(\d+))?(?=\n)")

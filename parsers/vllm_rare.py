@@ -56,8 +56,8 @@ class RareLines:
                 items.extend(Item(m.start(), Kind.ABORTED, "", aborted_ids(m.group(1)))
                              for m in P.ABORTED_LIST.finditer(t))
             if "Request" in rare:
-                items.extend(Item(m.start(), Kind.ABORTED, "", 1) for m in P.ABORTED_ONE.finditer(t))
-                items.extend(Item(m.start(), Kind.FAILED, "", 1) for m in P.FAILED.finditer(t))
+                items.extend(Item(m.start(), Kind.ABORTED if m.group(1) else Kind.FAILED, "", 1)
+                             for m in P.REQUEST_ENDED.finditer(t))
         elif "Aborted request" in rare or "Request" in rare:
             lists = P.ABORTED_LIST.findall(t) if "Aborted request" in rare else []
             ended_by = Counter(P.REQUEST_ENDED.findall(t)) if "Request" in rare else Counter()

@@ -44,7 +44,7 @@ def test_a_run_is_whole_records_only() -> None:
     """A run holds frequent lines only, and stops before a line that a traceback's frame would
     continue: the frame joins the line above it, which is then no frequent record."""
     text = f"{DONE}\n{DONE}\n\n{DONE}\n  File 'x.py', line 1\nother\n{DONE}\n"
-    found = runs(Gateway.frequent, DEFAULT_SHAPES).texts(text)
+    found = [text[a:b] for a, b in runs(Gateway.frequent, DEFAULT_SHAPES).spans(text)]
     assert found == [f"{DONE}\n{DONE}", DONE]
     events, matched, lines, errors, _ = parse_records(Gateway(), batch(text))
     assert (matched, lines, errors) == (3, 3, 0)  # the line with a frame below it went to parse: no request

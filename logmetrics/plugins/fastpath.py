@@ -62,10 +62,6 @@ class Runs:
         for m in self.after.finditer(text, pos):
             yield m.start() + 1, m.end()
 
-    def texts(self, text: str) -> list[str]:
-        """The runs of ``text``, as text."""
-        return [text[a:b] for a, b in self.spans(text)]
-
 
 _compiled: dict[tuple[str, tuple[Shape, ...]], Runs] = {}
 
