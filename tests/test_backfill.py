@@ -14,11 +14,13 @@ import shutil
 import subprocess
 import sys
 import urllib.parse
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import parse
 from tests.test_prometheus import PROM_TIMEOUT, Piped, binary, free_port, http_get, stop, wait_ready
@@ -322,6 +324,58 @@ def test_groups_cut_where_a_step_ends(tmp_path: Path, block: int) -> None:
     have: dict[int, list[str]] = {}
     for step, _n, _seq, data, _t in got:
         have.setdefault(step, []).append(data.decode())
+    assert {k: "".join(v) for k, v in have.items() if "".join(v)} == {k: "".join(v) for k, v in want.items()}
+
+
+_STAMPED = {  # a line stating the time T, in the forms of several backends
+    "vllm": lambda t: f"INFO {t:%m-%d %H:%M:%S} [x.py:1] served",
+    "iso": lambda t: f"__main__: {t:%Y-%m-%d %H:%M:%S},250 | INFO | main.py:92 >>> Task transcribe is starting",
+    "json": lambda t: f'{{"level":"info","time":"{t:%Y-%m-%dT%H:%M:%SZ}","msg":"x"}}',
+    "kv": lambda t: f"level=info time={t:%Y-%m-%dT%H:%M:%SZ} msg=x",
+}
+_PLAIN = {  # lines that state no time: a record's continuation, llama-server's, one with a clock time in it
+    "indented": "  continued without a time",
+    "llama": "slot update_slots: id  1 | task 1 | kv cache rm [0, end)",
+    "decoy": "srv  log_server_r: done at 12:34:56, 10 ms",
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("stamp"), st.sampled_from([0, 0, 0, 0, 1, 2, 7, 60, 3600]), st.sampled_from(sorted(_STAMPED))),
+    st.tuples(st.just("plain"), st.integers(0, 60), st.sampled_from(sorted(_PLAIN)))), min_size=1, max_size=60),
+    st.sampled_from([64, 300, 4096, 1 << 18]))
+def test_groups_cut_where_a_per_line_reading_would(tmp_path_factory: pytest.TempPathFactory,
+                                                    parts: list[tuple[str, int, str]], block: int) -> None:
+    """Steps a few lines long (a log whose tasks take minutes) and long runs of lines stating no
+    time (llama-server's, and ones holding a clock time that is no stamp) are cut where reading
+    line by line would cut them, whatever the size of the blocks read."""
+    from logmetrics.offline.backfill import groups
+    from logmetrics.records.logtime import LogClock
+
+    at = datetime(2024, 4, 10, 3, 30, tzinfo=UTC)
+    lines: list[str] = []
+    for kind, n, form in parts:
+        if kind == "stamp":
+            at += timedelta(seconds=n)
+            lines.append(_STAMPED[form](at))
+        else:
+            lines += [_PLAIN[form]] * n
+    log = tmp_path_factory.mktemp("groups") / "x.log"
+    log.write_text("".join(line + "\n" for line in lines))
+    mtime = at.timestamp() + 86400
+    step = 5.0
+    got = list(groups(str(log), 0, step, LogClock(mtime, UTC), block=block))
+    assert got[-1][3] == b"" and b"".join(g[3] for g in got).decode() == log.read_text()
+    clock = LogClock(mtime, UTC)
+    first = next((t for line in lines if (t := LogClock(mtime, UTC).stated(line)) is not None), mtime)
+    want: dict[int, list[str]] = {}
+    for line in lines:
+        t = clock.stated(line)
+        want.setdefault(int((t if t is not None else clock.last or first) // step), []).append(line + "\n")
+    have: dict[int, list[str]] = {}
+    for n, _n, _seq, data, _t in got:
+        have.setdefault(n, []).append(data.decode())
     assert {k: "".join(v) for k, v in have.items() if "".join(v)} == {k: "".join(v) for k, v in want.items()}
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logmetrics.records.logtime import LogClock, epoch_number, parse_time
+from logmetrics.records.logtime import _STAMP, HEAD, LogClock, epoch_number, parse_time
 
 MTIME = calendar.timegm((2024, 4, 12, 0, 0, 0))  # the files' modification time in these tests
 T = calendar.timegm((2024, 4, 10, 3, 30, 0))  # 2024-04-10T03:30:00Z, the time most examples state
@@ -96,6 +96,20 @@ def test_yearless_stamps_round_trip_within_a_year_of_the_mtime(when: datetime, b
     mtime = (when + timedelta(seconds=before)).timestamp()
     for fmt in ("INFO %m-%d %H:%M:%S [x.py:1] y", "%b %d %H:%M:%S host unit[1]: y"):
         assert LogClock(mtime, UTC).stated(when.strftime(fmt)) == when.timestamp(), fmt
+
+
+@given(st.text(alphabet="0123456789:-/ .,TZ+INFOWARNCRITApr<>[]x", max_size=80),
+       st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1)),
+       st.sampled_from(["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d %H:%M:%S", "INFO %m-%d %H:%M:%S", "CRITICAL %m-%d %H:%M:%S",
+                        "%d/%b/%Y:%H:%M:%S +0000", "%Y/%m/%d %H:%M:%S", "%b %d %H:%M:%S"]),
+       st.text(alphabet="0123456789: x", max_size=40))
+def test_the_stamp_found_is_the_first_in_the_line(lead: str, when: datetime, fmt: str, tail: str) -> None:
+    """Digits, colons and clock times before a stamp: the time read is that of the stamp a search of
+    the whole head of the line finds first (the quick look for a time of day finds the same)."""
+    line = "x" + lead + when.strftime(fmt) + tail
+    clock = LogClock(MTIME, UTC)
+    m = _STAMP.search(line[:HEAD])
+    assert clock.peek(line) == (LogClock(MTIME, UTC)._stamp(m) if m is not None else None)
 
 
 @given(st.text(max_size=300))

@@ -36,10 +36,12 @@ stated time take that first time; a file that states none takes its modification
 from __future__ import annotations
 
 import calendar
+import math
 import re
 from datetime import datetime, tzinfo
 
 HEAD = 256  # characters of a line searched for a stamp (keys of key=value logs: the whole line)
+NEAR_KEPT = 4096  # yearless stamps whose times a clock keeps (``LogClock._near``)
 SLACK = 86400.0  # a yearless stamp may lie this far after the file's modification time
 _YEAR = 365.2425 * 86400
 MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
@@ -54,6 +56,12 @@ _STAMP = re.compile(
     r"(?: (?P<cz>[+-]\d{4}))?"
     r"|(?<!\d)(?P<ny>\d{4})/(?P<nmo>\d\d)/(?P<nd>\d\d) (?P<nh>\d\d):(?P<nmi>\d\d):(?P<ns>\d\d)(?![\d:])"
     r"|^(?:<\d{1,3}>)?(?P<smo>" + _MON + r") (?P<sd>[ \d]\d) (?P<sh>\d\d):(?P<smi>\d\d):(?P<ss>\d\d)\b")
+#: What every form of ``_STAMP`` holds (the minutes and seconds of its time of day), and how far at
+#: most before it such a stamp starts (``CRITICAL MM-DD hh`` of vLLM's): a line without one is turned
+#: away at once, and ``_STAMP`` is searched for only from just before the first (a search tries its
+#: five forms at every position).
+_TIME_OF_DAY = re.compile(r":\d\d:\d\d")
+_STAMP_LEAD = 17
 _JSON_KEY = re.compile(r'"(?:@timestamp|timestamp|time|ts)"\s*:\s*(?:"(?P<str>[^"]{1,64})"|(?P<num>-?\d+(?:\.\d+)?))')
 _KV = re.compile(r'(?<![\w.])(?:timestamp|time|ts)=(?:"(?P<str>[^"]{1,64})"|(?P<num>\d+(?:\.\d+)?)(?![\w:-])'
                  r'|(?P<bare>\d{4}-\d\d-\d\dT\S+))')
@@ -143,7 +151,7 @@ class LogClock:
     that states none); ``tz``: the zone of stamps without one (None: the machine's local time).
     """
 
-    __slots__ = ("anchor", "last", "mtime", "tz")
+    __slots__ = ("_near", "_ref", "anchor", "last", "mtime", "tz")
 
     def __init__(self, mtime: float, tz: tzinfo | None = None, anchor: float | None = None) -> None:
         self.mtime = mtime
@@ -151,6 +159,10 @@ class LogClock:
         self.last: float | None = None  # the last time stated (committed)
         #: Unix time of elapsed time 0 (llama.cpp's ``0.08.526.747 I`` prefixes), if known (``anchor_of``)
         self.anchor = anchor
+        #: a yearless stamp's times in the years around that of the last time stated, by that year and
+        #: the stamp (a busy log repeats each second's stamp on many lines); the last time stated and its year
+        self._near: dict[tuple[int, int, int, int, int, int], list[float]] = {}
+        self._ref: tuple[float, int] = (math.nan, 0)
 
     def stated(self, line: str) -> float | None:
         """The time ``line`` states, or None; a stated time becomes the reference of the next ones."""
@@ -187,9 +199,11 @@ class LogClock:
             return None  # printed over lines): a time in it is data, never the record's own
         head = line[:HEAD]
         if ":" in head:
-            m = _STAMP.search(head)
-            if m is not None:
-                return self._stamp(m)
+            tod = _TIME_OF_DAY.search(head)
+            if tod is not None:
+                m = _STAMP.search(head, max(tod.start() - _STAMP_LEAD, 0))
+                if m is not None:
+                    return self._stamp(m)
         if "=" in line:
             m = _KV.search(line)
             if m is not None:
@@ -235,10 +249,15 @@ class LogClock:
                     return t
             return None
         ref = self.last
-        year = datetime.fromtimestamp(ref, self.tz).year
-        best: float | None = None
-        for y in (year - 1, year, year + 1):
-            t = to_epoch(y, mo, d, h, mi, s, None, None, self.tz)
-            if t is not None and (best is None or abs(t - ref) < abs(best - ref)):
-                best = t
+        if self._ref[0] != ref:
+            self._ref = ref, datetime.fromtimestamp(ref, self.tz).year
+        year = self._ref[1]
+        key = (year, mo, d, h, mi, s)
+        times = self._near.get(key)
+        if times is None:
+            if len(self._near) >= NEAR_KEPT:
+                self._near.clear()
+            times = self._near[key] = [t for y in (year - 1, year, year + 1)
+                                       if (t := to_epoch(y, mo, d, h, mi, s, None, None, self.tz)) is not None]
+        best = min(times, key=lambda t: abs(t - ref), default=None)  # (the earliest of two as near)
         return best if best is not None and abs(best - ref) < _YEAR else None
