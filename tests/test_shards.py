@@ -92,10 +92,10 @@ def test_the_progress_line_counts_what_the_workers_read() -> None:
     import io
 
     from logmetrics.app.progress import Progress
-    from logmetrics.app.shards import _Board
+    from logmetrics.app.workers import Board
     from logmetrics.sources.chunks import SourceStats
 
-    board = _Board(2)
+    board = Board(2)
     for slot, (read, left) in enumerate([(3_000_000, 1_000_000), (2_000_000, 0)]):
         board.slot = slot
         board.done(SourceStats(bytes_read={"a": read}, lag_bytes={"a": left}))

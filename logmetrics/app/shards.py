@@ -14,14 +14,14 @@ single process runs after all).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
-import struct
-import sys
-import time
+from functools import partial
 from typing import NamedTuple
 
+from logmetrics.app import workers as w
 from logmetrics.app.options import Options, wanted
 from logmetrics.app.progress import Progress
 from logmetrics.app.runner import Runner
@@ -29,14 +29,12 @@ from logmetrics.engine.settings import Settings
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.chunks import SourceStats
 from logmetrics.sources.discovery import discover, is_glob
-from logmetrics.store.catalog import BY_NAME, SELF_BY_NAME
-from logmetrics.store.guard import DEFAULT_LIMIT, LABEL_LIMITS, NOISE_SHARE, label_at
+from logmetrics.store.catalog import SELF_BY_NAME
+from logmetrics.store.guard import DEFAULT_LIMIT, LABEL_LIMITS
 from logmetrics.store.values import Histogram
 
 log = logging.getLogger("logmetrics.app.shards")
 
-#: Below this many bytes in all, one process: a worker costs a fork and a merge (a few ms).
-MIN_BYTES = 8 << 20
 Key = tuple[str, tuple[str, ...]]
 
 
@@ -52,31 +50,10 @@ class Share(NamedTuple):
     said: list[str]  # its log lines, for the first process to print (each once)
 
 
-class _Said(logging.Handler):
-    """What a process' loggers say, kept, formatted as the root logger's first handler does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        handlers = logging.getLogger().handlers
-        self.setFormatter(handlers[0].formatter if handlers else None)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
 def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str]:
     """The files of each worker, the largest share first; or None, and why one process reads
     them all. ``workers``: how many at most (0: one per core, where the files are large enough)."""
-    n = workers or cores()
+    n = workers or w.cores()
     if n < 2:
         return None, "--workers 1" if workers else "one core"
     if "-" in opts.paths:
@@ -110,18 +87,11 @@ def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str
             return None, f"{path} is a file named twice (a link)"
         idents.add((st.st_dev, st.st_ino))
         sizes[path] = st.st_size
-    if sum(sizes.values()) < MIN_BYTES and not workers:
-        return None, f"under {MIN_BYTES >> 20} MiB in all"
+    if sum(sizes.values()) < w.MIN_BYTES and not workers:
+        return None, f"under {w.MIN_BYTES >> 20} MiB in all"
     if len(sources) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
         return None, "more sources than the cardinality guard keeps"  # folded in one process' order
-    shares: list[list[str]] = [[] for _ in range(min(n, len(files)))]
-    load = [0] * len(shares)
-    for path in sorted(files, key=lambda p: -sizes[p]):  # the largest first, each to the least loaded
-        i = load.index(min(load))
-        shares[i].append(path)
-        load[i] += sizes[path]
-    order = sorted(range(len(shares)), key=lambda i: -load[i])
-    return [tuple(sorted(shares[i])) for i in order if shares[i]], ""
+    return w.balance(sizes, n), ""
 
 
 def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
@@ -134,24 +104,23 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         log.info("reading in one process: %s", why)
     else:
         log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
-        board = _Board(len(shares) - 1) if progress is not None else None
-        children = [_fork(opts, entries, share, board, i) for i, share in enumerate(shares[1:])]
-        said = _Said()  # what this process says (printed as ever), so as not to say it twice
+        board = w.Board(len(shares) - 1) if progress is not None else None
+        children = [w.fork(partial(_share, opts, entries, share, board), board, i)
+                    for i, share in enumerate(shares[1:])]
+        said = w.Said()  # what this process says (printed as ever), so as not to say it twice
         logging.getLogger().addHandler(said)
         try:
             runner = Runner(dataclasses.replace(opts, only=frozenset(shares[0])), entries)
             if progress is not None and board is not None:
                 progress.others = board.totals
             runner.drain(progress)
-            results = [_collect(child) for child in children]
+            results = [w.result(child) for child in children]
         finally:
             logging.getLogger().removeHandler(said)
-        done = [r for r in results if r is not None]
+        done = [r for r in results if isinstance(r, Share)]
         differs = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
         if differs is None:
-            mine = set(said.lines)
-            for line in dict.fromkeys(line for r in done for line in r.said if line not in mine):
-                print(line, file=sys.stderr)  # the workers' messages, each once
+            w.say_once((line for r in done for line in r.said), said.lines)
             return runner, _failed(runner) + [f for r in done for f in r.failed]
         log.info("reading them again in one process: %s", differs)
         runner.close()
@@ -169,101 +138,30 @@ def _failed(runner: Runner) -> list[str]:
     return failed
 
 
-class _Board(Progress):
-    """Where workers post the bytes they read and have left (shared memory), for the first
-    process' progress line; each worker's ``update`` writes its slot."""
-
-    def __init__(self, slots: int) -> None:
-        import mmap
-
-        super().__init__(sys.stderr, after=0.0, every=0.2)
-        self.memory = mmap.mmap(-1, 16 * max(slots, 1))
-        self.slot = -1  # a worker's own (set in the child)
-
-    def update(self, stats: SourceStats) -> None:
-        now = time.monotonic()
-        if now >= self.next:
-            self.next = now + self.every
-            self.done(stats)
-
-    def done(self, stats: SourceStats) -> None:
-        struct.pack_into("<QQ", self.memory, 16 * self.slot, sum(stats.bytes_read.values()),
-                         sum(stats.lag_bytes.values()))
-
-    def totals(self) -> tuple[int, int]:
-        """The workers' bytes read and left, summed."""
-        pairs = [struct.unpack_from("<QQ", self.memory, at) for at in range(0, len(self.memory), 16)]
-        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-
-
-def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...], board: _Board | None) -> bytes:
-    """A worker's run over its files, pickled (while its files are open: they are counted); what
-    its loggers say goes with it."""
-    import pickle  # only where workers run
-
-    said = _Said()
+def _share(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...], board: w.Board | None) -> Share:
+    """A worker's run over its files, its figures taken while its files are open (they are
+    counted); what its loggers say goes with it."""
+    said = w.Said()
     logging.getLogger().handlers = [said]
     runner = Runner(dataclasses.replace(opts, only=frozenset(paths)), entries)
     try:
         runner.drain(board)
         store = runner.store
-        share = Share(store.counters, store.gauges, store.histograms, store.guard.seen, runner.stats, _failed(runner),
-                      said.lines)
-        return pickle.dumps(share, protocol=pickle.HIGHEST_PROTOCOL)
+        return Share(store.counters, store.gauges, store.histograms, store.guard.seen, copy.deepcopy(runner.stats),
+                     _failed(runner), said.lines)
     finally:
         runner.close()
-
-
-def _fork(opts: Options, entries: dict[str, ParserEntry], paths: tuple[str, ...], board: _Board | None,
-          slot: int) -> tuple[int, int]:
-    """A worker process for ``paths``: its pid and the pipe its pickled ``Share`` comes on; it
-    posts its progress in ``slot`` of ``board``, if given."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
-        os.close(read)
-        code = 0
-        if board is not None:
-            board.slot = slot
-        try:
-            data = _share(opts, entries, paths, board)
-        except BaseException:  # whatever went wrong, the parent runs it all itself
-            data, code = b"", 1
-        try:
-            with os.fdopen(write, "wb") as pipe:
-                pipe.write(struct.pack("<Q", len(data)) + data)
-        finally:
-            os._exit(code)
-    os.close(write)
-    return pid, read
-
-
-def _collect(child: tuple[int, int]) -> Share | None:
-    """A child's result (None: it failed), once it has ended."""
-    import pickle
-
-    pid, read = child
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or len(data) < 8:
-        return None
-    size = struct.unpack("<Q", data[:8])[0]
-    share = pickle.loads(data[8:8 + size]) if size else None
-    return share if isinstance(share, Share) else None
 
 
 def _merge(runner: Runner, shares: list[Share]) -> str | None:
     """The shares' series and figures added to ``runner``'s; or why the result could differ from
     one process's (a label value folded, or one that would be; a series made in two shares)."""
     store, stats = runner.store, runner.stats
-    seen = {key: set(values) for key, values in store.guard.seen.items()}
-    for counters in (store.counters, *(share.counters for share in shares)):
-        if any(key[0] == "logmetrics_label_overflow_total" for key in counters):
-            return "a label value was folded into __other__"
+    folded = w.folds([store.counters, *(share.counters for share in shares)],
+                     [store.guard.seen, *(share.seen for share in shares)], store.families, store.guard.limits)
+    if folded is not None:
+        return folded
     for share in shares:
-        for place, values in share.seen.items():
-            seen.setdefault(place, set()).update(values)
         for table, mine in ((share.counters, store.counters), (share.gauges, store.gauges),
                             (share.histograms, store.histograms)):
             if any(key in mine for key in table if key[0] not in SELF_BY_NAME):
@@ -279,13 +177,4 @@ def _merge(runner: Runner, shares: list[Share]) -> str | None:
                 mine_value.update(value)
             else:
                 setattr(stats, name, mine_value + value)
-    limits = store.guard.limits
-    for (name, i, _backend), values in seen.items():
-        fam = store.families.get(name) or BY_NAME.get(name)
-        if fam is None:
-            continue
-        label = label_at(fam, i)
-        limit = limits.get(label, DEFAULT_LIMIT)
-        if len(values) > (int(limit * NOISE_SHARE) if label == "route" else limit):
-            return f"more {label} values than the cardinality guard keeps"  # folded in one process's order
     return None

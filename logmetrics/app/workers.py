@@ -1,0 +1,153 @@
+"""Worker processes for whole-file work (``--oneshot``, ``report``): a share of the files read in a
+forked child, its result pickled back down a pipe; the shares balanced by size; progress posted
+in shared memory; and the check that a merged result is the one a single process gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from logmetrics.app.progress import Progress
+from logmetrics.sources.chunks import SourceStats
+from logmetrics.store.catalog import BY_NAME, Family
+from logmetrics.store.guard import DEFAULT_LIMIT, NOISE_SHARE, label_at
+
+#: Below this many bytes in all, one process: a worker costs a fork and a merge (a few ms).
+MIN_BYTES = 8 << 20
+Child = tuple[int, int]  # a worker's pid, and the pipe its result comes on
+Seen = Mapping[tuple[str, int, str], set[str]]  # a cardinality guard's admitted values
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def balance(sizes: Mapping[str, int], n: int) -> list[tuple[str, ...]]:
+    """The files of ``sizes`` (bytes) in at most ``n`` shares of about equal bytes, the largest share
+    first, each share's files in sorted order."""
+    shares: list[list[str]] = [[] for _ in range(min(n, len(sizes)))]
+    load = [0] * len(shares)
+    for path in sorted(sizes, key=lambda p: -sizes[p]):  # the largest first, each to the least loaded
+        i = load.index(min(load))
+        shares[i].append(path)
+        load[i] += sizes[path]
+    order = sorted(range(len(shares)), key=lambda i: -load[i])
+    return [tuple(sorted(shares[i])) for i in order if shares[i]]
+
+
+class Said(logging.Handler):
+    """What a process' loggers say, kept, formatted as the root logger's first handler does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        handlers = logging.getLogger().handlers
+        self.setFormatter(handlers[0].formatter if handlers else None)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def say_once(lines: Iterable[str], mine: Iterable[str]) -> None:
+    """Print the workers' log ``lines`` on stderr, each once, but for those this process said."""
+    said = set(mine)
+    for line in dict.fromkeys(line for line in lines if line not in said):
+        print(line, file=sys.stderr)
+
+
+class Board(Progress):
+    """Where workers post the bytes they read and have left (shared memory), for the first
+    process' progress line; each worker's ``update`` writes its slot."""
+
+    def __init__(self, slots: int) -> None:
+        import mmap
+
+        super().__init__(sys.stderr, after=0.0, every=0.2)
+        self.memory = mmap.mmap(-1, 16 * max(slots, 1))
+        self.slot = -1  # a worker's own (set in the child)
+
+    def update(self, stats: SourceStats) -> None:
+        now = time.monotonic()
+        if now >= self.next:
+            self.next = now + self.every
+            self.done(stats)
+
+    def done(self, stats: SourceStats) -> None:
+        struct.pack_into("<QQ", self.memory, 16 * self.slot, sum(stats.bytes_read.values()),
+                         sum(stats.lag_bytes.values()))
+
+    def totals(self) -> tuple[int, int]:
+        """The workers' bytes read and left, summed."""
+        pairs = [struct.unpack_from("<QQ", self.memory, at) for at in range(0, len(self.memory), 16)]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) -> Child:
+    """Run ``work`` in a child process: its pid and the pipe its pickled result comes on. The child
+    posts its progress in ``slot`` of ``board``, if given, and keeps what its loggers say."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
+        os.close(read)
+        code = 0
+        if board is not None:
+            board.slot = slot
+        try:
+            import pickle  # only where workers run
+
+            data = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # whatever went wrong, the parent does it all itself
+            data, code = b"", 1
+        try:
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(struct.pack("<Q", len(data)) + data)
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def result(child: Child) -> object | None:
+    """A child's result (None: it failed), once it has ended."""
+    import pickle
+
+    pid, read = child
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or len(data) < 8:
+        return None
+    size = struct.unpack("<Q", data[:8])[0]
+    return pickle.loads(data[8:8 + size]) if size else None
+
+
+def folds(counters: Iterable[Mapping[tuple[str, tuple[str, ...]], float]], seen: Iterable[Seen],
+          families: Mapping[str, Family], limits: Mapping[str, int]) -> str | None:
+    """Why shares read apart could differ from one process (whose cardinality guard would fold
+    label values in the order it met them): a value folded in a share, or more values of a label
+    in all shares together than the guard keeps; None if neither."""
+    for table in counters:
+        if any(key[0] == "logmetrics_label_overflow_total" for key in table):
+            return "a label value was folded into __other__"
+    union: dict[tuple[str, int, str], set[str]] = {}
+    for share in seen:
+        for place, values in share.items():
+            union.setdefault(place, set()).update(values)
+    for (name, i, _backend), values in union.items():
+        fam = families.get(name) or BY_NAME.get(name)
+        if fam is None:
+            continue
+        label = label_at(fam, i)
+        limit = limits.get(label, DEFAULT_LIMIT)
+        if len(values) > (int(limit * NOISE_SHARE) if label == "route" else limit):
+            return f"more {label} values than the cardinality guard keeps"  # folded in one process's order
+    return None
