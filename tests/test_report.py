@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from logmetrics.offline.report import Options, collect, summary
+from logmetrics.offline.report import Options, summary
+from logmetrics.offline.reportread import collect
 from logmetrics.plugins import discover
 from tests.helpers import Samples, parse
 

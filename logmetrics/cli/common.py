@@ -39,6 +39,15 @@ plugin_option = click.option(
 
 
 
+def workers_option(when: str = "") -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--workers N``: the processes whole files may be read in (``when``: under what condition)."""
+    return click.option(
+        "--workers", type=click.IntRange(0, 64), default=0, show_default=True, metavar="N",
+        help=f"{when}Read the files in up to N processes, each file and its source in one, and merge what they "
+             "count (the output is the same). 0: one per core, where the files are several and large enough to "
+             "pay for it; 1: one process.")
+
+
 def parser_entries(plugins: Sequence[str], parser: str | None, alone: bool = False) -> dict[str, ParserEntry]:
     """The parsers (``--plugin`` specs too); ``alone``: a run that reads every input with
     ``parser`` loads no other installed one (start-up is shorter by their imports and patterns)."""

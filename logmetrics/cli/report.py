@@ -9,7 +9,15 @@ import sys
 
 import click
 
-from logmetrics.cli.common import CONTEXT, label_flag, parser_entries, reading_options, timezone_option, zone
+from logmetrics.cli.common import (
+    CONTEXT,
+    label_flag,
+    parser_entries,
+    reading_options,
+    timezone_option,
+    workers_option,
+    zone,
+)
 from logmetrics.errors import UserError
 
 FORMATS = ("table", "json", "html")
@@ -46,9 +54,10 @@ def write_output(path: str, data: bytes) -> None:
               help="Write the report to FILE instead of standard output (a regular file is replaced whole, or not at "
                    "all; a symlink, device or FIFO is written into).")
 @timezone_option(", and of the times shown")
+@workers_option()
 @reading_options
-def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str | None, parser: str | None,
-           source: str | None, envelope: str, labels: tuple[str, ...], plugins: tuple[str, ...],
+def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str | None, workers: int,
+           parser: str | None, source: str | None, envelope: str, labels: tuple[str, ...], plugins: tuple[str, ...],
            max_line_bytes: int, include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """Summarise what logs say, per backend and model, by the time their lines state.
 
@@ -66,6 +75,7 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str |
     from logmetrics.offline import report as rp
     from logmetrics.offline import reportview as view
     from logmetrics.offline.backfill import wants_progress
+    from logmetrics.offline.reportread import collect
 
     if "-" in paths:
         raise UserError("report reads files, not stdin: save the log to a file first")
@@ -75,8 +85,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str |
     tz = zone(timezone)
     opts = rp.Options(paths=paths, parser=parser, source=source, envelope=envelope,
                       labels=tuple(label_flag(s) for s in labels), tz=tz, max_line_bytes=max_line_bytes,
-                      include=include, exclude=exclude)
-    collected = rp.collect(opts, entries, wants_progress())
+                      include=include, exclude=exclude, workers=workers)
+    collected = collect(opts, entries, wants_progress())
     if fmt == "table" and output is None:
         view.table(collected, tz)
         return

@@ -24,6 +24,7 @@ from logmetrics.cli.common import (
     listen_address,
     parser_entries,
     plugin_option,
+    workers_option,
 )
 from logmetrics.envelopes.unwrap import MODES
 from logmetrics.errors import UserError
@@ -142,10 +143,7 @@ PROCESS_HELP = (
 @plugin_option
 @click.option("--oneshot", is_flag=True,
               help="Read every input from the start to EOF, print the metrics on stdout and exit.")
-@click.option("--workers", type=click.IntRange(0, 64), default=0, show_default=True, metavar="N",
-              help="With --oneshot: read the files in up to N processes, each file and its source in one, and "
-                   "merge what they count (the output is the same). 0: one per core, where the files are "
-                   "several and large enough to pay for it; 1: one process.")
+@workers_option("With --oneshot: ")
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.25, show_default=True, callback=_finite,
               metavar="SECONDS",
               help="How often files are checked for new data, rotation and truncation where no file system "

@@ -129,11 +129,11 @@ class Engine:
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
         self.store.set_self("logmetrics_streams_unrecognised", (), unknown)
 
-    def flush_held(self) -> None:
-        """Let every held-back record count now (``report``: at the end of each second of log time,
-        so that a record counts at its own time, not at the next line's)."""
+    def flush_held(self, path: str | None = None) -> None:
+        """Let every held-back record (of one raw stream, or of all) count now (``report``: at the
+        end of each step of log time, so that a record counts at its own time, not at the next line's)."""
         for key, stream in self.streams.items():
-            if stream.assembler.pending:
+            if stream.assembler.pending and (path is None or stream.path == path):
                 self.applier.records(stream, *stream.assembler.flush())
                 self._changed.add(key)
 

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import TextIO
@@ -308,20 +308,15 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     return Result(len(files), int(lines), steps, writer.samples, first_t, last_t, text)
 
 
-def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: SourceStats,
-               clocks: list[LogClock] | None = None,
-               chosen: FileFilter | None = None) -> tuple[list[str], Iterator[Group]]:
+def log_files(paths: Sequence[str], chosen: FileFilter | None = None) -> dict[str, int]:
     """The readable log files under ``paths`` (each once, whatever paths lead to it) that ``chosen``
-    takes, and the groups of all of them merged in log time (by step, then file, then file order);
-    each file's clock is appended to ``clocks``. Raises UserError if there is none."""
-    clocks = [] if clocks is None else clocks
+    takes, in the order found, and their sizes. Raises UserError if there is none."""
     found = discover(paths, lambda exc: log.warning("%s", unreadable(exc)), chosen.wanted if chosen else None)
     if not found:
         why = left_out(paths, chosen.wanted) if chosen else ""
         raise UserError(f"no log file found in {', '.join(paths)}{why}")
-    files: list[str] = []
+    files: dict[str, int] = {}
     seen: set[tuple[int, int]] = set()
-    streams: list[Iterator[Group]] = []
     for path in found:
         try:
             st = os.stat(path)
@@ -333,12 +328,33 @@ def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: Sour
         if (st.st_dev, st.st_ino) in seen:
             continue  # the same file by another path (a symlink): read once, as watch does
         seen.add((st.st_dev, st.st_ino))
+        files[path] = st.st_size
+    if not files:
+        raise UserError(f"no readable log file in {', '.join(paths)}")
+    return files
+
+
+def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: SourceStats,
+               clocks: list[LogClock] | None = None, chosen: FileFilter | None = None,
+               only: Collection[str] | None = None) -> tuple[list[str], Iterator[Group]]:
+    """The files of ``log_files`` (of them, those in ``only``, if given), and the groups of all of
+    them merged in log time (by step, then file, then file order); each file's clock is appended
+    to ``clocks``. Raises UserError if there is none."""
+    clocks = [] if clocks is None else clocks
+    files: list[str] = []
+    streams: list[Iterator[Group]] = []
+    for path in log_files(paths, chosen):
+        if only is not None and path not in only:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            log.warning("cannot read %s: %s; left out", path, exc.strerror or exc)
+            continue
         stats.lag_bytes[path] = st.st_size
         clocks.append(clock := LogClock(st.st_mtime, tz, _elapsed_anchor(path, st.st_size, st.st_mtime)))
         streams.append(groups(path, len(files), step, clock, stats))
         files.append(path)
-    if not files:
-        raise UserError(f"no readable log file in {', '.join(paths)}")
     return files, heapq.merge(*streams, key=lambda g: (g[0], g[1], g[2]))
 
 

@@ -2,7 +2,7 @@
 
 The files are read whole through the same engine as ``backfill`` (envelopes, records, parsers,
 catalog, labels), in groups of five seconds of log time merged across files
-(:func:`logmetrics.offline.backfill.log_groups`). The store keeps each event it admits together with the
+(:mod:`logmetrics.offline.reportread`). The store keeps each event it admits together with the
 log time of the group that gave it, and :class:`Figures` sums them per backend and model: requests
 by outcome, tokens (audio seconds, embeddings), latency percentiles from the observed values
 themselves (nearest rank, not from histogram buckets), errors by type with their first and last
@@ -17,17 +17,11 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
-from typing import Any, TextIO
+from typing import Any
 
 from logmetrics.app.config import Input
-from logmetrics.app.options import inputs_filter
-from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import StaticLabel
 from logmetrics.events import UNKNOWN_MODEL, Event, values_of
-from logmetrics.offline.backfill import log_groups
-from logmetrics.plugins import ParserEntry
-from logmetrics.records.logtime import LogClock
-from logmetrics.sources.chunks import Chunk, SourceStats
 from logmetrics.store.store import Store
 
 STEP = 5.0  # seconds of log time per group read: how precisely an event's time is known (a finer step
@@ -54,6 +48,7 @@ class Options:
     max_line_bytes: int = 1 << 23
     include: tuple[str, ...] = ()  # globs of the files found under directories to read (all, if none)
     exclude: tuple[str, ...] = ()  # globs of those to leave out
+    workers: int = 0  # processes the files may be read in (0: one per core, where it pays)
 
 
 @dataclass
@@ -177,46 +172,6 @@ class Collected:
     figures: list[Figures]
     untimed: list[str] = field(default_factory=list)  # files that state no time: their modification time
     elapsed: list[str] = field(default_factory=list)  # files that state only time since start: anchored at their end
-
-
-def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None = None) -> Collected:
-    """Read every file under ``opts.paths`` through the engine; the figures of what it logged."""
-    from logmetrics.offline.backfill import _Bar
-
-    store = RecordingStore()
-    stats = SourceStats()
-    clocks: list[LogClock] = []
-    chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
-    files, merged = log_groups(opts.paths, STEP, opts.tz, stats, clocks, chosen)
-    engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
-                    max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
-    engine.set_inputs(opts.inputs)
-    bar = _Bar(progress, stats) if progress is not None else None
-    first: float | None = None
-    last: float | None = None
-    step: int | None = None
-    for k, n, _seq, data, t in merged:
-        if step is not None and k > step:
-            engine.flush_held()  # what the last second held counts at its time (a record whose own
-            # lines state times in two seconds is cut in two: rare, as continuation lines state none)
-        step = k
-        store.now = t
-        if not data:
-            engine.finish(files[n])  # what the file still held counts at its last line's time
-            continue
-        first = t if first is None or t < first else first
-        last = t if last is None or t > last else last
-        engine.feed(Chunk(files[n], data, t))
-        if bar is not None:
-            bar.update()
-    engine.finish()
-    if bar is not None:
-        bar.done()
-    lines = sum(v for (name, _), v in store.counters.items() if name == "logmetrics_lines_read_total")
-    figures = sorted((f for f in store.figures.values() if f.first <= f.last), key=lambda f: (f.backend, f.source))
-    untimed = [path for path, clock in zip(files, clocks, strict=True) if clock.last is None]
-    elapsed = [path for path, clock in zip(files, clocks, strict=True) if clock.anchor is not None]
-    return Collected(files, int(lines), first, last, figures, untimed, elapsed)
 
 
 def percentile(values: Sequence[float], p: float) -> float:
