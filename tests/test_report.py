@@ -231,6 +231,7 @@ def test_a_file_by_two_paths_counts_once_and_an_unreadable_one_is_left_out(tmp_p
     assert as_json(log, link)["lines"] == 27
     done = report("--format", "json", str(log), str(tmp_path / "nowhere.log"))
     assert json.loads(done.stdout)["lines"] == 27 and "Traceback" not in done.stderr
+    assert done.stderr.count("cannot read") == 1, done.stderr
 
 
 def test_the_tokens_chart_shows_the_throughput_the_log_states() -> None:
@@ -261,3 +262,18 @@ def test_a_log_of_elapsed_time_is_anchored_at_its_end(tmp_path: Path) -> None:
     assert data["last"] == 1_800_000_000  # 4 min after start: the last line, at the file's mtime
     assert data["first"] == pytest.approx(1_800_000_000 - 240 + 0.912, abs=5)  # start, to the report's 5 s
     assert "time since the server started" in report(str(log)).stdout
+
+
+def test_the_envelope_is_told_from_the_first_lines_not_the_first_step(tmp_path: Path) -> None:
+    """A TEI log whose first step of log time holds one ERROR line (which alone reads like journald's
+    ``TIME HOST UNIT:`` prefix): report and backfill read it as watch does, as plain text."""
+    error = ("2026-01-05T09:00:{:02d}.100000Z ERROR embed: text_embeddings_router::http::server: "
+             "router/src/http/server.rs:683: Input validation error: `inputs` must have less than 512 tokens\n")
+    ok = ('2026-01-05T09:00:{:02d}.100000Z  INFO embed{{total_time="12.5ms" tokenization_time="1.2ms" '
+          'queue_time="0.5ms" inference_time="10.1ms"}}: text_embeddings_router::http::server: '
+          "router/src/http/server.rs:738: Success\n")
+    log = tmp_path / "tei.log"
+    log.write_text(error.format(0) + "".join(ok.format(10 + i) for i in range(20)) + error.format(40))
+    data = as_json(log)
+    assert [(b["source"], b["requests_by_outcome"], [(e["type"], e["count"]) for e in b["errors"]])
+            for b in data["backends"]] == [(str(log), {"error": 2, "ok": 20}, [("validation", 2)])]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,47 @@ def test_a_record_held_at_the_end_of_a_step_counts_at_its_own_files_time(tmp_pat
     alone, both = got
     assert [e["first_time"] for e in alone["a-vllm.log"]] == ["2026-01-05T09:00:00+00:00"]
     assert both["a-vllm.log"] == alone["a-vllm.log"] and both["b-vllm.log"] == []
+
+
+def test_the_workers_end_with_an_interrupted_report(tmp_path: Path) -> None:
+    """SIGTERM to the first process alone while its workers read: it says so, exits 130, and no
+    worker goes on reading without it."""
+    corpus = tmp_path / "mix"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_mix.py"), str(corpus), "-n", "300000"],
+                   check=True, capture_output=True, timeout=300)
+    proc = subprocess.Popen([sys.executable, "-m", "logmetrics", "report", "--workers", "3", "--format", "json",
+                             str(corpus)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 60
+    workers: list[int] = []
+    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        workers = [int(pid) for pid in children.read_text().split()]
+        time.sleep(0.01)
+    assert len(workers) == 2, "the workers did not start"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and out == "" and "interrupted" in err, err
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists(), f"worker {pid} still runs"
+
+
+def test_many_files_under_a_low_open_file_limit(tmp_path: Path) -> None:
+    """More log files than the open-file limit allows at once: report and backfill read them all
+    (each file is open only while a block of it is read)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for i in range(80):
+        (logs / f"w{i}-vllm.log").write_text(STATS.format(f"09:00:{i % 60:02d}") + STATS.format("09:01:10"))
+        os.utime(logs / f"w{i}-vllm.log", (1767657600, 1767657600))
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    for args in (["report", "--format", "json", str(logs)],
+                 ["backfill", "--openmetrics-only", "--out", str(tmp_path / "out"), str(logs)]):
+        proc = subprocess.run([sys.executable, "-m", "logmetrics", *args], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, preexec_fn=low)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(subprocess.run([sys.executable, "-m", "logmetrics", "report", "--format", "json", str(logs)],
+                                     capture_output=True, text=True, timeout=300, check=True).stdout)
+    assert data["lines"] == 160 and len(data["backends"]) == 80

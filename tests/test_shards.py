@@ -134,3 +134,21 @@ def test_a_warning_of_several_workers_is_said_once(tmp_path: Path) -> None:
     two, said2 = oneshot(*args, workers=2, cwd=tmp_path)
     assert "in 2 processes" in said2 and one == two
     assert said1.count("parser boom raised RuntimeError") == 1 == said2.count("parser boom raised RuntimeError")
+
+
+def test_gather_goes_on_ticking_while_workers_run_and_a_failed_one_gives_none() -> None:
+    """The first process' progress line goes on while it waits for its workers; a worker that
+    raises gives no result (its share is read again in one process)."""
+    from logmetrics.app import workers
+
+    def slow() -> int:
+        time.sleep(0.7)
+        return 42
+
+    def broken() -> int:
+        raise RuntimeError("boom")
+
+    ticks: list[float] = []
+    children = [workers.fork(slow), workers.fork(broken)]
+    assert workers.gather(children, lambda: ticks.append(time.monotonic())) == [42, None]
+    assert len(ticks) >= 3, ticks

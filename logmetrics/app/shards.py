@@ -114,15 +114,19 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
             if progress is not None and board is not None:
                 progress.others = board.totals
             runner.drain(progress)
-            results = [w.result(child) for child in children]
+            mine = runner.stats
+            results = w.gather(children, None if progress is None else lambda: progress.update(mine))
+        except BaseException:  # (interrupted: the workers end with this process)
+            w.stop(children)
+            raise
         finally:
             logging.getLogger().removeHandler(said)
         done = [r for r in results if isinstance(r, Share)]
-        differs = _merge(runner, done) if len(done) == len(results) else "a worker process failed"
+        differs = _merge(runner, done) if len(done) == len(results) else w.FAILED
         if differs is None:
             w.say_once((line for r in done for line in r.said), said.lines)
             return runner, _failed(runner) + [f for r in done for f in r.failed]
-        log.info("reading them again in one process: %s", differs)
+        (log.warning if differs == w.FAILED else log.info)("reading them again in one process: %s", differs)
         runner.close()
         if progress is not None:
             progress.others = None  # (what the workers read is read again)

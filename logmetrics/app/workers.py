@@ -5,8 +5,10 @@ in shared memory; and the check that a merged result is the one a single process
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import struct
 import sys
 import time
@@ -19,7 +21,7 @@ from logmetrics.store.guard import DEFAULT_LIMIT, NOISE_SHARE, label_at
 
 #: Below this many bytes in all, one process: a worker costs a fork and a merge (a few ms).
 MIN_BYTES = 8 << 20
-Child = tuple[int, int]  # a worker's pid, and the pipe its result comes on
+FAILED = "a worker process failed"  # why a run is read again in one process (a warning: it costs time)
 Seen = Mapping[tuple[str, int, str], set[str]]  # a cardinality guard's admitted values
 
 
@@ -91,9 +93,18 @@ class Board(Progress):
         return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
+class Child:
+    """A worker process: its pid, and the pipe its pickled result comes on (-1 once read)."""
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+
+
 def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) -> Child:
-    """Run ``work`` in a child process: its pid and the pipe its pickled result comes on. The child
-    posts its progress in ``slot`` of ``board``, if given, and keeps what its loggers say."""
+    """Run ``work`` in a child process, its result pickled down a pipe. The child posts its
+    progress in ``slot`` of ``board``, if given."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
@@ -113,21 +124,50 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
         finally:
             os._exit(code)
     os.close(write)
-    return pid, read
+    return Child(pid, read)
 
 
-def result(child: Child) -> object | None:
-    """A child's result (None: it failed), once it has ended."""
+def gather(children: list[Child], tick: Callable[[], None] | None = None) -> list[object | None]:
+    """The children's results, in order (None: one failed), once each has ended; ``tick`` is
+    called about every 0.2 s while they run (the progress line goes on)."""
     import pickle
+    import select
 
-    pid, read = child
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or len(data) < 8:
-        return None
-    size = struct.unpack("<Q", data[:8])[0]
-    return pickle.loads(data[8:8 + size]) if size else None
+    got: list[list[bytes]] = [[] for _ in children]
+    while waiting := [i for i, c in enumerate(children) if c.fd >= 0]:
+        ready, _, _ = select.select([children[i].fd for i in waiting], [], [], 0.2 if tick is not None else None)
+        for i in waiting:
+            child = children[i]
+            if child.fd in ready:
+                data = os.read(child.fd, 1 << 20)
+                if data:
+                    got[i].append(data)
+                else:
+                    os.close(child.fd)
+                    child.fd = -1
+        if tick is not None:
+            tick()
+    results: list[object | None] = []
+    for child, parts in zip(children, got, strict=True):
+        _, status = os.waitpid(child.pid, 0)
+        child.pid = -1
+        data = b"".join(parts)
+        size = struct.unpack("<Q", data[:8])[0] if status == 0 and len(data) >= 8 else 0
+        results.append(pickle.loads(data[8:8 + size]) if size else None)
+    return results
+
+
+def stop(children: list[Child]) -> None:
+    """End the children that still run (the first process was interrupted, or failed)."""
+    for child in children:
+        if child.fd >= 0:
+            os.close(child.fd)
+            child.fd = -1
+        if child.pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGKILL)
+                os.waitpid(child.pid, 0)
+            child.pid = -1
 
 
 def folds(counters: Iterable[Mapping[tuple[str, tuple[str, ...]], float]], seen: Iterable[Seen],

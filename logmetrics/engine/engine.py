@@ -86,12 +86,21 @@ class Engine:
         """The ``source`` label of a raw stream (or of one compose service inside it): ``Settings.source_label``."""
         return self.settings.source_label(path, service)
 
+    def _unwrapper(self, stream: str) -> Unwrapper:
+        unwrapper = self.unwrappers.get(stream)
+        if unwrapper is None:
+            unwrapper = self.unwrappers[stream] = Unwrapper(self.settings.envelope_of(stream),
+                                                            max_line_bytes=self.max_line_bytes)
+        return unwrapper
+
+    def envelope_from(self, stream: str, head: bytes) -> None:
+        """Decide the envelope of a raw stream (``--envelope auto``) from its first whole lines,
+        before they are fed (``report`` and ``backfill`` feed a file a step of log time at a time)."""
+        self._unwrapper(stream).detect(head)
+
     def feed(self, chunk: Chunk) -> None:
         """Take one chunk of whole lines from a source."""
-        unwrapper = self.unwrappers.get(chunk.stream)
-        if unwrapper is None:
-            unwrapper = self.unwrappers[chunk.stream] = Unwrapper(self.settings.envelope_of(chunk.stream),
-                                                                  max_line_bytes=self.max_line_bytes)
+        unwrapper = self._unwrapper(chunk.stream)
         # The last record of a read is held until its stream is quiet for ``hold`` seconds: counted
         # from the file's last write, so that a backlog read long after it was written (a burst
         # read in several passes) is not held on top of the time it took to read.

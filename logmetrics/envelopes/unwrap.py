@@ -175,6 +175,13 @@ class Unwrapper:
             self._cri_times.clear()
         return pieces
 
+    def detect(self, head: bytes) -> None:
+        """Decide the kind (``auto``) from ``head``, the first whole lines of the stream, before they
+        are fed: a reader that feeds a stream in small pieces (a few lines of log time at a time)
+        decides on as many lines as one that reads it whole."""
+        if self.kind is None:
+            self._detect(head)
+
     def _detect(self, data: bytes) -> str:
         """Decide the kind from the first non-empty lines of ``data``; fix it once decided."""
         sample: list[str] = []

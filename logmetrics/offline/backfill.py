@@ -21,7 +21,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import TextIO
@@ -106,46 +106,51 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
     seq = 0
     rest = b""
     span = MIN_SPAN  # the bytes of the last step's lines in a block: where to look for the next step's end
-    with open(path, "rb") as f:
-        while True:
-            data = f.read(block)
-            if stats is not None:
-                stats.bytes_read[path] = stats.bytes_read.get(path, 0) + len(data)
-                stats.lag_bytes[path] = max(stats.lag_bytes.get(path, 0) - len(data), 0)
-            if data:
-                data = rest + data
-                cut = data.rfind(b"\n") + 1
-                rest, data = data[cut:], data[:cut]
-                if not data:
-                    continue
-            elif rest:
-                data, rest = rest + b"\n", b""
-            else:
-                break
-            lo = 0  # where the group being read starts in data
-            last = _time_before(data, clock, len(data) - 1, 0)
-            if last is None:
-                pending.append(data)
+    blocks = _blocks(path, block)  # (its file is open only while a block is read: a directory of
+    # thousands of logs is read under any open-file limit, their groups merged in log time)
+    while True:
+        data = next(blocks, b"")
+        if stats is not None:
+            stats.bytes_read[path] = stats.bytes_read.get(path, 0) + len(data)
+            stats.lag_bytes[path] = max(stats.lag_bytes.get(path, 0) - len(data), 0)
+        if data:
+            data = rest + data
+            cut = data.rfind(b"\n") + 1
+            rest, data = data[cut:], data[:cut]
+            if not data:
                 continue
-            if cur is None:  # the first time stated: what came before it joins its step
-                first_t = _first_stated(data, clock)
-                cur, now = int(first_t // step), first_t
-            while int(last[1] // step) > cur:
-                j = _boundary(data, clock, lo, last[0], cur, step, span)
-                span = max(j - lo, MIN_SPAN)
-                t = _time_before(data, clock, j, lo)
-                assert t is not None
-                pending.append(data[lo:j])
-                body = b"".join(pending)
-                if body:
-                    yield cur, number, seq, body, now
-                    seq += 1
-                pending.clear()
-                lo, cur, now = j, int(t[1] // step), t[1]
-                clock.last = t[1]
-            pending.append(data[lo:] if lo else data)
-            now = last[1] if last[1] > now else now
-            clock.last = last[1]
+        elif rest:
+            data, rest = rest + b"\n", b""
+        else:
+            break
+        lo = 0  # where the group being read starts in data
+        # (a line stamped earlier than the step being read, at the end of the block, would put
+        # every line of the block in that step: the last one stamped in it or later is taken)
+        last = _time_before(data, clock, len(data) - 1, 0, None if cur is None else cur * step)
+        if last is None:
+            pending.append(data)
+            continue
+        if cur is None:  # the first time stated: what came before it joins its step
+            first_t = _first_stated(data, clock)
+            cur, now = int(first_t // step), first_t
+            if last[1] < cur * step:
+                last = _time_before(data, clock, len(data) - 1, 0, cur * step) or last
+        while int(last[1] // step) > cur:
+            j = _boundary(data, clock, lo, last[0], cur, step, span)
+            span = max(j - lo, MIN_SPAN)
+            t = _time_before(data, clock, j, lo)
+            assert t is not None
+            pending.append(data[lo:j])
+            body = b"".join(pending)
+            if body:
+                yield cur, number, seq, body, now
+                seq += 1
+            pending.clear()
+            lo, cur, now = j, int(t[1] // step), t[1]
+            clock.last = t[1]
+        pending.append(data[lo:] if lo else data)
+        now = last[1] if last[1] > now else now
+        clock.last = last[1]
     if cur is None:  # no time stated anywhere: the file's modification time
         cur, now = int(clock.mtime // step), clock.mtime
     body = b"".join(pending)
@@ -159,20 +164,25 @@ def _decode(line: bytes) -> str:
     return line.decode("utf-8", "replace")
 
 
-def _time_before(data: bytes, clock: LogClock, pos: int, lo: int) -> tuple[int, float] | None:
+def _time_before(data: bytes, clock: LogClock, pos: int, lo: int,
+                 floor: float | None = None) -> tuple[int, float] | None:
     """The start of the line holding ``pos`` (or of the nearest line before it, from ``lo`` on)
-    that states a time, and that time.
+    that states a time, and that time; with ``floor``, the nearest that states one at or after
+    ``floor``, if there is one (else the nearest, whatever its time).
 
     After ``WALK`` lines that state none, only the lines that may state one are looked at
     (``MAY_STATE``): a log that states no time on most of its lines (llama-server's) is not
     read line by line back to the start of its block."""
+    earlier: tuple[int, float] | None = None  # the nearest stated before ``floor``
     end = data.find(b"\n", pos)
     walk = WALK
     while end > lo:
         start = data.rfind(b"\n", lo, end) + 1 or lo
         t = clock.peek(_decode(data[start:end]))
         if t is not None:
-            return start, t
+            if floor is None or t >= floor:
+                return start, t
+            earlier = earlier or (start, t)
         end = start - 1
         walk -= 1
         if not walk and clock.anchor is None and data.isascii():  # (``MAY_STATE``'s digits are ASCII)
@@ -181,9 +191,35 @@ def _time_before(data: bytes, clock: LogClock, pos: int, lo: int) -> tuple[int, 
                     start = data.rfind(b"\n", lo, at) + 1 or lo
                     t = clock.peek(_decode(data[start:data.find(b"\n", start)]))
                     if t is not None:
-                        return start, t
-            return None
-    return None
+                        if floor is None or t >= floor:
+                            return start, t
+                        earlier = earlier or (start, t)
+            return earlier
+    return earlier
+
+
+def _blocks(path: str, block: int) -> Iterator[bytes]:
+    """``path`` in blocks of ``block`` bytes, the file opened for each read only: if it is gone,
+    or another file has taken its name since its first block, what is left of it is not read."""
+    offset = 0
+    ident: tuple[int, int] | None = None
+    while True:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if ident is not None and (st.st_dev, st.st_ino) != ident:
+                    log.warning("%s was replaced while it was read: the rest of it is left out", path)
+                    return
+                ident = st.st_dev, st.st_ino
+                f.seek(offset)
+                data = f.read(block)
+        except OSError as exc:
+            log.warning("cannot read %s: %s; the rest of it is left out", path, exc.strerror or exc)
+            return
+        if not data:
+            return
+        offset += len(data)
+        yield data
 
 
 def _first_stated(data: bytes, clock: LogClock) -> float:
@@ -234,7 +270,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     store.limits.update(opts.label_limits)
     stats = SourceStats()
     chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
-    files, merged = log_groups(opts.paths, opts.step, opts.tz, stats, chosen=chosen)
+    files, merged = log_groups(log_files(opts.paths, chosen), opts.step, opts.tz, stats)
     try:
         os.makedirs(opts.out, exist_ok=True)
     except OSError as exc:  # a file where a directory must be, no permission, a full disk
@@ -242,6 +278,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
+    envelopes(engine, files)
     bar = _Bar(progress, stats) if progress is not None else None
     window = None if opts.staleness is None else max(1, math.ceil(opts.staleness / opts.step))
     writer = OpenMetricsWriter(store, opts.out, opts.target_labels, window)
@@ -334,16 +371,16 @@ def log_files(paths: Sequence[str], chosen: FileFilter | None = None) -> dict[st
     return files
 
 
-def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: SourceStats,
-               clocks: list[LogClock] | None = None, chosen: FileFilter | None = None,
+def log_groups(found: Iterable[str], step: float, tz: tzinfo | None, stats: SourceStats,
+               clocks: list[LogClock] | None = None,
                only: Collection[str] | None = None) -> tuple[list[str], Iterator[Group]]:
-    """The files of ``log_files`` (of them, those in ``only``, if given), and the groups of all of
-    them merged in log time (by step, then file, then file order); each file's clock is appended
-    to ``clocks``. Raises UserError if there is none."""
+    """The files ``found`` (``log_files``; of them, those in ``only``, if given), and the groups of
+    all of them merged in log time (by step, then file, then file order); each file's clock is
+    appended to ``clocks``."""
     clocks = [] if clocks is None else clocks
     files: list[str] = []
     streams: list[Iterator[Group]] = []
-    for path in log_files(paths, chosen):
+    for path in found:
         if only is not None and path not in only:
             continue
         try:
@@ -359,6 +396,23 @@ def log_groups(paths: Sequence[str], step: float, tz: tzinfo | None, stats: Sour
 
 
 TAIL_BYTES = 65536  # the end of a file read for its last elapsed-time stamp
+
+
+HEAD_BYTES = 65536  # the start of a file read for its envelope (``envelopes``)
+
+
+def envelopes(engine: Engine, files: Iterable[str]) -> None:
+    """Let the engine decide each file's envelope on its first lines (as ``watch`` does, which
+    reads a file in large chunks), not on its first group, which may be one line."""
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(HEAD_BYTES)
+        except OSError:
+            continue  # (said when it is read)
+        cut = head.rfind(b"\n") + 1
+        if cut:
+            engine.envelope_from(path, head[:cut])
 
 
 def _elapsed_anchor(path: str, size: int, mtime: float) -> float | None:

@@ -21,12 +21,11 @@ from logmetrics.app import workers
 from logmetrics.app.options import inputs_filter
 from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import Settings
-from logmetrics.offline.backfill import log_files, log_groups
+from logmetrics.offline.backfill import envelopes, log_files, log_groups
 from logmetrics.offline.report import STEP, Collected, Options, RecordingStore
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock
 from logmetrics.sources.chunks import Chunk, SourceStats
-from logmetrics.store.guard import DEFAULT_LIMIT, LABEL_LIMITS
 
 if TYPE_CHECKING:
     from logmetrics.app.progress import Progress
@@ -41,8 +40,7 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     where the result is the same as one process's (``_plan``, ``_merge``)."""
     from logmetrics.app.progress import Progress  # the same report as --oneshot's
 
-    chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
-    sizes = log_files(opts.paths, chosen)
+    sizes = log_files(opts.paths, inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude))
     shares, why = _plan(opts, sizes)
     shown = Progress(progress) if progress is not None else None
     if shares is None:
@@ -50,28 +48,31 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     else:
         log.info("reading %d files in %d processes", len(sizes), len(shares))
         board = workers.Board(len(shares) - 1) if shown is not None else None
-        children = [workers.fork(partial(_part, opts, entries, share, board), board, i)
+        children = [workers.fork(partial(_part, opts, entries, sizes, share, board), board, i)
                     for i, share in enumerate(shares[1:])]
         said = workers.Said()  # what this process says (printed as ever), so as not to say it twice
         logging.getLogger().addHandler(said)
         try:
             if shown is not None and board is not None:
                 shown.others = board.totals
-            mine = _read(opts, entries, shown, shares[0])
-            results = [workers.result(child) for child in children]
+            mine = _read(opts, entries, sizes, shown, shares[0])
+            results = workers.gather(children, None if shown is None else lambda: shown.update(mine.stats))
+        except BaseException:  # (interrupted: the workers end with this process)
+            workers.stop(children)
+            raise
         finally:
             logging.getLogger().removeHandler(said)
         parts = [mine, *(r for r in results if isinstance(r, Part))]
-        merged = _merge(list(sizes), parts) if len(parts) == len(shares) else "a worker process failed"
+        merged = _merge(list(sizes), parts) if len(parts) == len(shares) else workers.FAILED
         if isinstance(merged, Collected):
             workers.say_once((line for part in parts[1:] for line in part.said), said.lines)
             if shown is not None:
                 shown.done(mine.stats)
             return merged
-        log.info("reading them again in one process: %s", merged)
+        (log.warning if merged == workers.FAILED else log.info)("reading them again in one process: %s", merged)
         if shown is not None:
             shown.others = None  # (what the workers read is read again)
-    alone = _read(opts, entries, shown)
+    alone = _read(opts, entries, sizes, shown)
     if shown is not None:
         shown.done(alone.stats)
     return alone.collected
@@ -81,15 +82,14 @@ class Part(NamedTuple):
     """What one process made of its share of the files."""
 
     collected: Collected
-    counters: dict[tuple[str, tuple[str, ...]], float]  # its store's, for the cardinality guard's check
-    seen: dict[tuple[str, int, str], set[str]]  # the values its cardinality guard admitted
     stats: SourceStats  # the sources' figures: bytes read, for the progress line
     said: list[str]  # its log lines, for the first process to print (each once)
 
 
 def _plan(opts: Options, sizes: dict[str, int]) -> tuple[list[tuple[str, ...]] | None, str]:
     """The files of each process, the largest share first; or None, and why one process reads
-    them all: the same conditions as ``--oneshot``'s (``logmetrics.app.shards``)."""
+    them all: as ``--oneshot`` (``logmetrics.app.shards``), but for the cardinality guard, which
+    folds no figure of a report (they are made of the events as the parsers give them)."""
     n = opts.workers or workers.cores()
     if n < 2:
         return None, "--workers 1" if opts.workers else "one core"
@@ -104,33 +104,31 @@ def _plan(opts: Options, sizes: dict[str, int]) -> tuple[list[tuple[str, ...]] |
         return None, "a source is read from several files"
     if sum(sizes.values()) < workers.MIN_BYTES and not opts.workers:
         return None, f"under {workers.MIN_BYTES >> 20} MiB in all"
-    if len(sources) > LABEL_LIMITS.get("source", DEFAULT_LIMIT):
-        return None, "more sources than the cardinality guard keeps"  # folded in one process' order
     return workers.balance(sizes, n), ""
 
 
-def _part(opts: Options, entries: dict[str, ParserEntry], share: tuple[str, ...],
+def _part(opts: Options, entries: dict[str, ParserEntry], found: dict[str, int], share: tuple[str, ...],
           board: workers.Board | None) -> Part:
-    """A worker's reading of its share; what its loggers say goes with it."""
+    """A worker's reading of its share of the files ``found``; what its loggers say goes with it."""
     said = workers.Said()
     logging.getLogger().handlers = [said]
-    part = _read(opts, entries, board, share)
+    part = _read(opts, entries, found, board, share)
     if board is not None:
         board.done(part.stats)  # (its last figures: the first process' line adds them up)
     return part._replace(said=said.lines)
 
 
-def _read(opts: Options, entries: dict[str, ParserEntry], progress: Progress | None,
+def _read(opts: Options, entries: dict[str, ParserEntry], found: dict[str, int], progress: Progress | None,
           only: Collection[str] | None = None) -> Part:
-    """Read the files (those in ``only``, if given) through the engine, in one process."""
+    """Read the files ``found`` (those in ``only``, if given) through the engine, in one process."""
     store = RecordingStore()
     stats = SourceStats()
     clocks: list[LogClock] = []
-    chosen = inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude)
-    files, merged = log_groups(opts.paths, STEP, opts.tz, stats, clocks, chosen, only)
+    files, merged = log_groups(found, STEP, opts.tz, stats, clocks, only)
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)
+    envelopes(engine, files)
     first: float | None = None
     last: float | None = None
     step: int | None = None
@@ -156,18 +154,12 @@ def _read(opts: Options, entries: dict[str, ParserEntry], progress: Progress | N
     figures = sorted((f for f in store.figures.values() if f.first <= f.last), key=lambda f: (f.backend, f.source))
     untimed = [path for path, clock in zip(files, clocks, strict=True) if clock.last is None]
     elapsed = [path for path, clock in zip(files, clocks, strict=True) if clock.anchor is not None]
-    return Part(Collected(files, int(lines), first, last, figures, untimed, elapsed), store.counters, store.guard.seen,
-                stats, [])
+    return Part(Collected(files, int(lines), first, last, figures, untimed, elapsed), stats, [])
 
 
 def _merge(files: list[str], parts: list[Part]) -> Collected | str:
     """The parts of several processes as one process's ``Collected`` (``files``: all of them, in
-    the order found); or why that could differ (a label value folded, or one that would be; a
-    source in two processes)."""
-    fam = RecordingStore()
-    folded = workers.folds([p.counters for p in parts], [p.seen for p in parts], fam.families, fam.guard.limits)
-    if folded is not None:
-        return folded
+    the order found); or why that could differ (a source in two processes)."""
     got = [p.collected for p in parts]
     figures = [f for c in got for f in c.figures]
     if len({(f.backend, f.source) for f in figures}) < len(figures):
