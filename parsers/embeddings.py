@@ -22,8 +22,8 @@ from logmetrics.store.catalog import DURATION_BUCKETS, Family
 
 from .common import PY_DEFAULT_LINE, UVICORN, RouteLabels, access_answer, access_labels, model_label
 from .embeddings_batch import FREQUENT, Requests, read_run
+from .embeddings_tei import CLIENT_TYPES, PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .embeddings_tei import MARK as TEI_MARK
-from .embeddings_tei import PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .errors import is_traceback, restarts_and_errors
 from .leapfrog import leapfrog_line
 
@@ -159,6 +159,8 @@ class EmbeddingsParser(Parser):
         backend logs them (not TEI)."""
         zeros = restarts_and_errors(model, PHRASES.types)
         zeros += [("llm_requests_total", (model, "ok")), ("llm_requests_total", (model, "error"))]
+        if self._is_tei:
+            zeros += [("llm_client_errors_total", (model, kind)) for kind in sorted(set(CLIENT_TYPES.values()))]
         if not self._is_tei and not self._infinity:
             zeros.append(("llm_embeddings_total", (model,)))
         return zeros
@@ -169,6 +171,9 @@ class EmbeddingsParser(Parser):
         msg = tei.msg
         if tei.level == "ERROR":
             kind = PHRASES.classify(text)
+            if kind in CLIENT_TYPES:  # the client's fault: neither a backend error nor a failed request
+                events.append(Event("llm_client_errors_total", (self.model, CLIENT_TYPES[kind]), 1, rule="tei_error"))
+                return
             events.append(Event("backend_errors_total", (self.model, kind), 1, rule="tei_error"))
             if tei.spans and (tei.spans[0] in REQUEST_SPANS or tei.spans[0].endswith("_inner")):
                 events.append(Event("llm_requests_total", (self.model, "error"), 1, rule="tei_error"))

@@ -69,6 +69,12 @@ PHRASES = Phrases(
 )
 
 
+#: Error types that are the client's fault: TEI answers them 4xx (``Validation`` and ``Tokenizer``
+#: 422, an empty input 400), so they count in ``llm_client_errors_total``, never as a backend error
+#: or a failed request, which error-rate alerts read.
+CLIENT_TYPES = {"validation": "invalid_request", "tokenizer": "invalid_request"}
+
+
 class TeiLine(NamedTuple):
     """One TEI log event: level, message, span names (outermost first) and span fields."""
 

@@ -125,6 +125,22 @@ def test_tei_error_types_from_its_own_phrases() -> None:
     assert counted(events, "llm_requests_total", "unknown", "error") == 1
 
 
+def test_tei_validation_errors_are_the_clients_not_the_backends() -> None:
+    """An input TEI refuses (422: too long, too large a batch, a tokenizer error; 400: empty) is the
+    client's fault: ``llm_client_errors_total`` only, no backend error and no failed request."""
+    lines = [
+        "2025-03-04T08:01:12.000300Z ERROR embed:embed_pooled:tokenize: text_embeddings_core::infer: "
+        "core/src/infer.rs:355: Input validation error: `inputs` must have less than 512 tokens. Given: 534",
+        "2025-03-04T08:01:12.400400Z ERROR embed: text_embeddings_router::http::server: "
+        "router/src/http/server.rs:655: batch size 40 > maximum allowed batch size 32",
+        "2025-03-04T08:01:12.500400Z ERROR embed: text_embeddings_core::tokenization: "
+        "core/src/tokenization.rs:80: tokenizer error: unexpected input",
+    ]
+    events = run(EmbeddingsParser(), "\n".join(lines))
+    assert counted(events, "llm_client_errors_total", "unknown", "invalid_request") == 3
+    assert not [e for e in events if e.metric in ("backend_errors_total", "llm_requests_total")], events
+
+
 def test_tei_start_up_names_the_model_and_lifecycle_sets_ready() -> None:
     """Args names the model (served name first), Ready sets 1, the graceful shutdown 0, a new Args counts a start."""
     args = ('2025-03-04T08:00:00.1Z  INFO text_embeddings_router: router/src/main.rs:185: Args { model_id: '
