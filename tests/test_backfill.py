@@ -379,22 +379,39 @@ def test_groups_cut_where_a_per_line_reading_would(tmp_path_factory: pytest.Temp
     assert {k: "".join(v) for k, v in have.items() if "".join(v)} == {k: "".join(v) for k, v in want.items()}
 
 
-def test_a_line_stamped_earlier_at_the_end_of_a_block_does_not_pull_the_block_back(tmp_path: Path) -> None:
-    """Lines in order, then one stamped a minute before them as the last line of a block: every
-    line in order is in its own step, and the one stamped earlier joins the step of the line
-    before it (it did pull the whole block into one step)."""
+@pytest.mark.parametrize("back", [660, 30])
+def test_a_line_stamped_earlier_at_the_end_of_a_block_does_not_pull_the_block_back(tmp_path: Path,
+                                                                                   back: int) -> None:
+    """Lines in order, then one stamped earlier as the last line of a block (before the first
+    line, or inside the block's span of time): every line in order is in its own step, and the
+    one stamped earlier joins the step of the line before it (it pulled the block back to its time)."""
     from logmetrics.offline.backfill import groups
     from logmetrics.records.logtime import LogClock
 
     at = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
     lines = [f"{at + timedelta(seconds=i):%Y-%m-%dT%H:%M:%SZ} INFO served request {i}" for i in range(600)]
-    lines.append(f"{at - timedelta(seconds=60):%Y-%m-%dT%H:%M:%SZ} INFO stamped a minute early")
+    lines.append(f"{at + timedelta(seconds=599 - back):%Y-%m-%dT%H:%M:%SZ} INFO stamped early")
     log = tmp_path / "x.log"
     log.write_text("".join(line + "\n" for line in lines))
     got = list(groups(str(log), 0, 5.0, LogClock(at.timestamp() + 3600, UTC), block=1 << 18))
     steps = {line: step for step, _n, _seq, data, _t in got for line in data.decode().splitlines()}
     assert all(steps[line] == int((at.timestamp() + i) // 5) for i, line in enumerate(lines[:-1]))
     assert steps[lines[-1]] == steps[lines[-2]]
+
+
+def test_a_file_truncated_while_it_is_read_is_read_no_further_and_said(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A file cut shorter between two blocks read: a warning, and no more of it (as for a file
+    replaced or removed), rather than its rest silently gone."""
+    from logmetrics.offline.backfill import _blocks
+
+    log = tmp_path / "x.log"
+    log.write_bytes(b"x" * 300)
+    blocks = _blocks(str(log), 100)
+    assert next(blocks) == b"x" * 100
+    os.truncate(log, 50)
+    assert list(blocks) == []
+    assert "x.log was truncated while it was read (to 50 bytes, 100 read)" in caplog.text
 
 
 def test_a_state_file_lets_watch_go_on_from_the_backfill(tmp_path: Path) -> None:

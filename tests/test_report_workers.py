@@ -98,7 +98,8 @@ def test_the_workers_end_with_an_interrupted_report(tmp_path: Path) -> None:
 
 def test_many_files_under_a_low_open_file_limit(tmp_path: Path) -> None:
     """More log files than the open-file limit allows at once: report and backfill read them all
-    (each file is open only while a block of it is read)."""
+    (each file is open only while a block of it is read, and the soft limit is raised to the hard
+    one: backfill keeps a spool file open per metric family)."""
     logs = tmp_path / "logs"
     logs.mkdir()
     for i in range(80):
@@ -106,10 +107,11 @@ def test_many_files_under_a_low_open_file_limit(tmp_path: Path) -> None:
         os.utime(logs / f"w{i}-vllm.log", (1767657600, 1767657600))
 
     def low() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (16, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     for args in (["report", "--format", "json", str(logs)],
-                 ["backfill", "--openmetrics-only", "--out", str(tmp_path / "out"), str(logs)]):
+                 ["backfill", "--openmetrics-only", "--out", str(tmp_path / "out"), str(logs)],
+                 ["backfill", "--openmetrics-only", "--out", str(tmp_path / "out2"), str(ROOT / "samples")]):
         proc = subprocess.run([sys.executable, "-m", "logmetrics", *args], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path, preexec_fn=low)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

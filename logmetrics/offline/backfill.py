@@ -35,6 +35,7 @@ from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock, anchor_of
 from logmetrics.sources.chunks import Chunk, SourceStats
+from logmetrics.sources.descriptors import raise_open_file_limit
 from logmetrics.sources.discovery import discover, left_out, unreadable
 from logmetrics.sources.filefilter import FileFilter
 from logmetrics.store.store import Store
@@ -48,6 +49,7 @@ BLOCK = 1 << 18  # bytes read at a time from each file
 WALK = 16
 MAY_STATE = (re.compile(rb":\d\d:\d\d"), re.compile(rb'"(?:@timestamp|timestamp|time|ts)"'),
              re.compile(rb"(?:timestamp|time|ts)="))
+LATEST = 8  # lines stamped earlier than the one before them, at the end of a block, passed over (``_latest``)
 MIN_SPAN = 512  # bytes after a step's start where its end is looked for first (``_boundary``)
 GAP_STEPS = 100_000  # a jump in log time of more steps than this is reported (with --staleness forever:
 # every step is written)
@@ -135,6 +137,7 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
             cur, now = int(first_t // step), first_t
             if last[1] < cur * step:
                 last = _time_before(data, clock, len(data) - 1, 0, cur * step) or last
+        last = _latest(data, clock, last)
         while int(last[1] // step) > cur:
             j = _boundary(data, clock, lo, last[0], cur, step, span)
             span = max(j - lo, MIN_SPAN)
@@ -198,6 +201,18 @@ def _time_before(data: bytes, clock: LogClock, pos: int, lo: int,
     return earlier
 
 
+def _latest(data: bytes, clock: LogClock, last: tuple[int, float]) -> tuple[int, float]:
+    """``last`` (the last line of a block that states a time), or the nearest line before it that
+    states a later one (``LATEST`` at most): one stamped earlier than the lines before it, at the
+    end of a block, does not pull them back to its time."""
+    for _ in range(LATEST):
+        before = _time_before(data, clock, last[0] - 1, 0) if last[0] > 0 else None
+        if before is None or before[1] <= last[1]:
+            break
+        last = before
+    return last
+
+
 def _blocks(path: str, block: int) -> Iterator[bytes]:
     """``path`` in blocks of ``block`` bytes, the file opened for each read only: if it is gone,
     or another file has taken its name since its first block, what is left of it is not read."""
@@ -209,6 +224,10 @@ def _blocks(path: str, block: int) -> Iterator[bytes]:
                 st = os.fstat(f.fileno())
                 if ident is not None and (st.st_dev, st.st_ino) != ident:
                     log.warning("%s was replaced while it was read: the rest of it is left out", path)
+                    return
+                if st.st_size < offset:
+                    log.warning("%s was truncated while it was read (to %d bytes, %d read): the rest of it is "
+                                "left out", path, st.st_size, offset)
                     return
                 ident = st.st_dev, st.st_ino
                 f.seek(offset)
@@ -266,6 +285,7 @@ def _boundary(data: bytes, clock: LogClock, lo: int, hi: int, cur: int, step: fl
 def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None = None) -> Result:
     """Backfill: read, write the OpenMetrics text into ``opts.out``, and (unless asked not to)
     create the TSDB blocks there."""
+    raise_open_file_limit()  # (the OpenMetrics spools: one file per family, open until the end)
     store = Store()
     store.limits.update(opts.label_limits)
     stats = SourceStats()

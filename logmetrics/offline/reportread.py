@@ -26,6 +26,7 @@ from logmetrics.offline.report import STEP, Collected, Options, RecordingStore
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock
 from logmetrics.sources.chunks import Chunk, SourceStats
+from logmetrics.sources.descriptors import raise_open_file_limit
 
 if TYPE_CHECKING:
     from logmetrics.app.progress import Progress
@@ -40,6 +41,7 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     where the result is the same as one process's (``_plan``, ``_merge``)."""
     from logmetrics.app.progress import Progress  # the same report as --oneshot's
 
+    raise_open_file_limit()
     sizes = log_files(opts.paths, inputs_filter(opts.inputs, opts.paths, opts.include, opts.exclude))
     shares, why = _plan(opts, sizes)
     shown = Progress(progress) if progress is not None else None
