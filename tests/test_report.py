@@ -92,6 +92,7 @@ def test_text_embeddings_1x_counted_by_hand() -> None:
     assert bge["latency_seconds"]["request_duration_seconds"] == {
         "count": 3, "p50": 0.0805, "p95": 1.502113, "p99": 1.502113}
     assert {e["type"]: e["count"] for e in bge["errors"]} == {"overloaded": 1}
+    assert bge["client_errors_by_type"] == {"invalid_request": 2}
     assert bge["busiest_minute"] == {"start": 1741075260, "requests": 5, "start_time": "2025-03-04T08:01:00+00:00"}
 
 
@@ -108,14 +109,15 @@ def _sums(samples: Samples, name: str, key: Callable[[dict[str, str]], str]) -> 
 
 @pytest.mark.parametrize("log", sorted(SAMPLES.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_report_adds_up_to_what_watch_serves(log: Path) -> None:
-    """On every sample the report's requests, tokens and errors, per backend, are the sums of the
+    """On every sample the report's requests, tokens, errors and client errors, per backend, are the sums of the
     series that 'watch --oneshot' serves for it (its golden file)."""
     golden = parse(log.with_suffix(".expected.prom").read_text())
     want = {**_sums(golden, "llm_requests_total", lambda labels: "outcome " + labels["outcome"]),
             **_sums(golden, "llm_prompt_tokens_total", lambda _: "prompt"),
             **_sums(golden, "llm_generation_tokens_total", lambda _: "generation"),
             **_sums(golden, "backend_errors_total", lambda labels: "error " + labels["error_type"]),
-            **_sums(golden, "http_requests_total", lambda labels: "http " + labels["code"][0] + "xx")}
+            **_sums(golden, "http_requests_total", lambda labels: "http " + labels["code"][0] + "xx"),
+            **_sums(golden, "llm_client_errors_total", lambda labels: "client " + labels["error_type"])}
     got: dict[tuple[str, str], float] = {}
 
     def add(key: tuple[str, str], value: float) -> None:
@@ -130,6 +132,8 @@ def test_the_report_adds_up_to_what_watch_serves(log: Path) -> None:
             add((backend, f"http {c}"), v)
         for e in b["errors"]:
             add((backend, f"error {e['type']}"), e["count"])
+        for k, v in b["client_errors_by_type"].items():
+            add((backend, f"client {k}"), v)
         for what in ("prompt", "generation"):
             if b[f"{what}_tokens"] is not None:
                 add((backend, what), b[f"{what}_tokens"])

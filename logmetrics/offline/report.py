@@ -73,6 +73,7 @@ class Figures:
     last: float = -math.inf
     outcomes: dict[str, float] = field(default_factory=dict)  # llm_requests_total by outcome
     http: dict[str, float] = field(default_factory=dict)  # http_requests_total by status class (2xx, ...)
+    client_errors: dict[str, float] = field(default_factory=dict)  # llm_client_errors_total by type
     tokens: dict[str, float] = field(default_factory=dict)  # prompt, generation, cached prompt
     latencies: dict[str, list[float]] = field(default_factory=dict)  # observed values by family
     errors: dict[str, Seen] = field(default_factory=dict)  # by error type
@@ -147,6 +148,9 @@ class RecordingStore(Store):
             what = TOKENS[name]
             fig.tokens[what] = fig.tokens.get(what, 0.0) + values[0]
             fig.timeline.append((t, what, values[0]))
+        elif name == "llm_client_errors_total":  # (the client's fault: no error of the backend's)
+            kind = labels.get("error_type", "unknown")
+            fig.client_errors[kind] = fig.client_errors.get(kind, 0.0) + values[0]
         elif name == "backend_errors_total":
             seen = fig.errors.setdefault(labels.get("error_type", "unknown"), Seen())
             seen.count += values[0]
@@ -218,6 +222,7 @@ def summary(fig: Figures) -> dict[str, Any]:
         "requests": fig.requests,
         "requests_by_outcome": dict(sorted(fig.outcomes.items())),
         "http_requests_by_status": dict(sorted(fig.http.items())),
+        "client_errors_by_type": dict(sorted(fig.client_errors.items())),
         "prompt_tokens": fig.tokens.get("prompt"),
         "generation_tokens": gen,
         "cached_prompt_tokens": fig.tokens.get("cached_prompt"),

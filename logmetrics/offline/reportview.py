@@ -63,6 +63,8 @@ def rows(s: dict[str, Any], when: Clock) -> list[tuple[str, str]]:
                     + f" (total {_num(s['requests'])})"))
     if s["http_requests_by_status"]:
         out.append(("HTTP requests", ", ".join(f"{k} {_num(v)}" for k, v in s["http_requests_by_status"].items())))
+    if s["client_errors_by_type"]:
+        out.append(("client errors (4xx)", ", ".join(f"{k} {_num(v)}" for k, v in s["client_errors_by_type"].items())))
     for key, label in (("prompt_tokens", "prompt tokens"), ("generation_tokens", "generation tokens"),
                        ("cached_prompt_tokens", "cached prompt tokens"), ("audio_seconds", "audio seconds"),
                        ("embeddings", "embeddings"),
