@@ -104,35 +104,28 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         log.info("reading in one process: %s", why)
     else:
         log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
-        board = w.Board(len(shares) - 1) if progress is not None else None
-        children = [w.fork(partial(_share, opts, entries, share, board), board, i)
-                    for i, share in enumerate(shares[1:])]
-        said = w.Said()  # what this process says (printed as ever), so as not to say it twice
-        logging.getLogger().addHandler(said)
-        try:
-            runner = Runner(dataclasses.replace(opts, only=frozenset(shares[0])), entries)
-            if progress is not None and board is not None:
-                progress.others = board.totals
-            runner.drain(progress)
-            mine = runner.stats
-            results = w.gather(children, None if progress is None else lambda: progress.update(mine))
-        except BaseException:  # (interrupted: the workers end with this process)
-            w.stop(children)
-            raise
-        finally:
-            logging.getLogger().removeHandler(said)
+        runner, results, said = w.spread(shares, partial(_share, opts, entries),
+                                         partial(_first, opts, entries, progress), progress)
         done = [r for r in results if isinstance(r, Share)]
         differs = _merge(runner, done) if len(done) == len(results) else w.FAILED
         if differs is None:
-            w.say_once((line for r in done for line in r.said), said.lines)
+            w.say_once((line for r in done for line in r.said), said)
             return runner, _failed(runner) + [f for r in done for f in r.failed]
-        (log.warning if differs == w.FAILED else log.info)("reading them again in one process: %s", differs)
+        w.again(log, differs)
         runner.close()
         if progress is not None:
             progress.others = None  # (what the workers read is read again)
     runner = Runner(opts, entries)
     runner.drain(progress)
     return runner, _failed(runner)
+
+
+def _first(opts: Options, entries: dict[str, ParserEntry], progress: Progress | None,
+           paths: tuple[str, ...]) -> tuple[Runner, SourceStats]:
+    """The first process' run over its share of the files."""
+    runner = Runner(dataclasses.replace(opts, only=frozenset(paths)), entries)
+    runner.drain(progress)
+    return runner, runner.stats
 
 
 def _failed(runner: Runner) -> list[str]:

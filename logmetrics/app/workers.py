@@ -13,6 +13,8 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import TypeVar
 
 from logmetrics.app.progress import Progress
 from logmetrics.sources.chunks import SourceStats
@@ -22,6 +24,7 @@ from logmetrics.store.guard import DEFAULT_LIMIT, NOISE_SHARE, label_at
 #: Below this many bytes in all, one process: a worker costs a fork and a merge (a few ms).
 MIN_BYTES = 8 << 20
 FAILED = "a worker process failed"  # why a run is read again in one process (a warning: it costs time)
+T = TypeVar("T")
 Seen = Mapping[tuple[str, int, str], set[str]]  # a cardinality guard's admitted values
 
 
@@ -155,6 +158,37 @@ def gather(children: list[Child], tick: Callable[[], None] | None = None) -> lis
         size = struct.unpack("<Q", data[:8])[0] if status == 0 and len(data) >= 8 else 0
         results.append(pickle.loads(data[8:8 + size]) if size else None)
     return results
+
+
+def spread(shares: list[tuple[str, ...]], work: Callable[[tuple[str, ...], Board | None], object],
+           mine: Callable[[tuple[str, ...]], tuple[T, SourceStats]],
+           progress: Progress | None) -> tuple[T, list[object | None], list[str]]:
+    """Each share but the first read by ``work`` in a worker process, the first by ``mine`` here
+    (what it made, and its sources' figures for the progress line, which goes on while the workers
+    finish): what ``mine`` made, the workers' results (None: one failed) and what this process'
+    loggers said meanwhile (printed as ever, kept so that a worker's same line is not said twice).
+    Interrupted, the workers end with this process."""
+    board = Board(len(shares) - 1) if progress is not None else None
+    children = [fork(partial(work, share, board), board, i) for i, share in enumerate(shares[1:])]
+    said = Said()
+    logging.getLogger().addHandler(said)
+    try:
+        if progress is not None and board is not None:
+            progress.others = board.totals
+        made, stats = mine(shares[0])
+        results = gather(children, None if progress is None else lambda: progress.update(stats))
+    except BaseException:
+        stop(children)
+        raise
+    finally:
+        logging.getLogger().removeHandler(said)
+    return made, results, said.lines
+
+
+def again(log: logging.Logger, why: str) -> None:
+    """Say that the files are read again in one process, and why: a warning if a worker failed
+    (it costs the time of the whole reading again), else a note."""
+    (log.warning if why == FAILED else log.info)("reading them again in one process: %s", why)
 
 
 def stop(children: list[Child]) -> None:

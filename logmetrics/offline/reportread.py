@@ -49,29 +49,16 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
         log.info("reading in one process: %s", why)
     else:
         log.info("reading %d files in %d processes", len(sizes), len(shares))
-        board = workers.Board(len(shares) - 1) if shown is not None else None
-        children = [workers.fork(partial(_part, opts, entries, sizes, share, board), board, i)
-                    for i, share in enumerate(shares[1:])]
-        said = workers.Said()  # what this process says (printed as ever), so as not to say it twice
-        logging.getLogger().addHandler(said)
-        try:
-            if shown is not None and board is not None:
-                shown.others = board.totals
-            mine = _read(opts, entries, sizes, shown, shares[0])
-            results = workers.gather(children, None if shown is None else lambda: shown.update(mine.stats))
-        except BaseException:  # (interrupted: the workers end with this process)
-            workers.stop(children)
-            raise
-        finally:
-            logging.getLogger().removeHandler(said)
+        mine, results, said = workers.spread(shares, partial(_part, opts, entries, sizes),
+                                             partial(_first, opts, entries, sizes, shown), shown)
         parts = [mine, *(r for r in results if isinstance(r, Part))]
         merged = _merge(list(sizes), parts) if len(parts) == len(shares) else workers.FAILED
         if isinstance(merged, Collected):
-            workers.say_once((line for part in parts[1:] for line in part.said), said.lines)
+            workers.say_once((line for part in parts[1:] for line in part.said), said)
             if shown is not None:
                 shown.done(mine.stats)
             return merged
-        (log.warning if merged == workers.FAILED else log.info)("reading them again in one process: %s", merged)
+        workers.again(log, merged)
         if shown is not None:
             shown.others = None  # (what the workers read is read again)
     alone = _read(opts, entries, sizes, shown)
@@ -107,6 +94,13 @@ def _plan(opts: Options, sizes: dict[str, int]) -> tuple[list[tuple[str, ...]] |
     if sum(sizes.values()) < workers.MIN_BYTES and not opts.workers:
         return None, f"under {workers.MIN_BYTES >> 20} MiB in all"
     return workers.balance(sizes, n), ""
+
+
+def _first(opts: Options, entries: dict[str, ParserEntry], found: dict[str, int], progress: Progress | None,
+           share: tuple[str, ...]) -> tuple[Part, SourceStats]:
+    """The first process' reading of its share of the files ``found``."""
+    part = _read(opts, entries, found, progress, share)
+    return part, part.stats
 
 
 def _part(opts: Options, entries: dict[str, ParserEntry], found: dict[str, int], share: tuple[str, ...],
