@@ -167,25 +167,20 @@ def _decode(line: bytes) -> str:
     return line.decode("utf-8", "replace")
 
 
-def _time_before(data: bytes, clock: LogClock, pos: int, lo: int,
-                 floor: float | None = None) -> tuple[int, float] | None:
-    """The start of the line holding ``pos`` (or of the nearest line before it, from ``lo`` on)
-    that states a time, and that time; with ``floor``, the nearest that states one at or after
-    ``floor``, if there is one (else the nearest, whatever its time).
+def _stated(data: bytes, clock: LogClock, pos: int, lo: int) -> Iterator[tuple[int, float]]:
+    """The lines that state a time, from the one holding ``pos`` back to ``lo``: where each starts,
+    and its time.
 
     After ``WALK`` lines that state none, only the lines that may state one are looked at
     (``MAY_STATE``): a log that states no time on most of its lines (llama-server's) is not
     read line by line back to the start of its block."""
-    earlier: tuple[int, float] | None = None  # the nearest stated before ``floor``
     end = data.find(b"\n", pos)
     walk = WALK
     while end > lo:
         start = data.rfind(b"\n", lo, end) + 1 or lo
         t = clock.peek(_decode(data[start:end]))
         if t is not None:
-            if floor is None or t >= floor:
-                return start, t
-            earlier = earlier or (start, t)
+            yield start, t
         end = start - 1
         walk -= 1
         if not walk and clock.anchor is None and data.isascii():  # (``MAY_STATE``'s digits are ASCII)
@@ -194,10 +189,20 @@ def _time_before(data: bytes, clock: LogClock, pos: int, lo: int,
                     start = data.rfind(b"\n", lo, at) + 1 or lo
                     t = clock.peek(_decode(data[start:data.find(b"\n", start)]))
                     if t is not None:
-                        if floor is None or t >= floor:
-                            return start, t
-                        earlier = earlier or (start, t)
-            return earlier
+                        yield start, t
+            return
+
+
+def _time_before(data: bytes, clock: LogClock, pos: int, lo: int,
+                 floor: float | None = None) -> tuple[int, float] | None:
+    """The start of the line holding ``pos`` (or of the nearest line before it, from ``lo`` on)
+    that states a time, and that time; with ``floor``, the nearest that states one at or after
+    ``floor``, if there is one (else the nearest, whatever its time)."""
+    earlier: tuple[int, float] | None = None  # the nearest stated before ``floor``
+    for got in _stated(data, clock, pos, lo):
+        if floor is None or got[1] >= floor:
+            return got
+        earlier = earlier or got
     return earlier
 
 
@@ -205,11 +210,11 @@ def _latest(data: bytes, clock: LogClock, last: tuple[int, float]) -> tuple[int,
     """``last`` (the last line of a block that states a time), or the nearest line before it that
     states a later one (``LATEST`` at most): one stamped earlier than the lines before it, at the
     end of a block, does not pull them back to its time."""
-    for _ in range(LATEST):
-        before = _time_before(data, clock, last[0] - 1, 0) if last[0] > 0 else None
-        if before is None or before[1] <= last[1]:
+    before = _stated(data, clock, last[0] - 1, 0) if last[0] > 0 else iter(())
+    for _, got in zip(range(LATEST), before, strict=False):
+        if got[1] <= last[1]:
             break
-        last = before
+        last = got
     return last
 
 
