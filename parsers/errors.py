@@ -55,6 +55,10 @@ def node_error(text: str) -> tuple[str, str] | None:
 
 
 Table = Sequence[tuple[str, Sequence[str]]]
+#: ``Phrases.classify`` remembers the types of texts up to this long (a line, not a traceback),
+#: this many of them at most (then it starts again).
+MEMO_CHARS = 400
+MEMO_ENTRIES = 2048
 
 #: Causes any Python or native backend can log: they name what went wrong.
 COMMON_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -73,7 +77,7 @@ class Phrases:
     a traceback or a named exception, else ``error``.
     """
 
-    __slots__ = ("_cause", "_context", "_type_of", "types")
+    __slots__ = ("_cause", "_context", "_known", "_type_of", "types")
 
     def __init__(self, causes: Table, contexts: Table = ()) -> None:
         self._type_of = {p: kind for kind, phrases in (*causes, *contexts) for p in phrases}
@@ -83,9 +87,25 @@ class Phrases:
         #: every error_type ``classify`` can return, so that a parser can start its counters at 0
         self.types: tuple[str, ...] = tuple(dict.fromkeys(
             (*(kind for kind, _ in (*causes, *contexts)), "bad_request", "exception", "error")))
+        #: the types of short texts met before: a server repeats its error lines, and a live chunk
+        #: holds a few lines of each, so the phrase searches would run again for every chunk
+        self._known: dict[tuple[str, bool, bool], str] = {}
 
     def classify(self, text: str, request_handler: bool = False, traceback: bool = False) -> str:
         """The ``error_type`` of an error record's text (see the class docstring)."""
+        if len(text) > MEMO_CHARS:
+            return self._classify(text, request_handler, traceback)
+        key = text, request_handler, traceback
+        kind = self._known.get(key)
+        if kind is None:
+            known = self._known
+            if len(known) >= MEMO_ENTRIES:
+                known.clear()
+            kind = known[key] = self._classify(text, request_handler, traceback)
+        return kind
+
+    def _classify(self, text: str, request_handler: bool, traceback: bool) -> str:
+        """``classify`` without the memo."""
         m = self._cause(text) if self._cause else None
         if m is None and self._context:
             m = self._context(text)

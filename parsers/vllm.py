@@ -32,7 +32,7 @@ from .vllm_crashes import Crashes
 from .vllm_kinds import Control, Fatal, Item, Kind, Mark
 from .vllm_lines import Records, access_and_errors, headless, record_head
 from .vllm_outcomes import ROUTES, Generation, OkSource, access_outcomes
-from .vllm_rare import RareLines
+from .vllm_rare import RareLines, tally
 from .vllm_requests import Requests
 from .vllm_startup import Startup, life_kind, life_marks, model_from, startup_kind
 from .vllm_stats import Stats
@@ -121,7 +121,7 @@ class VllmParser(Parser):
         if "\r" in t:
             t = t.replace("\r\n", "\n")
         self._stats.clock.at(now)
-        rare = Counter(self._rare[P.IDS_MARK not in t].findall(t))
+        rare, aborted = tally(Counter(self._rare[P.IDS_MARK not in t].findall(t)))
         if any(key in P.STARTUP_KEYS or "\u2580" <= key[-1:] <= "\u259f" for key in rare):
             found = [*P.STARTUP.finditer(t), *P.LOGO_MODEL.finditer(t)]
             cuts = sorted({c for m in found if (c := record_head(t, t.rfind("\n", 0, m.start()))) > 0})
@@ -153,7 +153,7 @@ class VllmParser(Parser):
         ok, finished = self._ok.decide(t, ok, rare[P.FINISHED] + rare[P.FINISHED_V0])
         ended = (0, 0, 0)  # aborted ids, aborted lines, failed lines: counted without positions
         if rare or records.life or self._requests.outputs:
-            ended = self._rare_lines.find(t, rare, controls, items, life)
+            ended = self._rare_lines.find(t, rare, aborted, controls, items, life)
             if life:
                 live = bool(self._stats.engines) or self.model != UNKNOWN_MODEL
                 n, self.ready, first, last = life_marks(t, life, self.model, self.ready, live, self._records.dynamic)

@@ -77,13 +77,16 @@ def _v0(words: str) -> str:
 #: request lines (the only ones with a finish line, 0.2 - 0.10 non-MQ) are told apart by a
 #: trailing space in the capture; V1 AsyncLLM's ``Added request`` (``ADDED_V1``, no space) only
 #: shows that request logging is on; other "Added request" lines are not matched. ``Route`` is
-#: the start-up listing of the API server's routes (``ROUTE``).
+#: the start-up listing of the API server's routes (``ROUTE``). A second group holds the ids of an
+#: ``Aborted request`` line (``ABORTED_LIST``'s, after a space), so that they are counted without a
+#: scan of their own (``vllm_rare.tally``); it is empty for the other lines.
 RARE = re.compile(
     rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
     rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)|Added request(?:{_after('async_llm', 'Added request')})"
     r"|Route(?=: /[^\s,]*, Methods: )"
     r"|Supported(?=[_ ]tasks: )"
-    r"|Aborted request|Request(?: (?=\S+ details: [^\n]*?prompt_token_ids: \[)|(?= \S+ (?:aborted|failed)))"
+    r"|Aborted request(?=(?:\(s\))?( [^\n]*?)\.?\n)"
+    r"|Request(?: (?=\S+ details: [^\n]*?prompt_token_ids: \[)|(?= \S+ (?:aborted|failed)))"
     r"|Received request(?= [^\n]*?prompt[_ ]token[_ ]ids: \[)|Generated response(?= )|response_body=(?=\{\{)"
     r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
     r"|Initializing an?(?= (?:V\d )?LLM engine)|args: Namespace|non-default args|Prefix cache hit rate: GPU"

@@ -24,19 +24,31 @@ def aborted_ids(ids: str | None) -> int:
     return 1 if not ids else len([i for i in ids.split(",") if i.strip()])
 
 
+def tally(found: Counter[tuple[str, str]]) -> tuple[Counter[str], list[tuple[str, int]]]:
+    """``RARE``'s matches, counted: how many of each key, and the ids of the ``Aborted request``
+    lines with how many lines named each (the ids keep their leading space)."""
+    rare: Counter[str] = Counter()
+    aborted: list[tuple[str, int]] = []
+    for (key, ids), n in found.items():
+        rare[key] += n
+        if ids:
+            aborted.append((ids, n))
+    return rare, aborted
+
+
 class RareLines:
     """Finds a batch's rare lines, with what the parser has learned of its stream."""
 
     def __init__(self, records: Records, caps: Capabilities, requests: Requests, stats: Stats) -> None:
         self.records, self.caps, self.requests, self.stats = records, caps, requests, stats
 
-    def find(self, t: str, rare: Counter[str], controls: list[Mark], items: list[Item],
-             life: list[Mark]) -> tuple[int, int, int]:
+    def find(self, t: str, rare: Counter[str], aborted: list[tuple[str, int]], controls: list[Mark],
+             items: list[Item], life: list[Mark]) -> tuple[int, int, int]:
         """Positions and values of the rare lines that ``rare`` says are in ``t``.
 
         Aborted and failed requests need no position when the text has no start-up line (one
         segment, one model): they are then only counted, in C, and returned as (aborted ids,
-        aborted lines, failed lines).
+        aborted lines, failed lines); the aborted ones come from the scan (``aborted``, see ``tally``).
         """
         if any(key in P.STARTUP_KEYS for key in rare):
             controls.extend(Mark(m.start(), startup_kind(m.group(1)), m.group(0)) for m in P.STARTUP.finditer(t))
@@ -58,12 +70,11 @@ class RareLines:
             if "Request" in rare:
                 items.extend(Item(m.start(), Kind.ABORTED if m.group(1) else Kind.FAILED, "", 1)
                              for m in P.REQUEST_ENDED.finditer(t))
-        elif "Aborted request" in rare or "Request" in rare:
-            lists = P.ABORTED_LIST.findall(t) if "Aborted request" in rare else []
+        elif aborted or "Request" in rare:
             ended_by = Counter(P.REQUEST_ENDED.findall(t)) if "Request" in rare else Counter()
             ones, failed = ended_by["a"], ended_by[""]
-            ids = sum(1 if "," not in found else aborted_ids(found) for found in lists)
-            ended = (ids + ones, len(lists) + ones, failed)
+            ids = sum(n if "," not in found else n * aborted_ids(found) for found, n in aborted)
+            ended = (ids + ones, sum(n for _, n in aborted) + ones, failed)
         self._items(t, rare, items)
         return ended
 
