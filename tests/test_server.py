@@ -19,6 +19,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 import trustme
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from logmetrics.events import Event
 from logmetrics.serve import server as server_module
@@ -242,7 +244,7 @@ def test_what_was_counted_after_a_render_is_not_hidden_by_sharing_it(serve: Call
     """A batch applied just after a scrape shows in the next one, even within the time a finished
     render is shared; with nothing applied, that render is shared."""
     srv = serve()
-    store = srv.registry.collector.store  # type: ignore[attr-defined]  # (serve's StoreRegistry)
+    store = srv.registry.view.store  # type: ignore[attr-defined]  # (serve's StoreRegistry)
     for n in range(1, 6):
         store.apply([Event("http_requests_total", ("GET", "/x", "200"), 1)], "vllm", "a.log")
         started = time.monotonic()
@@ -311,6 +313,32 @@ def test_watch_with_web_config_answers_curl(pki: Pki, tmp_path: Path) -> None:
                           "--web-config", web], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert f"web config {web}: tls_server_config.cert_file/key_file: cannot load" in bad.stderr
+
+
+@given(st.one_of(st.floats(), st.integers(min_value=-10**20, max_value=10**20)))
+@settings(max_examples=500, deadline=None)
+def test_go_float_writes_what_prometheus_client_writes(value: float) -> None:
+    """Every number the direct renderer and backfill write is prometheus_client's form of it."""
+    from prometheus_client.utils import floatToGoString
+
+    from logmetrics.store.render import go_float
+
+    assert go_float(value) == floatToGoString(value)  # type: ignore[no-untyped-call]  # untyped upstream
+
+
+def test_oneshot_does_not_load_prometheus_client(tmp_path: Path) -> None:
+    """--oneshot prints the direct renderer's text without importing prometheus_client (and the HTTP
+    modules it brings), which only the HTTP endpoint needs."""
+    log = tmp_path / "vllm.log"
+    log.write_text(access_line(1))
+    probe = ("import runpy, sys\n"
+             "sys.argv = ['logmetrics', 'watch', '--oneshot', '--parser', 'vllm', sys.argv[1]]\n"
+             "try:\n    runpy.run_module('logmetrics', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print('LOADED' if 'prometheus_client' in sys.modules else 'NOT LOADED', file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(log)], capture_output=True, text=True, timeout=60)
+    assert 'http_requests_total{backend="vllm"' in out.stdout
+    assert out.stderr.strip().endswith("NOT LOADED"), out.stderr
 
 
 def test_direct_render_is_byte_identical_to_prometheus_client() -> None:

@@ -22,11 +22,13 @@ from logmetrics.sources.tailer import FileTailer
 from logmetrics.sources.waker import Waker
 from logmetrics.state.check import normalised_inputs
 from logmetrics.state.journal import Journal
-from logmetrics.store.exposition import make_registry
 from logmetrics.store.guard import LABEL_LIMITS
+from logmetrics.store.render import StoreView
 from logmetrics.store.store import Store
 
 if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
     from logmetrics.serve.webconfig import LiveWebConfig
 
 Sample = tuple[str, tuple[str, ...], float]
@@ -131,7 +133,8 @@ class Runner:
         self.stdin = (StdinSource(self.stats, max_line_bytes=opts.max_line_bytes, strict=opts.listen is None)
                       if "-" in opts.paths else None)
         self.procs = ProcessWatcher({n: e.cls.process_names for n, e in entries.items()}, rules=opts.processes)
-        self.registry = make_registry(self.store, self._extra)
+        self.view = StoreView(self.store, self._extra)
+        self._registry: CollectorRegistry | None = None
         self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config
         self.waker = Waker()
         self.stop = threading.Event()
@@ -140,6 +143,16 @@ class Runner:
         self._cut_warned: set[str] = set()  # sources whose cut lines were reported
         if self.keeper is not None:
             self.resumed = self.keeper.load(self.store, self.engine, self.tailer)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The registry the HTTP endpoint serves, made when first asked for: ``--oneshot`` prints
+        ``view``'s text and never loads ``prometheus_client``."""
+        if self._registry is None:
+            from logmetrics.store.exposition import make_registry  # prometheus_client: only to serve
+
+            self._registry = make_registry(self.store, self._extra)
+        return self._registry
 
     # -- the state file -------------------------------------------------------------------------
     @property

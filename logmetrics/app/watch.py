@@ -17,7 +17,7 @@ from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.descriptors import raise_open_file_limit
 from logmetrics.sources.discovery import left_out
-from logmetrics.store.exposition import host_port, text
+from logmetrics.store.render import text
 
 
 def _say(line: str) -> None:
@@ -39,7 +39,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
             raise UserError(f"no log file found in {', '.join(opts.paths)}{why}")
         runner, failed = shards.run(opts, entries, opts.workers, Progress(sys.stderr) if sys.stderr.isatty() else None)
         try:
-            sys.stdout.buffer.write(text(runner.registry))
+            sys.stdout.buffer.write(text(runner.view))
             sys.stdout.flush()
         finally:
             runner.close()
@@ -51,6 +51,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
         host, port = opts.listen
         from logmetrics.serve.server import MetricsServer  # not needed by --oneshot
         from logmetrics.serve.webconfig import LiveWebConfig
+        from logmetrics.store.exposition import host_port
 
         web = LiveWebConfig(opts.web_config, on_failure=_say) if opts.web_config else None
         runner.web = web

@@ -18,10 +18,9 @@ import subprocess
 import tempfile
 from typing import IO
 
-from prometheus_client.utils import floatToGoString
-
 from logmetrics.errors import UserError
 from logmetrics.store.catalog import COMMON_LABELS, Family
+from logmetrics.store.render import go_float
 from logmetrics.store.store import Store
 from logmetrics.store.values import Histogram, Key
 
@@ -33,8 +32,7 @@ def _escape(value: str) -> str:
 def _number(value: float) -> str:
     if isinstance(value, int) or math.isfinite(value):
         return repr(value)
-    text: str = floatToGoString(value)  # type: ignore[no-untyped-call]  # untyped upstream: +Inf, -Inf, NaN
-    return text
+    return go_float(value)  # +Inf, -Inf, NaN
 
 
 def _stamp(t: float) -> str:
@@ -130,7 +128,7 @@ class OpenMetricsWriter:
     def _hist_prefixes(self, fam: Family, key: Key) -> tuple[IO[str], list[str], str, str]:
         labels = self._labels(fam, key[1])
         sep = "," if labels else ""
-        bounds = [floatToGoString(b) for b in fam.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]  # untyped upstream
+        bounds = [go_float(b) for b in fam.buckets] + ["+Inf"]
         self._ids += 1
         tag = f"{self._ids}\t"
         buckets = [f'{tag}{fam.name}_bucket{{{labels}{sep}le="{b}"}} ' for b in bounds]

@@ -149,7 +149,7 @@ class MetricsServer:
 
     def _version(self) -> int:
         """The store's version, where the registry renders one (``Store.version``)."""
-        return self.registry.collector.store.version if isinstance(self.registry, StoreRegistry) else 0
+        return self.registry.view.store.version if isinstance(self.registry, StoreRegistry) else 0
 
     def _scrape_encoded(self, accept: str, gz: bool) -> tuple[int, str, bytes, bytes]:
         """A scrape, gzipped if asked: (status, content type, body, content encoding)."""
