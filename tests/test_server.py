@@ -356,6 +356,8 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
         store.gauges[("llm_kv_cache_usage_ratio", labels)] = float("nan") if i == 1 else 0.25
         n = len(store.families["llm_request_duration_seconds"].buckets) + 1
         store.histograms[("llm_request_duration_seconds", labels)] = Histogram(list(range(n)), 12.5, sum(range(n)))
+    big = [999_990 + k for k in range(n)]  # cumulative counts past 1e6: Go's exponent form
+    store.histograms[("llm_request_duration_seconds", ("vllm", "big.log", "m"))] = Histogram(big, 1e7, sum(big))
     store.counters[("logmetrics_lines_read_total", ("a.log",))] = 3.0
     for i, value in enumerate([1234567.0, 123456.5, 1e-7, 0.1 + 0.2, 7, float("-inf"), float("inf"), -2.5e9]):
         store.gauges[("logmetrics_lag_bytes", (f"{i}.log",))] = value  # an int among them

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import accumulate
 
 from logmetrics.store.catalog import COMMON_LABELS, SELF_BY_NAME, SELF_FAMILIES, Family
 from logmetrics.store.store import Store
@@ -119,11 +120,10 @@ class Renderer:
                 hists = snap.histograms
                 for key, pre in order:
                     hist = hists[key]
-                    acc = 0
-                    for p, n in zip(pre, hist.buckets, strict=False):
-                        acc += n
-                        out.append(p + fmt(float(acc)) + "\n")
-                    out.append(pre[-2] + fmt(float(acc)) + "\n")
+                    # cumulative counts: whole numbers, under 1e6 written as repr writes them (inline)
+                    cum = [r if len(r := repr(float(a))) < 9 else fmt(a) for a in accumulate(hist.buckets)]
+                    out.extend([p + c + "\n" for p, c in zip(pre, cum, strict=False)])
+                    out.append(pre[-2] + (cum[-1] if cum else "0.0") + "\n")
                     out.append(pre[-1] + fmt(hist.sum) + "\n")
             else:
                 values = snap.counters if fam.kind == "counter" else snap.gauges
