@@ -25,7 +25,9 @@ HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 
 #: Lines that continue the record above: an optional process prefix and vLLM header (vLLM's
 #: formatter repeats the header on every line of a multi-line message), then a traceback-ish body.
-CONTINUATION = re.compile(rf"{PFXO}(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
+#: The header is atomic: a body never starts with its level word, so once a header is read the
+#: line is not tried again without it (an error line's next line is nearly always a header line).
+CONTINUATION = re.compile(rf"{PFXO}(?>{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
 #: The same lines as a record shape: a line that is blank (``\n``) is left out of records by the
 #: records stage, so the shape names only lines with something on them (a prefix, a header, ``\r``).
 SHAPE = Shape("vllm", lines=rf"(?a:{PFXO}(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?"
