@@ -20,9 +20,15 @@ from .vllm_startup import life_kind
 
 #: How uvicorn's access lines begin (its level name padded to 9 characters).
 ACCESS_START = "\nINFO:     "
-#: In the reversed text, `` HTTP/`` and what comes before it in its line, back to the line's start,
-#: unless the line starts with ``INFO:`` (``prefixed_access``).
-_HTTP_LINE_REVERSED = re.compile(r"/PTTH [^\n]*+(?<!:OFNI)")
+#: In the reversed text, `` HTTP/`` and what comes before it in its line, back to the line's start
+#: (``prefixed_access``), but in a line that can hold no access line other than the scan's: uvicorn's
+#: own (``INFO:`` at the line's start, the client, ``"METHOD PATH``, reversed), which the scan
+#: counted, and a line that starts with a vLLM header, whose level word no access line's prefix may
+#: hold (``common.access_line``).
+_HTTP_LINE_REVERSED = re.compile(
+    r'/PTTH (?![^ "\n]+ [^ "\n]+" - [^ \n]+ +:OFNI(?![^\n]))[^\n]*+'
+    + "".join(rf"(?<! \d\d-\d\d {level[::-1]})" for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+)
 
 
 class Records:
@@ -115,8 +121,8 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
-    if (http := t.count(" HTTP/")) > (scanned := sum(access.values())):  # access lines behind a prefix, perhaps
-        matched += prefixed_access(t, access, routes, scanned, http)
+    if t.count(" HTTP/") > sum(access.values()):  # access lines behind a prefix, perhaps
+        matched += prefixed_access(t, access, routes)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
         matched = sum(access.values()) + error_records(t, errors, records, fatal)
@@ -127,28 +133,22 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     return matched
 
 
-def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels, scanned: int,
-                    http: int) -> int:
+def prefixed_access(t: str, access: Counter[tuple[str, str, str]], routes: RouteLabels) -> int:
     """Access lines of ``t`` that the scan did not see: behind a prefix that a process manager or
     logging config adds (a time with its zone, pm2's ``0|api  | ``, ``INFO   `` with no colon; see
-    ``common.access_line``). Added to ``access``; returns how many. Lines of the scanned form (the
-    scan counted ``scanned``), and lines that start as an error record (counted as one), are skipped.
+    ``common.access_line``), or uvicorn's in another form. Added to ``access``; returns how many.
+    Lines of the scanned form (the scan counted them), and lines that start as an error record
+    (counted as one), are skipped.
 
-    The lines that hold `` HTTP/`` (``http`` times in all) and do not start with uvicorn's ``INFO:``
-    are found by one regex over the reversed text, which reads each such line back to its start. The
-    ``INFO:`` lines are of the scanned form when their number says so (all but the prefixed ones the
-    scan counted): each is looked at only when it does not."""
+    The lines that hold `` HTTP/`` are found by one regex over the reversed text, which reads each
+    such line back to its start, but uvicorn's own lines and vLLM's header lines
+    (``_HTTP_LINE_REVERSED``)."""
     size = len(t)
-    rest = [t[size - m.end():t.find("\n", size - m.start())] for m in _HTTP_LINE_REVERSED.finditer(t[::-1])]
-    info = http - sum(line.count(" HTTP/") for line in rest)  # on INFO: lines (one each, if all are scanned)
     uvicorn = UVICORN_LINE.match
-    odd = [line for line in rest if uvicorn(line) is None]
-    if info != scanned - (len(rest) - len(odd)):  # an INFO: line of another form: look at each
-        odd += [line for line in t.split("\n") if line.startswith("INFO:") and " HTTP/" in line
-                and uvicorn(line) is None]
     n = 0
-    for line in odd:
-        if not line.startswith(("ERROR", "CRITICAL")):
+    for m in _HTTP_LINE_REVERSED.finditer(t[::-1]):
+        line = t[size - m.end():t.find("\n", size - m.start())]
+        if uvicorn(line) is None and not line.startswith(("ERROR", "CRITICAL")):
             got = access_labels(line)
             if got is not None:
                 access[routes.fold(got)] += 1
