@@ -116,13 +116,14 @@ def render_times(samples: int) -> tuple[float, float]:
     from prometheus_client.exposition import generate_latest
 
     from logmetrics.store.exposition import StoreRegistry
+    from logmetrics.store.render import StoreView
     from logmetrics.store.store import Store
 
     store = Store()
     for i in range(samples):
         store.counters[("http_requests_total", ("vllm", f"/logs/vllm-{i % 20:03d}.log", "POST", f"/v1/{word(i)}",
                                                 "200"))] = float(i)
-    registry = StoreRegistry(store)
+    registry = StoreRegistry(StoreView(store))
     t = time.perf_counter()
     generate_latest(registry)
     pc = time.perf_counter() - t
