@@ -780,6 +780,25 @@ def test_bytes_cut_away_unread_with_no_copy_are_counted_lost(tmp_path: Path, tai
     assert t.stats.bytes_lost == {str(log): len(backlog) - len(first)}
 
 
+def test_bytes_cut_away_unread_are_counted_lost_at_the_end_of_input(tmp_path: Path, tail: Tail) -> None:
+    """--oneshot: a file truncated with a backlog it was known to hold, whose copy has not shown up
+    when the input ends (before the copy wait), has its backlog counted lost, not dropped unsaid."""
+    log = tmp_path / "x.log"
+    log.write_bytes(b"")
+    t = tail(tmp_path, from_beginning=True, read_size=1024, poll_budget=1024)
+    t.poll()
+    backlog = lines(0, 400)
+    append(log, backlog)
+    first = data(t.poll())
+    assert 0 < len(first) < len(backlog)
+    with open(log, "r+b") as fh:
+        fh.truncate(0)
+    drain(t)
+    assert not t.stats.bytes_lost  # still waiting for a copy
+    t.flush()
+    assert t.stats.bytes_lost == {str(log): len(backlog) - len(first)}
+
+
 def _waiting_for_a_descriptor(tail: Tail, root: Path, a: Path, beside: Path) -> tuple[FileTailer, list[Chunk]]:
     """A tailer of ``root`` with room for 2 open files: b.log and c.log in ``beside`` keep theirs
     with a backlog of 2,000 lines each, while ``a``, written to (lines 5000-5002), waits for one."""

@@ -149,9 +149,9 @@ class Runner:
         """The registry the HTTP endpoint serves, made when first asked for: ``--oneshot`` prints
         ``view``'s text and never loads ``prometheus_client``."""
         if self._registry is None:
-            from logmetrics.store.exposition import make_registry  # prometheus_client: only to serve
+            from logmetrics.store.exposition import StoreRegistry  # prometheus_client: only to serve
 
-            self._registry = make_registry(self.store, self._extra)
+            self._registry = StoreRegistry(self.view)
         return self._registry
 
     # -- the state file -------------------------------------------------------------------------

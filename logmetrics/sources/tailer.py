@@ -367,7 +367,12 @@ class FileTailer:
         return found
 
     def flush(self) -> list[Chunk]:
-        """End of input: every held partial last line, with a newline appended."""
+        """End of input: every held partial last line, with a newline appended. A file cut before
+        it was read to its end, whose copy did not show up, will not be read: what it held unread
+        is counted lost now (a run that serves waits ``copy_wait`` for the copy)."""
+        followed = self._followed
+        for cut in followed.copies.expire(time.monotonic(), 0.0):
+            followed.lost(cut.stream, cut.unread, "was truncated before it was read to its end, with no copy found")
         chunks: list[Chunk] = []
         for f in sorted(self._followed.files.values(), key=lambda f: (f.stream, not f.draining, f.seq)):
             line = f.cutter.flush()
