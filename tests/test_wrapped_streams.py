@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -52,7 +53,7 @@ def test_forced_layered_envelope_flag(tmp_path: Path) -> None:
 def test_stream_matching_nothing_is_reported_once(tmp_path: Path) -> None:
     """A routed stream none of whose first 1,000 lines match gets exactly one warning with hints
     (vLLM stats lines in a wrapper no envelope knows: an access line would count behind it)."""
-    wrapped = tmp_path / "wrapped.log"
+    wrapped = tmp_path / "wrapped log's.log"  # the command it suggests is one to paste into a shell
     wrapped.write_text("".join(f"<<{i}>> {STATS_LINE}" for i in range(2500)))
     fine = tmp_path / "fine.log"
     fine.write_text(access_line(1) + "".join(f"<<{i}>> noise\n" for i in range(1500)))
@@ -63,6 +64,8 @@ def test_stream_matching_nothing_is_reported_once(tmp_path: Path) -> None:
     seen = re.search(r"matched none of its first (\d+) lines", warnings[0])
     assert str(wrapped) in warnings[0] and seen and int(seen[1]) >= 1000  # counted per batch
     assert "--envelope" in warnings[0] and "logmetrics check" in warnings[0]
+    command = warnings[0].split("makes of them with: ", 1)[1]
+    assert shlex.split(command) == ["logmetrics", "check", "--parser", "vllm", str(wrapped)]
 
 
 def test_short_stream_matching_nothing_is_reported_at_its_end() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from collections.abc import Callable
 
 from logmetrics.engine.streams import Stream
@@ -205,10 +206,10 @@ class Applier:
         unwrapper = self.unwrappers.get(stream.path)
         kind = unwrapper.kind if unwrapper is not None and unwrapper.kind else "none"
         what = f"its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else f"its {n} lines"
-        name, path = stream.parser.name, "FILE" if stream.path == "-" else stream.path
+        name, path = stream.parser.name, "FILE" if stream.path == "-" else shlex.quote(stream.path)
         log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
-                    "the wrapper with --envelope, and see what the parser makes of them with "
-                    "'logmetrics check --parser %s %s'", stream.source, name, what, kind, name, path)
+                    "the wrapper with --envelope, and see what the parser makes of them with: "
+                    "logmetrics check --parser %s %s", stream.source, name, what, kind, shlex.quote(name), path)
 
     # -- stages ------------------------------------------------------------------------------
     def text(self, stream: Stream, text: str, lines: int | None) -> None:
