@@ -209,7 +209,7 @@ class Applier:
         name, path = stream.parser.name, "FILE" if stream.path == "-" else shlex.quote(stream.path)
         log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
                     "the wrapper with --envelope, and see what the parser makes of them with: "
-                    "logmetrics check --parser %s %s", stream.source, name, what, kind, shlex.quote(name), path)
+                    "logmetrics check --parser %s %s", stream.source, name, what, kind, name, path)
 
     # -- stages ------------------------------------------------------------------------------
     def text(self, stream: Stream, text: str, lines: int | None) -> None:

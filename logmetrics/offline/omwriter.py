@@ -20,13 +20,9 @@ from typing import IO
 
 from logmetrics.errors import UserError
 from logmetrics.store.catalog import COMMON_LABELS, Family
-from logmetrics.store.render import go_float
+from logmetrics.store.render import escape, go_float
 from logmetrics.store.store import Store
 from logmetrics.store.values import Histogram, Key
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _number(value: float) -> str:
@@ -49,7 +45,7 @@ class OpenMetricsWriter:
         self.window = window
         self._changed: dict[Key, tuple[object, int]] = {}  # a series' last value written, and its step
         #: labels added to every series (``job``, ``instance``), after the family's own
-        self._extra = "".join(f',{n}="{_escape(v)}"' for n, v in target_labels)
+        self._extra = "".join(f',{n}="{escape(v)}"' for n, v in target_labels)
         self.spool = tempfile.mkdtemp(prefix=".spool-", dir=folder)
         self._files: dict[str, IO[str]] = {}
         self._prefix: dict[Key, tuple[IO[str], str]] = {}  # counters and gauges: "ID\tname{labels} "
@@ -67,7 +63,7 @@ class OpenMetricsWriter:
 
     def _labels(self, fam: Family, values: tuple[str, ...]) -> str:
         names = (*COMMON_LABELS, *fam.labels)
-        own = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=False))
+        own = ",".join(f'{n}="{escape(v)}"' for n, v in zip(names, values, strict=False))
         return (own + self._extra).lstrip(",")
 
     def skip(self) -> None:
@@ -156,7 +152,7 @@ class OpenMetricsWriter:
                     continue
                 f.close()
                 base = fam.base if fam.kind == "counter" else fam.name
-                out.write(f"# TYPE {base} {fam.kind}\n# HELP {base} {_escape(fam.help)}\n")
+                out.write(f"# TYPE {base} {fam.kind}\n# HELP {base} {escape(fam.help)}\n")
                 series: dict[str, list[str]] = {}
                 with open(f.name, encoding="utf-8") as src:
                     for line in src:

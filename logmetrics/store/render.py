@@ -66,7 +66,8 @@ def text(view: StoreView) -> bytes:
     return Renderer(view).render(openmetrics=False)
 
 
-def _escape(value: str) -> str:
+def escape(value: str) -> str:
+    """A label value or help text escaped for the exposition formats (backslash, newline, quote)."""
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
@@ -138,7 +139,7 @@ class Renderer:
 def _header(fam: Family, openmetrics: bool) -> list[str]:
     """The HELP and TYPE lines of a family, as prometheus_client writes them."""
     if openmetrics:
-        return [f"# HELP {fam.base} {_escape(fam.help)}\n", f"# TYPE {fam.base} {fam.kind}\n"]
+        return [f"# HELP {fam.base} {escape(fam.help)}\n", f"# TYPE {fam.base} {fam.kind}\n"]
     doc = fam.help.replace("\\", r"\\").replace("\n", r"\n")
     return [f"# HELP {fam.name} {doc}\n", f"# TYPE {fam.name} {fam.kind}\n"]
 
@@ -148,7 +149,7 @@ def _labels(names: list[str], values: tuple[str, ...], extra: tuple[str, str] | 
     pairs = list(zip(names, values, strict=True)) + ([extra] if extra else [])
     if not pairs:
         return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
+    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in sorted(pairs)) + "}"
 
 
 def _histogram_prefixes(fam: Family, names: list[str], values: tuple[str, ...]) -> tuple[str, ...]:
@@ -157,7 +158,3 @@ def _histogram_prefixes(fam: Family, names: list[str], values: tuple[str, ...]) 
     plain = _labels(names, values)
     return (*(f"{fam.name}_bucket{_labels(names, values, ('le', b))} " for b in bounds),
             f"{fam.name}_count{plain} ", f"{fam.name}_sum{plain} ")
-
-
-
-
