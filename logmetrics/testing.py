@@ -17,6 +17,9 @@ beside it (``LOGMETRICS_UPDATE_GOLDEN=1`` writes that file instead; check each v
 ``frequent`` lines through ``parse_run``, or its own ``parse_batch``) to ``parse``: on
 ``text`` cut into batches the way the engine cuts reads, it must give the same totals, the same
 records and lines matched, and the same state.
+
+``assert_restarts_match(MyParser, text)`` holds a parser's saved state to a restart of logmetrics
+with ``--state-file`` between any two records: two runs must count what one run counts.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from logmetrics.engine.fastcheck import Outcome, Totals, batches, differences, refused, run, totals
+from logmetrics.engine.restartcheck import POINTS, restart_differences
 from logmetrics.events import Event
 from logmetrics.plugins import Parser, has_fast_path, has_frequent, has_own_batch, validate
 
@@ -40,6 +44,7 @@ __all__ = [
     "Run",
     "Totals",
     "assert_fast_path_matches",
+    "assert_restarts_match",
     "batches",
     "check_events",
     "check_golden",
@@ -225,6 +230,17 @@ def assert_fast_path_matches(parser_cls: type[Parser], text: str, sizes: Sequenc
             raise AssertionError(f"{parser_cls.__name__}: the fast path differs from parse in batches of "
                                  f"{size or 'the whole text'}:\n" + "\n".join(f"  {w}" for w in wrong))
     return want
+
+
+def assert_restarts_match(parser_cls: type[Parser], text: str, *, now: float = 0.0, points: int = POINTS) -> None:
+    """A restart of logmetrics with ``--state-file`` between any two records of ``text`` (``points``
+    of them at the most) counts what one run counts: the parser's ``state()``, through JSON, and
+    ``restore`` then ``learn`` of the text before, carry whatever it holds across records (a
+    request in flight, a crash under way). The failure names each series that differs, and where."""
+    wrong = restart_differences(parser_cls, text, now=now, points=points)
+    if wrong:
+        raise AssertionError(f"{parser_cls.__name__}: a restart changes what is counted:\n"
+                             + "\n".join(f"  {w}" for w in wrong))
 
 
 def _checked(parser_cls: type[Parser], out: Outcome, path: str) -> Outcome:

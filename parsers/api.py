@@ -79,6 +79,19 @@ class ApiParser(Parser):
                                    prefixes=("/openai/v1/", "/leapfrogai/v1/"))
         self._classes: set[str] = set()
 
+    def state(self) -> dict[str, object]:
+        """Readiness and the model, the routes learned and the exception classes counted as error
+        types, kept across a restart of logmetrics."""
+        return {**super().state(), "routes": self._routes.dump(), "classes": sorted(self._classes)}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` gave; what is missing or malformed starts afresh."""
+        super().restore(state)
+        self._routes.load(state.get("routes"))
+        classes = state.get("classes")
+        if isinstance(classes, list):
+            self._classes = {c for c in classes[:MAX_EXCEPTION_TYPES] if isinstance(c, str)}
+
     def learn(self, text: str) -> None:
         """Readiness from the lines logged before reading began (no events)."""
         for line in text.split("\n"):

@@ -362,6 +362,19 @@ class RouteLabels:
             self.known.add(route)
             self.unknown.discard(route)
 
+    def dump(self) -> list[list[str]]:
+        """The routes learned from the log (JSON), for a restart of logmetrics: known, then unknown."""
+        return [sorted(self.known), sorted(self.unknown)]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave, within the bounds (anything else is ignored)."""
+        if not (isinstance(data, list) and len(data) == 2 and all(isinstance(part, list) for part in data)):
+            return
+        known, unknown = ([r for r in part if isinstance(r, str)] for part in data)
+        self.known.update(known[: max(0, MAX_KNOWN_ROUTES - len(self.known))])
+        self.unknown.update(r for r in unknown[:MAX_UNKNOWN_ROUTES] if r not in self.known)
+        self.unknown = set(sorted(self.unknown)[:MAX_UNKNOWN_ROUTES])
+
     def labels(self, key: str) -> tuple[str, str, str]:
         """``(method, route, code)`` labels of one ``UVICORN_ACCESS`` capture, noise folded."""
         labels = self.final.get(key)

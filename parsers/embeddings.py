@@ -9,6 +9,7 @@ log gives: docs/parsers.md, "Text embeddings".
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import ClassVar
@@ -96,6 +97,32 @@ class EmbeddingsParser(Parser):
         self._starting = False  # a start-up was counted and the server has not been ready since
         self._routes = RouteLabels()
         self._infinity = False  # the stream is infinity's (it logs no embeddings count)
+
+    # -- across a restart of logmetrics ------------------------------------------------------
+
+    def state(self) -> dict[str, object]:
+        """What a restart of logmetrics must go on with, so that it counts what one run would: the
+        model and readiness, the kind of stream, a start-up under way, the requests in flight
+        (their durations) and the routes learned."""
+        requests = self._requests
+        return {**super().state(), "flags": [self._is_tei, self._starting, self._infinity],
+                "open": requests.pairs.dump(), "seq": requests.seq, "offset": requests.offset,
+                "routes": self._routes.dump()}
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what ``state`` returned; what is missing or malformed starts afresh."""
+        super().restore(state)
+        flags = state.get("flags")
+        if isinstance(flags, list) and len(flags) == 3:
+            self._is_tei, self._starting, self._infinity = (flag is True for flag in flags)
+        requests = self._requests
+        requests.pairs.load(state.get("open"))
+        seq, offset = state.get("seq"), state.get("offset")
+        if type(seq) is int:
+            requests.seq = seq
+        if isinstance(offset, (int, float)) and math.isfinite(offset):
+            requests.offset = float(offset)
+        self._routes.load(state.get("routes"))
 
     # -- what came before reading began ----------------------------------------------------
 

@@ -38,7 +38,7 @@ from .common import HTTP_METHODS, Counted, RouteLabels, access_line, route_templ
 from .errors import is_traceback, restarts_and_errors
 from .llamacpp_batch import LIB_KEY, MAX_OPEN_TIMINGS, Timing, scan
 from .llamacpp_errors import Errors, error
-from .pairs import Pairs
+from .pairs import MAX_SAVED, Pairs
 
 
 def number(text: str | None) -> float | None:
@@ -92,12 +92,19 @@ class LlamaCppParser(Parser):
         self._route_labels: dict[tuple[str, ...], tuple[str, str, str]] = {}  # raw -> labels, known routes
 
     def state(self) -> dict[str, object]:
-        """The model name and readiness, kept across a restart of logmetrics (``backend_ready`` is a
-        gauge: it is not in the saved counters)."""
-        return {"model": self.model, "from_path": self._from_path, "ready": self._ready}
+        """What a restart of logmetrics must go on with, so that it counts what one run would: the
+        model and readiness (``backend_ready`` is a gauge, not in the saved counters), a start-up
+        under way, the requests in flight and their timing blocks so far (durations, time to first
+        token), what the error lines said, the models counted and the routes learned."""
+        timings = list(self._timings.items())[-MAX_SAVED:]
+        return {"model": self.model, "from_path": self._from_path, "ready": self._ready,
+                "starting": self._starting, "server": self._server, "open": self._pairs.dump(),
+                "timings": [[key, t.prompt_ms, t.tpot_ms] for key, t in timings], "block_key": self._block_key,
+                "errors": [self._errors.after_decode, self._errors.load_failed],
+                "counted": list(self._counted.models), "routes": self._routes.dump()}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back the model name and readiness."""
+        """Take back what ``state`` returned; what is missing or malformed starts afresh."""
         model = state.get("model")
         if isinstance(model, str) and model:
             self.model = model
@@ -105,6 +112,28 @@ class LlamaCppParser(Parser):
         ready = state.get("ready")
         if isinstance(ready, str) and ready:
             self._ready = ready
+        starting = state.get("starting")
+        if isinstance(starting, str):
+            self._starting = starting
+        self._server = state.get("server") is True
+        self._pairs.load(state.get("open"))
+        timings = state.get("timings")
+        for row in timings if isinstance(timings, list) else ():
+            if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) \
+                    and all(x is None or isinstance(x, (int, float)) for x in row[1:]):
+                timing = self._timings[row[0]] = Timing()
+                timing.prompt_ms, timing.tpot_ms = row[1], row[2]
+        block_key = state.get("block_key")
+        if isinstance(block_key, str):
+            self._block_key = block_key
+        errors = state.get("errors")
+        if isinstance(errors, list) and len(errors) == 2:
+            self._errors.after_decode, self._errors.load_failed = errors[0] is True, errors[1] is True
+        counted = state.get("counted")
+        for name in counted[:64] if isinstance(counted, list) else ():
+            if isinstance(name, str):
+                self._counted.models[name] = None
+        self._routes.load(state.get("routes"))
 
     def learn(self, text: str) -> None:
         """The model name and readiness from the lines logged before reading began."""

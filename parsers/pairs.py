@@ -15,6 +15,10 @@ from logmetrics.events import Event
 
 TIMEOUT = 600.0
 MAX_OPEN = 10000
+#: Open requests kept in a parser's saved state (the newest): the state is written at every commit.
+MAX_SAVED = 256
+#: The longest line a parser's saved state keeps (a longer one is left out).
+MAX_SAVED_LINE = 4096
 TIMED_OUT = "logmetrics_requests_timed_out_total"
 
 
@@ -61,6 +65,23 @@ class Pairs:
     def clear(self) -> None:
         """The backend restarted or died: nothing runs any more (not counted as timed out)."""
         self.open.clear()
+
+    def dump(self) -> list[object]:
+        """What a restart of logmetrics must keep (JSON): the newest ``MAX_SAVED`` open requests as
+        ``[key, model, start]`` and the models whose gauge was set, so that a request that began
+        before the restart still ends with its duration."""
+        newest = list(self.open.items())[-MAX_SAVED:]
+        return [[[key, model, t] for key, (model, t) in newest], sorted(self.models)]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if not (isinstance(data, list) and len(data) == 2 and isinstance(data[0], list) and isinstance(data[1], list)):
+            return
+        for row in data[0]:
+            if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], str) \
+                    and isinstance(row[2], (int, float)):
+                self.open[row[0]] = (row[1], float(row[2]))
+        self.models.update(m for m in data[1] if isinstance(m, str))
 
     def events(self) -> list[Event]:
         """``llm_requests_running`` per model seen, and the time-outs since the last call."""

@@ -99,16 +99,28 @@ class SupabaseParser(Parser):
         self._after = ""  # the kind of the record before: "schema_cache" or "erlang_halt"
 
     def state(self) -> dict[str, object]:
-        """The components that were ready, and which Elixir service this stream is."""
-        return {"ready": sorted(self._ready), "elixir": self._elixir}
+        """The components that were ready, which Elixir service this stream is, the kind of the
+        record before (a crash's later records count with it), the exception classes counted as
+        error types and the routes learned, per component."""
+        return {"ready": sorted(self._ready), "elixir": self._elixir, "after": self._after,
+                "classes": sorted(self._classes), "routes": {c: r.dump() for c, r in self._routes.items()}}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` gave."""
+        """Take back what ``state`` gave; what is missing or malformed starts afresh."""
         ready, elixir = state.get("ready"), state.get("elixir")
         if isinstance(ready, list):
             self._ready = {c for c in ready if c in P.COMPONENTS}
         if elixir in P.COMPONENTS:
             self._elixir = str(elixir)
+        if state.get("after") in ("schema_cache", "erlang_halt"):
+            self._after = str(state["after"])
+        classes = state.get("classes")
+        if isinstance(classes, list):
+            self._classes = {c for c in classes[:E.MAX_CLASSES] if isinstance(c, str)}
+        routes = state.get("routes")
+        for component, saved in routes.items() if isinstance(routes, dict) else ():
+            if component in P.COMPONENTS:
+                self._routes_of(component).load(saved)
 
     def named(self, names: tuple[str, ...]) -> None:
         """A stream named after a component (``supabase-analytics``, ``supavisor``: a file, compose
@@ -186,13 +198,18 @@ class SupabaseParser(Parser):
                 zeros.append(("backend_restarts_total", (), component))
         return zeros
 
-    def _request(self, line: L.Line, component: str, events: list[Event]) -> None:
-        assert line.request is not None
-        method, path, code = line.request
+    def _routes_of(self, component: str) -> RouteLabels:
+        """The routes of ``component`` (made at its first access line)."""
         routes = self._routes.get(component)
         if routes is None:
             prefixes = P.KONG_PREFIXES if component == P.KONG else ("/object/",) if component == P.STORAGE else ()
             routes = self._routes[component] = RouteLabels(prefixes=prefixes)
+        return routes
+
+    def _request(self, line: L.Line, component: str, events: list[Event]) -> None:
+        assert line.request is not None
+        method, path, code = line.request
+        routes = self._routes_of(component)
         route = supabase_route(path, _OWN_ROUTES, component) if path.startswith("/") else OTHER
         labels = routes.fold((method if method in HTTP_METHODS else "OTHER", route, code))
         events.append(Event("http_requests_total", labels, 1, component, rule="access"))

@@ -28,6 +28,7 @@ from logmetrics.records.shapes import Shape
 
 from . import vllm_patterns as P
 from .common import RouteLabels
+from .pairs import MAX_SAVED
 from .vllm_crashes import Crashes
 from .vllm_kinds import Control, Fatal, Item, Kind, Mark
 from .vllm_lines import Records, access_and_errors, headless, record_head
@@ -36,7 +37,7 @@ from .vllm_rare import RareLines, tally
 from .vllm_requests import Requests
 from .vllm_startup import Startup, life_kind, life_marks, model_from, startup_kind
 from .vllm_stats import Stats
-from .vllm_zeros import V0_REQUESTS, V1_REQUESTS, Capabilities
+from .vllm_zeros import V0_REQUESTS, V1_REQUESTS, ZERO_SERIES, Capabilities
 
 MAX_PENDING = 10000
 class VllmParser(Parser):
@@ -68,16 +69,42 @@ class VllmParser(Parser):
         self._rare_lines = RareLines(self._records, self._caps, self._requests, self._stats)
 
     def state(self) -> dict[str, object]:
-        """The served model's name and whether the server was ready, so that a restart goes on with
-        the same series (``backend_ready`` is a gauge: it is not in the saved counters)."""
-        return {**super().state(), "max_log_len": self._requests.max_log_len}
+        """What a restart of logmetrics must go on with, so that it counts what one run would: the
+        served model and readiness (``backend_ready`` is a gauge, not in the saved counters), the
+        routes learned, a start or crash or shutdown under way (each counts once), the engines'
+        last stats lines (the next line's tokens), the source of each exact series, the requests
+        in flight (their durations) and V0's cumulative preemptions. All bounded (``MAX_SAVED``)."""
+        return {**super().state(), "routes": self._routes.dump(), "startup": self._startup.dump(),
+                "crashes": self._crashes.dump(), "stats": self._stats.dump(), "requests": self._requests.dump(),
+                "ok_source": self._ok.source, "generation": self._generation.dump(),
+                "started": list(self._started.items())[-MAX_SAVED:], "preempt_total": self._preempt_total,
+                "caps": sorted(self._caps.caps)}
 
     def restore(self, state: dict[str, object]) -> None:
-        """The model name and readiness an earlier run had learned."""
+        """Take back what ``state`` gave in an earlier run; what is missing or malformed starts afresh."""
         super().restore(state)
-        max_log_len = state.get("max_log_len")
-        if isinstance(max_log_len, int):
+        self._routes.load(state.get("routes"))
+        self._startup.load(state.get("startup"))
+        self._crashes.load(state.get("crashes"))
+        self._stats.load(state.get("stats"))
+        self._requests.load(state.get("requests"))
+        self._ok.load(state.get("ok_source"))
+        self._generation.load(state.get("generation"))
+        started = state.get("started")
+        if isinstance(started, list):
+            self._started.update((row[0], row[1]) for row in started[-MAX_SAVED:] if isinstance(row, list)
+                                 and len(row) == 2 and isinstance(row[0], str) and type(row[1]) is int)
+        preempt_total = state.get("preempt_total")
+        if type(preempt_total) is int:
+            self._preempt_total = preempt_total
+        max_log_len = state.get("max_log_len")  # (saved at the top level by earlier versions)
+        if type(max_log_len) is int:
             self._requests.max_log_len = max_log_len
+        caps = state.get("caps")
+        if isinstance(caps, list):
+            self._caps.can(*(cap for cap in caps if isinstance(cap, str) and cap in ZERO_SERIES))
+        if self._caps.has(V1_REQUESTS):  # (what ``_segment`` switches to once the log shows it)
+            self._rare = P.RARE_KNOWN_SCANS
 
     def learn(self, text: str) -> None:
         """The model name, readiness and routes from lines logged before we started reading (no events)."""

@@ -28,6 +28,15 @@ class Crashes:
         self.crash = False  # a crash episode is under way
         self.stopping = False  # a clean shutdown began and no start-up followed
 
+    def dump(self) -> list[bool]:
+        """Whether a crash episode or a clean shutdown is under way (JSON), for a restart of logmetrics."""
+        return [self.crash, self.stopping]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if isinstance(data, list) and len(data) == 2:
+            self.crash, self.stopping = data[0] is True, data[1] is True
+
     def shutdown(self, t: str, rare: Counter[str], fatal: list[Fatal], model: str,
                  events: list[Event]) -> tuple[list[Fatal], int]:
         """``fatal`` (sorted) without the records after the server began a clean shutdown in ``t``

@@ -78,6 +78,11 @@ class OkSource:
         self.requests = requests
         self.source: str | None = None  # "access" or "finished", once a line of either was seen
 
+    def load(self, data: object) -> None:
+        """Take back a saved ``source`` (anything else is ignored)."""
+        if data in ("access", "finished"):
+            self.source = str(data)
+
     def decide(self, t: str, ok: int, finished: int) -> tuple[int, int]:
         """Decided once per stream by the first line seen of either (both cover every request).
         Returns the access lines' count (0 if they lose) and the finished lines'. From the first
@@ -103,6 +108,18 @@ class Generation:
 
     def __init__(self) -> None:
         self._sums: dict[str, list[float]] = {}  # per model: tokens estimated, counted per request
+
+    def dump(self) -> dict[str, list[float]]:
+        """The cumulative sums per model (JSON), for a restart of logmetrics."""
+        return self._sums
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if isinstance(data, dict):
+            for model, sums in list(data.items())[:64]:
+                if isinstance(model, str) and isinstance(sums, list) and len(sums) == 2 \
+                        and all(isinstance(x, (int, float)) for x in sums):
+                    self._sums[model] = [float(sums[0]), float(sums[1])]
 
     def merge(self, model: str, out: list[Event]) -> None:
         """The generation events in ``out`` replaced by one increment (rule of the larger source)."""

@@ -176,6 +176,29 @@ class Requests:
         out.append(Event(metric, labels, n, rule=RULES[source]))
         return True
 
+    def dump(self) -> dict[str, object]:
+        """What a restart of logmetrics must keep (JSON): the source each series of each model uses
+        (else the stats lines would count again what per-request lines count), whether output lines
+        were seen, the open requests and ``--max-log-len``."""
+        return {"sources": {m: {k: int(v) for k, v in s.items()} for m, s in self.sources.items()},
+                "outputs": self.outputs, "open": self.pairs.dump(), "max_log_len": self.max_log_len}
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if not isinstance(data, dict):
+            return
+        sources = data.get("sources")
+        if isinstance(sources, dict):
+            for model, series in list(sources.items())[:MAX_MODELS]:
+                if isinstance(model, str) and isinstance(series, dict):
+                    self.sources[model] = {k: Source(v) for k, v in series.items()
+                                           if k in ("prompt", "gen", "ok") and type(v) is int and v in set(Source)}
+        self.outputs = data.get("outputs") is True
+        self.pairs.load(data.get("open"))
+        max_log_len = data.get("max_log_len")
+        if type(max_log_len) is int:
+            self.max_log_len = max_log_len
+
     def restart(self) -> None:
         """The server restarted: no request is open any more."""
         self.pairs.clear()

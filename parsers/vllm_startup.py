@@ -87,6 +87,17 @@ class Startup:
         """A stats line was seen: the start, if any, is over."""
         self.starting = False
 
+    def dump(self) -> list[object]:
+        """Whether a start is in progress and when its marker lines came (JSON), for a restart of
+        logmetrics in the middle of a start: its other lines must not count it again."""
+        return [self.starting, self.last_version, self.last_start_line]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if isinstance(data, list) and len(data) == 3 and all(x is None or type(x) is int for x in data[1:]):
+            self.starting = data[0] is True
+            self.last_version, self.last_start_line = data[1], data[2]
+
 
 def life_marks(t: str, life: list[Mark], model: str, ready: bool, live: bool,
                dynamic: set[int]) -> tuple[int, bool, list[Event], list[Event]]:

@@ -194,6 +194,30 @@ class Stats:
         return Scanned(lines, v1, any_v0, preempt_field, preempted,
                        (("stats_v0", p0, g0, seen0), ("stats_v1", p1, g1, seen1)))
 
+    def dump(self) -> list[object]:
+        """What a restart of logmetrics must keep (JSON): each engine's last line, the time of it
+        and the shortest time between its lines (the baseline of the next line's tokens), and when
+        the engines' first V1 window opened."""
+        return [{key: [list(e.line), e.last, e.min_dt, e.prefix] for key, e in self.engines.items()}, self.origin]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if not (isinstance(data, list) and len(data) == 2 and isinstance(data[0], dict)):
+            return
+        for key, row in list(data[0].items())[:MAX_ENGINES]:
+            if not (isinstance(key, str) and isinstance(row, list) and len(row) == 4):
+                continue
+            line, last, min_dt, prefix = row
+            if not (isinstance(line, list) and all(x is None or isinstance(x, str) for x in line)
+                    and (not line or len(line) == 10) and (last is None or type(last) is int)
+                    and type(min_dt) is int and (prefix is None or isinstance(prefix, (int, float)))):
+                continue
+            eng = self.engines[key] = Engine()
+            eng.line, eng.last, eng.min_dt = tuple(line), last, min_dt
+            eng.prefix = None if prefix is None else float(prefix)
+        if data[1] is None or type(data[1]) is int:
+            self.origin = data[1]
+
     def v0_prefix(self, value: str) -> None:
         """A V0 ``Prefix cache hit rate: GPU: x%`` line (engine without an index)."""
         self.engines.setdefault("", Engine()).prefix = float(value) / 100.0

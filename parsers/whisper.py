@@ -27,6 +27,7 @@ from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 from . import whisper_patterns as P
 from .common import UVICORN, RouteLabels, access_answer, access_labels, model_label
 from .errors import is_traceback, restarts_and_errors
+from .pairs import MAX_SAVED_LINE
 from .whisper_audio import AUDIO, Audio
 from .whisper_requests import DURATION, LFAI_OUTCOMES, REQUESTS, LfaiRequests, Outcomes
 
@@ -75,16 +76,32 @@ class WhisperParser(Parser):
     # -- the contract ---------------------------------------------------------------------
 
     def state(self) -> dict[str, object]:
-        """The model name, readiness and the kind of stream, kept across a restart."""
-        return {**super().state(), "server": self._server,
-                "explicit": self._audio.explicit, "lfai": self._lfai}
+        """What a restart of logmetrics must go on with, so that it counts what one run would: the
+        model, readiness and the kind of stream; a start-up, a request or an error record under way;
+        the requests in flight (their durations), the outcomes shown and the routes learned."""
+        error_end = self._error_end
+        return {**super().state(), "server": self._server, "explicit": self._audio.explicit, "lfai": self._lfai,
+                "flags": [self._starting, self._pending, self._http],
+                "error_end": error_end if error_end is None or len(error_end) <= MAX_SAVED_LINE else None,
+                "audio": self._audio.dump(), "outcomes": self._outcomes.dump(),
+                "lfai_requests": self._lfai_requests.dump(), "routes": self._routes.dump()}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what ``state`` returned."""
+        """Take back what ``state`` returned; what is missing or malformed starts afresh."""
         super().restore(state)
         self._server = state.get("server") is True
         self._audio.explicit = state.get("explicit") is True
         self._lfai = state.get("lfai") is True
+        flags = state.get("flags")
+        if isinstance(flags, list) and len(flags) == 3:
+            self._starting, self._pending, self._http = (flag is True for flag in flags)
+        error_end = state.get("error_end")
+        if isinstance(error_end, str):
+            self._error_end = error_end
+        self._audio.load(state.get("audio"))
+        self._outcomes.load(state.get("outcomes"))
+        self._lfai_requests.load(state.get("lfai_requests"))
+        self._routes.load(state.get("routes"))
 
     def learn(self, text: str) -> None:
         """Model, readiness and the kind of stream from lines logged before reading began."""

@@ -24,6 +24,15 @@ class Audio:
         self.explicit = False  # the stream logs audio durations: segment lines add nothing
         self._seg_end = 0.0
 
+    def dump(self) -> list[object]:
+        """Whether durations are explicit, and where the last openai-whisper segment ended (JSON)."""
+        return [self.explicit, self._seg_end]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if isinstance(data, list) and len(data) == 2 and isinstance(data[1], (int, float)) and math.isfinite(data[1]):
+            self.explicit, self._seg_end = data[0] is True, float(data[1])
+
     def add(self, seconds: float, model: str, out: list[Event]) -> None:
         """An explicit duration of ``seconds`` (a finite, non-negative one)."""
         self.explicit = True

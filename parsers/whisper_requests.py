@@ -12,7 +12,7 @@ from __future__ import annotations
 from logmetrics.events import Event
 
 from . import whisper_patterns as P
-from .pairs import Pairs
+from .pairs import MAX_SAVED, Pairs
 
 REQUESTS = "llm_requests_total"
 DURATION = "llm_request_duration_seconds"
@@ -26,6 +26,16 @@ class Outcomes:
 
     def __init__(self) -> None:
         self.shown: dict[tuple[str, str], None] = {}  # (model, outcome): a bounded set, in order
+
+    def dump(self) -> list[list[str]]:
+        """The outcomes shown, per model (JSON), for a restart of logmetrics."""
+        return [list(key) for key in self.shown]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if isinstance(data, list):
+            self.shown.update((tuple(key), None) for key in data[:256] if isinstance(key, list) and len(key) == 2
+                              and all(isinstance(x, str) for x in key))
 
     def count(self, outcome: str, outcomes: tuple[str, ...], model: str, out: list[Event]) -> None:
         """One request of ``model`` ended with ``outcome`` (one of the server's ``outcomes``)."""
@@ -49,6 +59,22 @@ class LfaiRequests:
         self.starts: dict[str, float] = {}  # a start line's own time, by pair key
         self.seq = 0
         self.failed = 0  # "Error transcribing audio" lines whose "complete" line is still to come
+
+    def dump(self) -> list[object]:
+        """The open requests with their start lines' times, the sequence and the failures whose
+        completion is still to come (JSON), for a restart of logmetrics."""
+        keys = list(self.pairs.open)[-MAX_SAVED:]  # (the requests ``Pairs.dump`` keeps)
+        return [self.pairs.dump(), [self.starts.get(key) for key in keys], self.seq, self.failed]
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if not (isinstance(data, list) and len(data) == 4 and isinstance(data[1], list)
+                and type(data[2]) is int and type(data[3]) is int):
+            return
+        self.pairs.load(data[0])
+        self.starts = {key: float(t) for key, t in zip(self.pairs.open, data[1], strict=False)
+                       if isinstance(t, (int, float))}
+        self.seq, self.failed = data[2], max(0, data[3])
 
     def start(self, model: str, t: float, now: float, out: list[Event]) -> None:
         """A request of ``model`` began at ``t`` (its line's time; ``now``: the record's)."""
