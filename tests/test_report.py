@@ -224,6 +224,17 @@ def test_output_into_a_symlink_and_a_file_it_may_not_write(tmp_path: Path) -> No
         assert done.returncode == 2 and "not writable" in done.stderr and locked.read_text() == "keep"
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_the_logs_are_read(tmp_path: Path) -> None:
+    """-o into a directory that does not exist is refused at once with one line: nothing about the
+    logs is said first (they may take minutes to read), and nothing is written."""
+    missing = tmp_path / "no" / "report.json"
+    cmd = [sys.executable, "-m", "logmetrics", "report", "-o", str(missing), str(tmp_path / "none.log")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"logmetrics: error: --output {missing}: no such directory: {missing.parent}\n"
+    assert not (tmp_path / "no").exists()
+
+
 def test_a_file_by_two_paths_counts_once_and_an_unreadable_one_is_left_out(tmp_path: Path) -> None:
     """The same file named directly and through a symlink is read once; a file that cannot be read
     is left out with a warning, not a traceback."""

@@ -44,6 +44,18 @@ def write_output(path: str, data: bytes) -> None:
         raise
 
 
+def output_problem(path: str) -> str | None:
+    """Why ``path`` cannot take the report, told before the logs are read (which may take long), or None."""
+    if os.path.isdir(path):
+        return "is a directory"
+    if os.path.lexists(path):
+        return None if os.access(path, os.W_OK) else "not writable"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"no such directory: {parent}"
+    return None if os.access(parent, os.W_OK | os.X_OK) else f"directory not writable: {parent}"
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("paths", nargs=-1, required=True, metavar="FILE|DIR...")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -81,6 +93,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, timezone: str |
         raise UserError("report reads files, not stdin: save the log to a file first")
     if source is not None and not source.strip():
         raise UserError("--source needs a name; leave it out for the file path")
+    if output is not None and (problem := output_problem(output)) is not None:
+        raise UserError(f"--output {output}: {problem}")
     entries = parser_entries(plugins, parser)
     tz = zone(timezone)
     opts = rp.Options(paths=paths, parser=parser, source=source, envelope=envelope,
