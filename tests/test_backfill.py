@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -225,6 +226,41 @@ def test_backfill_of_the_samples_grows_with_the_log(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (out / "backfill.om").stat().st_size < 10 << 20
     assert int(re.search(r"(\d+) samples", proc.stderr)[1]) < 200_000, proc.stderr  # type: ignore[index]  # a match
+
+
+def test_a_low_open_file_limit_writes_the_same_text(tmp_path: Path) -> None:
+    """Under an open-file limit lower than the number of families written, the OpenMetrics text is
+    byte for byte the one written without it: a family's spool file is open only while it is
+    appended to (it failed with a traceback at the 21st family)."""
+    texts = []
+    for name, limit in (("free", None), ("tight", 24)):
+        out = tmp_path / name
+        cmd = [sys.executable, "-m", "logmetrics", "backfill", str(ROOT / "samples"), "--out", str(out),
+               "--openmetrics-only", "--timezone", "UTC"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, preexec_fn=(
+            None if limit is None else lambda n=limit: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))))
+        assert proc.returncode == 0, proc.stderr
+        texts.append((out / "backfill.om").read_bytes())
+    assert texts[0] == texts[1]
+    assert texts[0].count(b"# TYPE ") > 24
+
+
+def test_blocks_of_a_failed_promtool_run_are_removed(tmp_path: Path) -> None:
+    """When promtool fails after it made some blocks, those are removed (a part of the data would
+    pass for the whole) and the error says so; what was in --out before stays."""
+    real = binary("promtool")
+    fake = tmp_path / "bin" / "promtool"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\n"{real}" "$@" >/dev/null 2>&1\necho "it went wrong" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep").write_text("mine")
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = logmetrics("backfill", str(ROOT / "samples" / "vllm" / "v1-0.33.log"), "--out", str(out), env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "it went wrong; the 1 block(s) it had made are removed" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep"]
 
 
 # --- end to end: promtool, then a real Prometheus on the blocks ---------------------------------

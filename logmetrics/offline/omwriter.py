@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import IO
 
 from logmetrics.errors import UserError
 from logmetrics.store.catalog import COMMON_LABELS, Family
@@ -35,6 +34,36 @@ def _stamp(t: float) -> str:
     return str(int(t)) if t == int(t) else repr(round(t, 3))
 
 
+class Spool:
+    """One family's samples on their way to its spool file: held in memory and appended to the
+    file a block at a time, which is open only then, so that any number of families takes one
+    file descriptor (a directory of logs may take the others)."""
+
+    __slots__ = ("held", "name", "size")
+
+    BLOCK = 256 * 1024  # characters held before they are appended
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.held: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> None:
+        """Add ``text`` (whole lines)."""
+        self.held.append(text)
+        self.size += len(text)
+        if self.size >= self.BLOCK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append what is held to the file."""
+        if self.held:
+            with open(self.name, "a", encoding="utf-8", newline="\n") as f:
+                f.writelines(self.held)
+            self.held.clear()
+            self.size = 0
+
+
 class OpenMetricsWriter:
     """Samples of the store's catalog families (not the engine's own ``logmetrics_*``), per step."""
 
@@ -47,18 +76,17 @@ class OpenMetricsWriter:
         #: labels added to every series (``job``, ``instance``), after the family's own
         self._extra = "".join(f',{n}="{escape(v)}"' for n, v in target_labels)
         self.spool = tempfile.mkdtemp(prefix=".spool-", dir=folder)
-        self._files: dict[str, IO[str]] = {}
-        self._prefix: dict[Key, tuple[IO[str], str]] = {}  # counters and gauges: "ID\tname{labels} "
-        self._hist: dict[Key, tuple[IO[str], list[str], str, str]] = {}  # bucket prefixes, _sum, _count
+        self._files: dict[str, Spool] = {}
+        self._prefix: dict[Key, tuple[Spool, str]] = {}  # counters and gauges: "ID\tname{labels} "
+        self._hist: dict[Key, tuple[Spool, list[str], str, str]] = {}  # bucket prefixes, _sum, _count
         self._ids = 0
         self.samples = 0
         self._before: set[Key] = set()  # series seen in steps before the first one written (no zero)
 
-    def _file(self, fam: Family) -> IO[str]:
+    def _file(self, fam: Family) -> Spool:
         f = self._files.get(fam.name)
         if f is None:
-            f = self._files[fam.name] = open(os.path.join(self.spool, str(len(self._files))), "w",  # closed in finish
-                                             encoding="utf-8", newline="\n")
+            f = self._files[fam.name] = Spool(os.path.join(self.spool, str(len(self._files))))
         return f
 
     def _labels(self, fam: Family, values: tuple[str, ...]) -> str:
@@ -121,7 +149,7 @@ class OpenMetricsWriter:
             n += self._hist_line(h, hist, ts)
         self.samples += n
 
-    def _hist_prefixes(self, fam: Family, key: Key) -> tuple[IO[str], list[str], str, str]:
+    def _hist_prefixes(self, fam: Family, key: Key) -> tuple[Spool, list[str], str, str]:
         labels = self._labels(fam, key[1])
         sep = "," if labels else ""
         bounds = [go_float(b) for b in fam.buckets] + ["+Inf"]
@@ -131,7 +159,7 @@ class OpenMetricsWriter:
         return self._file(fam), buckets, f"{tag}{fam.name}_sum{{{labels}}} ", f"{tag}{fam.name}_count{{{labels}}} "
 
     @staticmethod
-    def _hist_line(h: tuple[IO[str], list[str], str, str], hist: Histogram, ts: str) -> int:
+    def _hist_line(h: tuple[Spool, list[str], str, str], hist: Histogram, ts: str) -> int:
         f, buckets, total, count = h
         acc = 0
         parts = []
@@ -150,7 +178,7 @@ class OpenMetricsWriter:
                 f = self._files.pop(fam.name, None)
                 if f is None:
                     continue
-                f.close()
+                f.flush()
                 base = fam.base if fam.kind == "counter" else fam.name
                 out.write(f"# TYPE {base} {fam.kind}\n# HELP {base} {escape(fam.help)}\n")
                 series: dict[str, list[str]] = {}
@@ -169,23 +197,28 @@ class OpenMetricsWriter:
 
     def close(self) -> None:
         """Remove the spools."""
-        for f in self._files.values():
-            f.close()
         self._files.clear()
         shutil.rmtree(self.spool, ignore_errors=True)
 
 
 def create_blocks(text: str, out: str, promtool: str | None = None) -> str:
-    """Run ``promtool tsdb create-blocks-from openmetrics`` on ``text`` into ``out``; its output."""
+    """Run ``promtool tsdb create-blocks-from openmetrics`` on ``text`` into ``out``; its output. If it
+    fails, the blocks it made in ``out`` are removed (a part of the data would pass for the whole)."""
     tool = promtool or shutil.which("promtool")
     if tool is None:
         raise UserError("promtool not found on PATH: it turns the OpenMetrics text into TSDB blocks (Debian and "
                         "Ubuntu: apt-get install prometheus; or a release from prometheus.io); or stop at the "
                         "text with --openmetrics-only")
+    before = set(os.listdir(out)) if os.path.isdir(out) else set()
     proc = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", text, out],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
+        made = sorted(set(os.listdir(out)) - before) if os.path.isdir(out) else []
+        for name in made:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
         why = (proc.stderr or proc.stdout).strip().splitlines()
+        hint = "; raise the open-file limit (ulimit -n)" if "too many open files" in proc.stderr + proc.stdout else ""
+        removed = f"; the {len(made)} block(s) it had made are removed" if made else ""
         raise UserError(f"promtool tsdb create-blocks-from openmetrics {text} failed: "
-                        f"{why[-1] if why else f'exit code {proc.returncode}'}")
+                        f"{why[-1] if why else f'exit code {proc.returncode}'}{removed}{hint}")
     return proc.stdout
