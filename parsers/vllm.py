@@ -31,7 +31,7 @@ from .common import RouteLabels
 from .pairs import MAX_SAVED
 from .vllm_crashes import Crashes
 from .vllm_kinds import Control, Fatal, Item, Kind, Mark
-from .vllm_lines import Records, access_and_errors, headless, record_head
+from .vllm_lines import Records, access_and_errors, ends_in_error, headless, record_head
 from .vllm_outcomes import ROUTES, Generation, OkSource, access_outcomes
 from .vllm_rare import RareLines, tally
 from .vllm_requests import Requests
@@ -67,6 +67,9 @@ class VllmParser(Parser):
         self._ok = OkSource(self._requests)
         self._generation = Generation()
         self._rare_lines = RareLines(self._records, self._caps, self._requests, self._stats)
+        #: the last record read was an error record: lines that continue a record at the start of the
+        #: next text are its rest (its writer paused longer than a record is held), not a new error
+        self._error_open = False
 
     def state(self) -> dict[str, object]:
         """What a restart of logmetrics must go on with, so that it counts what one run would: the
@@ -78,7 +81,7 @@ class VllmParser(Parser):
                 "crashes": self._crashes.dump(), "stats": self._stats.dump(), "requests": self._requests.dump(),
                 "ok_source": self._ok.source, "generation": self._generation.dump(),
                 "started": list(self._started.items())[-MAX_SAVED:], "preempt_total": self._preempt_total,
-                "caps": sorted(self._caps.caps)}
+                "caps": sorted(self._caps.caps), "error_open": self._error_open}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` gave in an earlier run; what is missing or malformed starts afresh."""
@@ -100,6 +103,7 @@ class VllmParser(Parser):
         max_log_len = state.get("max_log_len")  # (saved at the top level by earlier versions)
         if type(max_log_len) is int:
             self._requests.max_log_len = max_log_len
+        self._error_open = state.get("error_open") is True
         caps = state.get("caps")
         if isinstance(caps, list):
             self._caps.can(*(cap for cap in caps if isinstance(cap, str) and cap in ZERO_SERIES))
@@ -162,13 +166,18 @@ class VllmParser(Parser):
                 self._routes.learn(path)
         fatal: list[Fatal] = []
         errors: Counter[str] = Counter()
-        matched = access_and_errors(t, events, records, self._routes, fatal, errors)
+        joined, self._error_open = self._error_open, ends_in_error(t)
+        matched = access_and_errors(t, events, records, self._routes, fatal, errors, joined)
         ok, client = access_outcomes(events)
-        if P.HEADLESS.match(t):
-            error_type, more = headless(t)
-            errors[error_type] += 1
+        if P.HEADLESS.match(t):  # the rest of a record: of the error record that ended the text before
+            error_type, more = headless(t)  # (``joined``), else of one whose start was not read
             self._more_lines += more
-            matched += 1
+            if not joined and error_type in P.FATAL_TYPES:  # counted once per crash, as any fatal error
+                fatal.append(Fatal(0, error_type, True))
+            else:
+                if not joined:
+                    errors[error_type] += 1
+                matched += 1
         fatal.sort()
         fatal, stopped = self._crashes.shutdown(t, rare, fatal, self.model, events)
         matched += stopped

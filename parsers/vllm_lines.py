@@ -82,7 +82,7 @@ class Records:
 
 
 def access_and_errors(t: str, events: list[Event], records: Records, routes: RouteLabels,
-                      fatal: list[Fatal], errors: Counter[str]) -> int:
+                      fatal: list[Fatal], errors: Counter[str], joined: bool = False) -> int:
     """Access lines and errors of ``t``: their events, and how many records they make count.
 
     Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
@@ -125,7 +125,7 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
         matched += prefixed_access(t, access, routes)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
-        matched = sum(access.values()) + error_records(t, errors, records, fatal)
+        matched = sum(access.values()) + error_records(t, errors, records, fatal, joined)
     elif lines and not locate(t, lines, fatal):
         fatal.clear()
         error_records(t, Counter(), Records(), fatal)
@@ -209,9 +209,12 @@ def locate(t: str, lines: dict[str, tuple[str, int]], fatal: list[Fatal]) -> boo
     return True
 
 
-def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fatal]) -> int:
+def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fatal], joined: bool = False) -> int:
     """One error per error record, classified by its exception lines (the last first), then its
-    first line; how many records that start with an error line. Fatal ones go to ``fatal``."""
+    first line; how many records that start with an error line. Fatal ones go to ``fatal``.
+    ``joined``: lines at the start of ``t`` that continue a record belong to the error record that
+    ended the text before (counted then: its writer paused longer than a record is held), and
+    count no error of their own."""
     matched = 0
     covered = 0
     for m in P.ERROR_START.finditer(t):
@@ -219,6 +222,10 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
         if start < covered:  # inside the record of an earlier error
             continue
         source, inside, raw, text, more = m.groups()
+        if joined and start == 0 and inside is not None:
+            covered = record_end(t, start, m.end()) if more is not None else m.end()
+            records.place(start, False)  # (a line of a record counted before: matched, no error)
+            continue
         traceback = raw is not None or P.TRACEBACK_TEXT in text
         if more is not None:
             end = record_end(t, start, m.end())
@@ -268,6 +275,11 @@ def always_events(t: str, pos: int) -> bool:
     line = t[pos : t.find("\n", pos + 1) + 1]
     return bool(P.ERROR_START.match(line) or P.ACCESS.match(line) or P.STATS.match(line, 1)
                 or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED_LIST, P.REQUEST_ENDED, P.V0_PREFIX)))
+
+
+def ends_in_error(t: str) -> bool:
+    """Whether the last record of ``t`` holds an error (more lines of it may come later)."""
+    return P.ERROR_START.search(t, record_head(t, t.rfind("\n", 0, len(t) - 1))) is not None
 
 
 def headless(t: str) -> tuple[str, int]:

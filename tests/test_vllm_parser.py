@@ -945,3 +945,40 @@ def test_engine_dead_after_a_clean_shutdown_is_no_error() -> None:
     assert not [k for k in nonzero(scan(dead, parser)[0]) if k[0] == "backend_errors_total"]
     crash = nonzero(scan(stats_v1("12-02 16:57:10", 1.0, 1.0) + dead)[0])
     assert crash[("backend_errors_total", (UNKNOWN_MODEL, "engine_dead"))] == 1
+
+
+_RAW_TRACEBACK = (
+    "ERROR 06-19 15:40:29 [serving_chat.py:240] Error in chat completion stream generator.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/app/serving_chat.py", line 240, in chat_completion_stream_generator\n'
+    "    async for res in result_generator:\n"
+    '  File "/app/async_llm.py", line 380, in generate\n'
+    "    raise ValueError(\"prompt too long\")\n"
+    "ValueError: prompt too long\n"
+    'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
+
+
+@pytest.mark.parametrize(("text", "rest"), [
+    ((ROOT / "samples" / "vllm" / "v1-0.33.log").read_text(), "    conversation, engine_prompts = await"),
+    (_RAW_TRACEBACK, '  File "/app/async_llm.py"')], ids=["vllm-header", "raw-traceback"])
+def test_the_rest_of_an_error_record_read_after_a_pause_counts_no_second_error(text: str, rest: str) -> None:
+    """A writer that pauses inside an error record longer than the engine holds a record: the record's
+    first lines are read and counted, and its rest, read later as a text of its own (lines with a
+    vLLM header, or a raw traceback's), belongs to it: the errors are those of one read, and the
+    state keeps it across a restart."""
+    lines = text.splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if rest in line)
+    before, after = "".join(lines[:cut]), "".join(lines[cut:])
+
+    def errors(events: list[Event]) -> Totals:
+        return {k: v for k, v in store_view(events).items() if k[0] == "backend_errors_total" and v}
+
+    want = errors(engine_batch(VllmParser(), before + after)[0])
+    assert sum(want.values()) >= 1  # type: ignore[arg-type]  # (counter totals: floats)
+    parser = VllmParser()
+    first = engine_batch(parser, before)[0]
+    saved = json.loads(json.dumps(parser.state()))
+    assert errors(first + engine_batch(parser, after)[0]) == want
+    again = VllmParser()
+    again.restore(saved)
+    assert errors(first + engine_batch(again, after)[0]) == want
