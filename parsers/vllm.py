@@ -81,7 +81,8 @@ class VllmParser(Parser):
                 "crashes": self._crashes.dump(), "stats": self._stats.dump(), "requests": self._requests.dump(),
                 "ok_source": self._ok.source, "generation": self._generation.dump(),
                 "started": list(self._started.items())[-MAX_SAVED:], "preempt_total": self._preempt_total,
-                "caps": sorted(self._caps.caps), "error_open": self._error_open}
+                "caps": sorted(self._caps.caps), "models": list(self._caps.counted.models),
+                "error_open": self._error_open}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` gave in an earlier run; what is missing or malformed starts afresh."""
@@ -107,6 +108,10 @@ class VllmParser(Parser):
         caps = state.get("caps")
         if isinstance(caps, list):
             self._caps.can(*(cap for cap in caps if isinstance(cap, str) and cap in ZERO_SERIES))
+        models = state.get("models")
+        for name in models[-64:] if isinstance(models, list) else ():
+            if isinstance(name, str):
+                self._caps.counted.models[name] = None  # (their zero series)
         if self._caps.has(V1_REQUESTS):  # (what ``_segment`` switches to once the log shows it)
             self._rare = P.RARE_KNOWN_SCANS
 

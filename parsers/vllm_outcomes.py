@@ -79,9 +79,12 @@ class OkSource:
         self.source: str | None = None  # "access" or "finished", once a line of either was seen
 
     def load(self, data: object) -> None:
-        """Take back a saved ``source`` (anything else is ignored)."""
+        """Take back a saved ``source`` (anything else is ignored): with the access lines', they
+        count ``ok`` from the start of every text read from now on, as after ``decide``."""
         if data in ("access", "finished"):
             self.source = str(data)
+            if self.source == "access":
+                self.requests.access_from = 0
 
     def decide(self, t: str, ok: int, finished: int) -> tuple[int, int]:
         """Decided once per stream by the first line seen of either (both cover every request).

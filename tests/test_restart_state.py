@@ -33,6 +33,17 @@ def test_a_restart_at_any_record_counts_what_one_run_counts(log: Path) -> None:
     assert_restarts_match(ENTRIES[log.parent.name].cls, log.read_text(encoding="utf-8"))
 
 
+@pytest.mark.parametrize("order", ["forward", "backward"])
+@pytest.mark.parametrize("name", sorted({p.parent.name for p in SAMPLES}))
+def test_a_restart_in_a_log_of_several_servers_counts_what_one_run_counts(name: str, order: str) -> None:
+    """A parser's samples one after the other in one log (a server restarted with another model,
+    another version, other logging), restarted at records all along it: what the state keeps of one
+    server must not change what the next one counts."""
+    logs = sorted((ROOT / "samples" / name).glob("*.log"), reverse=order == "backward")
+    text = "".join(p.read_text(encoding="utf-8") for p in logs if "docker" not in p.name)
+    assert_restarts_match(ENTRIES[name].cls, text)
+
+
 class _Episodes(Parser):
     """A parser that counts a crash once per episode and keeps the episode out of its state."""
 
