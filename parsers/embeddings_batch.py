@@ -54,8 +54,11 @@ _PAIR = rf"{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE}"
 #: LeapfrogAI line's minute, second, millisecond and (finish lines) embeddings made.
 _TEI_ROW = re.compile(r'\{total_time="([\d.]+)([^"]+)" tokenization_time="([\d.]+)([^"]+)" '
                       r'queue_time="([\d.]+)([^"]+)" inference_time="([\d.]+)([^"]+)"')
-_LFAI_ROW = re.compile(r"^[\w.]+: (\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d),(\d{3}) [^>]+>>> "
-                       r"(?:p|f[^\n]+created (\d+))", re.MULTILINE)
+_LFAI_ROW_AT = r"[\w.]+: (\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d),(\d{3}) [^>]+>>> (?:p|f[^\n]+created (\d+))"
+#: (The first line of a text, then every line after a newline: a pattern that begins with the
+#: newline is searched for it in a tight loop, where ``^`` of ``MULTILINE`` is tried at every position.)
+_LFAI_FIRST = re.compile(_LFAI_ROW_AT)
+_LFAI_ROW = re.compile("\n" + _LFAI_ROW_AT)
 
 
 #: The frequent lines (``Parser.frequent``), each a record of its own.
@@ -132,7 +135,11 @@ def _lfai_run(text: str, at: int, end: int, now: float, model: str, requests: Re
               embedded: dict[str, int], events: list[Event]) -> tuple[int, bool]:
     """LeapfrogAI request lines (starts and finishes, in order): how many lines, and whether a
     request started."""
-    rows = _LFAI_ROW.findall(text, at, end)
+    if at:  # (a run begins at the start of a line: after a newline)
+        rows = _LFAI_ROW.findall(text, at - 1, end)
+    else:
+        first = _LFAI_FIRST.match(text, 0, end)
+        rows = ([first.groups()] if first is not None else []) + _LFAI_ROW.findall(text, 0, end)
     pairs = requests.pairs
     minutes: dict[str, int] = {}
     if (len(rows) > 1 and not pairs.open and not pairs.timed_out and not len(rows) % 2
