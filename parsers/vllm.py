@@ -140,11 +140,15 @@ class VllmParser(Parser):
 
     def parse_batch(self, batch: Batch) -> tuple[list[Event], int, int, list[str]]:
         """Events of a batch of whole records, how many records produced one, their lines, and the
-        models it counted for."""
+        models it counted for: every model counted so far when the batch showed a new kind of series
+        (their zero series grow with it, as in a read of the whole log at once)."""
         self._more_lines = 0
-        self._caps.counted.passed = []
+        counted = self._caps.counted
+        counted.passed = []
+        caps = len(self._caps.caps)
         events, matched = self._scan(batch.text, batch.time)
-        return events, matched, matched + self._more_lines, self._caps.counted.passed
+        models = counted.passed if len(self._caps.caps) == caps else [*counted.models, *counted.passed]
+        return events, matched, matched + self._more_lines, models
 
     def zero_series(self, model: str) -> list[ZeroSeries]:
         """Only the series the log seen so far can move (``vllm_zeros``)."""

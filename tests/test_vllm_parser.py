@@ -982,3 +982,18 @@ def test_the_rest_of_an_error_record_read_after_a_pause_counts_no_second_error(t
     again = VllmParser()
     again.restore(saved)
     assert errors(first + engine_batch(again, after)[0]) == want
+
+
+def test_series_a_later_batch_shows_can_move_start_at_zero_for_every_model_seen() -> None:
+    """A log read in two texts starts the same zero series as when read at once: V1's request lines,
+    first seen in the second text (another server), show that ``aborted`` and ``error`` can move
+    for the model of the first as well."""
+    first, second = ((ROOT / "samples" / "vllm" / name).read_text() for name in ("access-heavy.log", "v1-0.10.log"))
+
+    def series(events: list[Event]) -> set[tuple[str, tuple[str, ...]]]:
+        return {(e.metric, e.labels) for e in events if e.metric == "llm_requests_total"}
+
+    whole = series(engine_batch(VllmParser(), first + second)[0])
+    assert ("llm_requests_total", ("granite-3.3-8b", "aborted")) in whole
+    parser = VllmParser()
+    assert series(engine_batch(parser, first)[0] + engine_batch(parser, second)[0]) == whole
