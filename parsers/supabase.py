@@ -191,7 +191,7 @@ class SupabaseParser(Parser):
         """Each component's counters from its first line (a backend of its own): its error types,
         and its restarts (Kong's are Kong's own lines)."""
         zeros: list[ZeroSeries] = []
-        for component in self._seen:
+        for component in sorted(self._seen):
             kinds = _ZERO_TYPES.get(component, ("error",))
             zeros += [("backend_errors_total", (model, kind), component) for kind in kinds]
             if component != P.KONG:
