@@ -311,6 +311,8 @@ class Counted:
 
     __slots__ = ("models", "passed")
 
+    MOST = 64  # models kept
+
     def __init__(self) -> None:
         self.models: dict[str, None] = {}
         self.passed: list[str] = []
@@ -321,8 +323,17 @@ class Counted:
             self.passed.append(model)
         if model in self.models:
             return False
-        remember(self.models, model, None, 64)
+        remember(self.models, model, None, self.MOST)
         return True
+
+    def dump(self) -> list[str]:
+        """The models counted for (JSON), for a restart of logmetrics: their zero series go on."""
+        return list(self.models)
+
+    def load(self, data: object) -> None:
+        """Take back what ``dump`` gave (anything else is ignored)."""
+        if isinstance(data, list):
+            self.models.update((m, None) for m in data[: self.MOST] if isinstance(m, str))
 
 
 # --- which routes keep their label ----------------------------------------------------------

@@ -101,7 +101,7 @@ class LlamaCppParser(Parser):
                 "starting": self._starting, "server": self._server, "open": self._pairs.dump(),
                 "timings": [[key, t.prompt_ms, t.tpot_ms] for key, t in timings], "block_key": self._block_key,
                 "errors": [self._errors.after_decode, self._errors.load_failed],
-                "counted": list(self._counted.models), "routes": self._routes.dump()}
+                "counted": self._counted.dump(), "routes": self._routes.dump()}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` returned; what is missing or malformed starts afresh."""
@@ -118,7 +118,7 @@ class LlamaCppParser(Parser):
         self._server = state.get("server") is True
         self._pairs.load(state.get("open"))
         timings = state.get("timings")
-        for row in timings if isinstance(timings, list) else ():
+        for row in timings[-MAX_SAVED:] if isinstance(timings, list) else ():
             if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) \
                     and all(x is None or isinstance(x, (int, float)) for x in row[1:]):
                 timing = self._timings[row[0]] = Timing()
@@ -129,10 +129,7 @@ class LlamaCppParser(Parser):
         errors = state.get("errors")
         if isinstance(errors, list) and len(errors) == 2:
             self._errors.after_decode, self._errors.load_failed = errors[0] is True, errors[1] is True
-        counted = state.get("counted")
-        for name in counted[:64] if isinstance(counted, list) else ():
-            if isinstance(name, str):
-                self._counted.models[name] = None
+        self._counted.load(state.get("counted"))
         self._routes.load(state.get("routes"))
 
     def learn(self, text: str) -> None:

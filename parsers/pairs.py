@@ -77,7 +77,7 @@ class Pairs:
         """Take back what ``dump`` gave (anything else is ignored)."""
         if not (isinstance(data, list) and len(data) == 2 and isinstance(data[0], list) and isinstance(data[1], list)):
             return
-        for row in data[0]:
+        for row in data[0][-MAX_SAVED:]:
             if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], str) \
                     and isinstance(row[2], (int, float)):
                 self.open[row[0]] = (row[1], float(row[2]))

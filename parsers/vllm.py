@@ -81,7 +81,7 @@ class VllmParser(Parser):
                 "crashes": self._crashes.dump(), "stats": self._stats.dump(), "requests": self._requests.dump(),
                 "ok_source": self._ok.source, "generation": self._generation.dump(),
                 "started": list(self._started.items())[-MAX_SAVED:], "preempt_total": self._preempt_total,
-                "caps": sorted(self._caps.caps), "models": list(self._caps.counted.models),
+                "caps": sorted(self._caps.caps), "models": self._caps.counted.dump(),
                 "error_open": self._error_open}
 
     def restore(self, state: dict[str, object]) -> None:
@@ -108,10 +108,7 @@ class VllmParser(Parser):
         caps = state.get("caps")
         if isinstance(caps, list):
             self._caps.can(*(cap for cap in caps if isinstance(cap, str) and cap in ZERO_SERIES))
-        models = state.get("models")
-        for name in models[-64:] if isinstance(models, list) else ():
-            if isinstance(name, str):
-                self._caps.counted.models[name] = None  # (their zero series)
+        self._caps.counted.load(state.get("models"))
         if self._caps.has(V1_REQUESTS):  # (what ``_segment`` switches to once the log shows it)
             self._rare = P.RARE_KNOWN_SCANS
 
