@@ -61,7 +61,7 @@ class VllmParser(Parser):
         self._caps = Capabilities()
         self._crashes = Crashes(self._records)
         self._seg_stats = 0
-        self._rare = P.RARE_SCANS
+        self._rare = P.RARE
         self._more_lines = 0  # lines after the first of the matched multi-line records, per batch
         self._requests = Requests()
         self._ok = OkSource(self._requests)
@@ -110,7 +110,7 @@ class VllmParser(Parser):
             self._caps.can(*(cap for cap in caps if isinstance(cap, str) and cap in ZERO_SERIES))
         self._caps.counted.load(state.get("models"))
         if self._caps.has(V1_REQUESTS):  # (what ``_segment`` switches to once the log shows it)
-            self._rare = P.RARE_KNOWN_SCANS
+            self._rare = P.RARE_KNOWN
 
     def learn(self, text: str) -> None:
         """The model name, readiness and routes from lines logged before we started reading (no events)."""
@@ -158,7 +158,7 @@ class VllmParser(Parser):
         if "\r" in t:
             t = t.replace("\r\n", "\n")
         self._stats.clock.at(now)
-        rare, aborted = tally(Counter(self._rare[P.IDS_MARK not in t].findall(t)))
+        rare, aborted = tally(Counter(self._rare.findall(t)))
         if any(key in P.STARTUP_KEYS or "\u2580" <= key[-1:] <= "\u259f" for key in rare):
             found = [*P.STARTUP.finditer(t), *P.LOGO_MODEL.finditer(t)]
             cuts = sorted({c for m in found if (c := record_head(t, t.rfind("\n", 0, m.start()))) > 0})
@@ -320,7 +320,7 @@ class VllmParser(Parser):
                 self._caps.can(*caps)
                 out.append(SEEN)  # the line shows which series can move
                 if self._caps.has(V1_REQUESTS):  # V1's Added lines have nothing more to tell
-                    self._rare = P.RARE_KNOWN_SCANS
+                    self._rare = P.RARE_KNOWN
                 if value == "v0 finished":  # counted as a finished request
                     continue
                 self._records.dynamic.add(t.rfind("\n", 0, pos))
