@@ -29,6 +29,9 @@ _HTTP_LINE_REVERSED = re.compile(
     r'/PTTH (?![^ "\n]+ [^ "\n]+" - [^ \n]+ +:OFNI(?![^\n]))[^\n]*+'
     + "".join(rf"(?<! \d\d-\d\d {level[::-1]})" for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 )
+#: How many scans after one whose `` HTTP/`` count exceeded its access lines look for access lines
+#: behind a prefix without that count (``Records.walks``).
+UNCOUNTED_WALKS = 8
 
 
 class Records:
@@ -40,11 +43,14 @@ class Records:
     lines, preemption warnings) and that produced some. ``life``: the uvicorn lifecycle lines (server
     ready, shutting down) the scan saw, by their text, to be handled with the start-up lines.
     ``more_lines``: the lines after the first of the multi-line error records (matched lines).
+    ``walks`` (kept from scan to scan): how many more scans look for access lines behind a prefix
+    without counting `` HTTP/`` first (``access_and_errors``).
     """
 
-    __slots__ = ("dynamic", "heads", "inside", "life", "more_lines")
+    __slots__ = ("dynamic", "heads", "inside", "life", "more_lines", "walks")
 
     def __init__(self) -> None:
+        self.walks = 0
         self.heads: set[int] = set()
         self.inside: list[int] = []
         self.dynamic: set[int] = set()
@@ -121,7 +127,13 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
-    if t.count(" HTTP/") > sum(access.values()):  # access lines behind a prefix, perhaps
+    if records.walks:  # (the walk finds what it finds whatever the count: see below)
+        records.walks -= 1
+        matched += prefixed_access(t, access, routes)
+    elif t.count(" HTTP/") > sum(access.values()):  # access lines behind a prefix, perhaps
+        # a text that quotes access lines (prompts) is followed by more: the walk costs less than
+        # the count and the walk together, so the next texts are walked without counting first
+        records.walks = UNCOUNTED_WALKS
         matched += prefixed_access(t, access, routes)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
