@@ -21,7 +21,8 @@ from .vllm_startup import life_kind
 #: How uvicorn's access lines begin (its level name padded to 9 characters).
 ACCESS_START = "\nINFO:     "
 #: In the reversed text, `` HTTP/`` and what comes before it in its line, back to the line's start
-#: (``prefixed_access``), but in a line that can hold no access line other than the scan's: uvicorn's
+#: (``prefixed_access``, for a text where the scan saw such a line: ``P.LINES``' last group), but
+#: in a line that can hold no access line other than the scan's: uvicorn's
 #: own (``INFO:`` at the line's start, the client, ``"METHOD PATH``, reversed), which the scan
 #: counted, and a line that starts with a vLLM header, whose level word no access line's prefix may
 #: hold (``common.access_line``).
@@ -29,9 +30,6 @@ _HTTP_LINE_REVERSED = re.compile(
     r'/PTTH (?![^ "\n]+ [^ "\n]+" - [^ \n]+ +:OFNI(?![^\n]))[^\n]*+'
     + "".join(rf"(?<! \d\d-\d\d {level[::-1]})" for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 )
-#: How many scans after one whose `` HTTP/`` count exceeded its access lines look for access lines
-#: behind a prefix without that count (``Records.walks``).
-UNCOUNTED_WALKS = 8
 
 
 class Records:
@@ -43,14 +41,11 @@ class Records:
     lines, preemption warnings) and that produced some. ``life``: the uvicorn lifecycle lines (server
     ready, shutting down) the scan saw, by their text, to be handled with the start-up lines.
     ``more_lines``: the lines after the first of the multi-line error records (matched lines).
-    ``walks`` (kept from scan to scan): how many more scans look for access lines behind a prefix
-    without counting `` HTTP/`` first (``access_and_errors``).
     """
 
-    __slots__ = ("dynamic", "heads", "inside", "life", "more_lines", "walks")
+    __slots__ = ("dynamic", "heads", "inside", "life", "more_lines")
 
     def __init__(self) -> None:
-        self.walks = 0
         self.heads: set[int] = set()
         self.inside: list[int] = []
         self.dynamic: set[int] = set()
@@ -109,9 +104,11 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             return n_lines
     lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
     matched = 0
-    multi = False
-    for (key, source, inside, raw, text, more, life), n in Counter(P.LINES.findall(t)).items():
-        if life:
+    multi = prefixed = False
+    for (key, source, inside, raw, text, more, life, http), n in Counter(P.LINES.findall(t)).items():
+        if http:
+            prefixed = True
+        elif life:
             records.life.add(life)
         elif key:
             access[final.get(key) or routes.labels(key)] += n
@@ -127,13 +124,7 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
-    if records.walks:  # (the walk finds what it finds whatever the count: see below)
-        records.walks -= 1
-        matched += prefixed_access(t, access, routes)
-    elif t.count(" HTTP/") > sum(access.values()):  # access lines behind a prefix, perhaps
-        # a text that quotes access lines (prompts) is followed by more: the walk costs less than
-        # the count and the walk together, so the next texts are walked without counting first
-        records.walks = UNCOUNTED_WALKS
+    if prefixed:  # access lines behind a prefix, perhaps
         matched += prefixed_access(t, access, routes)
     if multi:  # a multi-line error record: count every error again, record by record
         errors.clear()
