@@ -211,11 +211,9 @@ ERROR_HEAD = re.compile(rf"\n{PFXO}(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\
 #: line that holds ``HTTP/`` and does not start with a vLLM header (``HEADER_START``): an access
 #: line behind a prefix, perhaps (``vllm_lines.prefixed_access``). A prompt that quotes an access
 #: line is logged on a header line: it sets nothing.
-#: Flags capture one character, so that ``findall``'s empty string means "not set". The process
-#: prefix is atomic: no line that has one can match with it left out, and a line that matches
-#: nothing is not tried again from its start (a tenth of the scan of a log whose lines all have one).
+#: Flags capture one character, so that ``findall``'s empty string means "not set".
 LINES = re.compile(
-    rf"\n(?>{PFXO})(?:{UVICORN_ACCESS}"
+    rf"\n{PFXO}(?:{UVICORN_ACCESS}"
     rf"|(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
     rf"(?:(?=((?={TRACEBACK_BODY})[\s\S])))?| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE}"
