@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
+import pytest
+
+from logmetrics.sources import identity
 from logmetrics.sources.chunks import Position
 from logmetrics.sources.resume import ResumeState
 
@@ -34,6 +38,30 @@ def test_a_saved_file_is_whole_until_cut_or_rewritten(tmp_path: Path) -> None:
     whole = state.still_whole([str(grown), str(moved), str(cut), str(rewritten), str(other)])
     ident = {f: (os.stat(f).st_dev, os.stat(f).st_ino) for f in (grown, moved)}
     assert whole == {ident[grown], ident[moved]}
+
+
+def test_a_saved_file_whose_inode_a_new_file_got_is_not_whole(tmp_path: Path) -> None:
+    """A saved file deleted and its inode given to a new file that starts with the same bytes and is
+    longer: where the system tells when files were created, the new one is born later, and the
+    saved one is not found whole (a copy of it may be new); without a saved birth time it is."""
+    log, spare = tmp_path / "x.log", tmp_path / "spare"
+    spare.mkdir()
+    log.write_text("line one of a long log\nline two\n")
+    position = dataclasses.replace(saved(log, 20), birth=identity.birth_at(str(log)))
+    log.unlink()
+    for i in range(200):  # a new file that gets the freed inode, moved to the saved file's path
+        new = spare / f"{i}.log"
+        new.write_text("line one of a long log\nline two\nline three\n")
+        if new.stat().st_ino == position.ino:
+            new.rename(log)
+            break
+    if not log.exists() or position.birth is None:
+        pytest.skip("this file system gave no new file the freed inode, or keeps no birth times")
+    state = ResumeState()
+    state.restore([position], 1.0, [str(tmp_path)])
+    assert state.still_whole([str(log)]) == set()
+    state.restore([dataclasses.replace(position, birth=None)], 1.0, [str(tmp_path)])
+    assert state.still_whole([str(log)]) == {(position.dev, position.ino)}
 
 
 def test_a_path_under_a_new_argument_is_not_named_by_the_save(tmp_path: Path) -> None:

@@ -276,6 +276,48 @@ def test_a_file_deleted_while_down_and_its_inode_reused_is_declared_lost(tmp_pat
     assert not second.stats.truncations.get(str(log))
 
 
+@pytest.mark.parametrize("successor", ["other lines", "starting like the saved x.log"])
+def test_a_rotated_file_given_the_inode_of_an_empty_saved_stream_counts_under_its_stream(
+        tmp_path: Path, tail: Tail, successor: str) -> None:
+    """x.log.1, empty at start, is followed and saved as a stream of its own. While logmetrics is down
+    x.log is rotated over it twice (``mv x.log x.log.1``, a new x.log), and each new x.log gets the
+    inode the rename before freed: x.log.1's, then the saved x.log's. The file now at x.log.1 holds
+    the saved x.log.1's inode but was born later: it is no file of that stream, but x.log's rotated
+    file, and the new x.log is no longer the saved one, even where it starts like it. Every line is
+    read once, all under x.log, and both saved files, deleted while down, are declared lost."""
+    logs, spare = tmp_path / "logs", tmp_path / "spare"
+    logs.mkdir()
+    spare.mkdir()
+    log, old = logs / "x.log", logs / "x.log.1"
+    old.write_bytes(b"")
+    log.write_bytes(b"")
+    first = tail(logs)
+    got = drain(first)
+    append(log, lines(0, 5))
+    got += drain(first)
+    newest = lines(10, 15) if successor == "other lines" else lines(0, 5) + lines(10, 15)
+    reused: list[Path | None] = []
+
+    def rotate(content: bytes) -> None:
+        """``mv x.log x.log.1``, then a new x.log with ``content`` in the inode that rename freed."""
+        ino = old.stat().st_ino
+        log.rename(old)
+        new = _reused_inode(spare, ino, content)
+        reused.append(new)
+        if new is not None:
+            new.rename(log)
+
+    second = _while_down(logs, tail, first, lambda: rotate(lines(5, 10)), lambda: rotate(newest))
+    if None in reused or identity.birth_at(str(log)) is None:
+        pytest.skip("this file system gave no new file the freed inode, or keeps no birth times")
+    got += drain(second)
+    assert data(got, log) == lines(0, 5) + lines(5, 10) + newest
+    assert streams(got) == {str(log)}
+    assert second.stats.rotations.get(str(log)) == 2
+    assert not second.stats.rotations.get(str(old)) and not second.stats.truncations.get(str(log))
+    assert second.stats.files_lost == {str(log): 1, str(old): 1}
+
+
 def test_closed_file_deleted_and_its_inode_reused(tmp_path: Path, tail: Tail) -> None:
     """A closed (parked) file read to its end, deleted, and its inode given to a new file: the new
     file is read whole under its own name, and nothing of the old one is declared lost."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from logmetrics.sources.chunks import Position
 from logmetrics.sources.copies import same_head_at
 from logmetrics.sources.discovery import covers
+from logmetrics.sources.identity import other_birth_at
 from logmetrics.sources.tailfile import Ident
 
 
@@ -49,14 +50,16 @@ class ResumeState:
     def still_whole(self, paths: list[str]) -> set[Ident]:
         """At the first poll after a restart: the saved files among ``paths`` that are still whole (as
         long as their position, starting with their saved head), renamed maybe but not cut. Logs of
-        identical lines make any new file start like a saved one: it is no copy of one of these."""
+        identical lines make any new file start like a saved one: it is no copy of one of these. A
+        file born at another time than the saved one it has the inode of is another file: the saved
+        one was deleted, and is not whole, whatever the new one starts with."""
         whole: set[Ident] = set()
         for path in paths:
             try:
                 st = os.stat(path)
                 saved = self.saved.get((st.st_dev, st.st_ino))
-                if saved is None or st.st_size < saved.offset:
-                    continue
+                if saved is None or st.st_size < saved.offset or other_birth_at(path, saved.birth):
+                    continue  # (born at another time: a new file that got the saved file's inode)
                 if same_head_at(path, saved.head):
                     whole.add((st.st_dev, st.st_ino))
             except OSError:

@@ -24,7 +24,7 @@ from logmetrics.sources.copies import (
     same_tail_at,
 )
 from logmetrics.sources.followed import Followed, ident_at
-from logmetrics.sources.identity import birth, other_birth, same_file
+from logmetrics.sources.identity import birth, other_birth, other_birth_at, same_file
 from logmetrics.sources.tailfile import Ident
 
 
@@ -95,14 +95,18 @@ class Resumed:
                     return True
                 self.follow(fd, ident, head, path, saved.stream, saved.offset, size)
                 return True
-            if path == saved.stream:  # cut while we were down, or replaced by a file that got its inode
-                if other_birth(fd, saved.birth):  # replaced: deleted while we were down, as if gone
-                    followed.lost_while_down(saved)
-                else:
-                    followed.stats.truncations[path] = followed.stats.truncations.get(path, 0) + 1
+            if other_birth(fd, saved.birth):
+                # Another file that got the saved file's inode: that one was deleted while we were
+                # down, and this one is a new file wherever it lies, placed as one below. Not its
+                # stream's file by its path alone: an empty x.log.1, saved as a stream of its own, is
+                # written over by `mv x.log x.log.1`, the new x.log gets its inode and is rotated to
+                # x.log.1 in turn; it is x.log's rotated file, not x.log.1's successor.
+                followed.lost_while_down(saved)
+            elif path == saved.stream:  # cut while we were down
+                followed.stats.truncations[path] = followed.stats.truncations.get(path, 0) + 1
                 self.follow(fd, ident, head, path, path, 0, size)
                 return True
-            # elsewhere, another file that got the saved file's inode after it was deleted: a new file
+            # (elsewhere, with no birth time to tell, another file that got the saved file's inode: a new file)
         # logrotate's copy of a saved file, made while we were down (not of one found whole: renamed,
         # that one was not copied)
         resume = followed.resume
@@ -116,22 +120,30 @@ class Resumed:
                     # are that file's, read up to the saved position or to be read on from it
                     self._keep_copy(fd, ident, head, pos.stream)
                     return True
-        at_path = {p.stream: (p.dev, p.ino) for p in followed.resume.saved.values() if p.path == p.stream}
-        if path in at_path:  # the successor of a rotated file
-            followed.stats.rotations[path] = followed.stats.rotations.get(path, 0) + 1
+        at_path = {p.stream: p for p in followed.resume.saved.values() if p.path == p.stream}
         for stream in originals(path):
             if stream not in at_path:
                 continue
-            moved = ident_at(stream) != at_path[stream]
-            if moved or at_path[stream] not in followed.resume.whole:
+            moved = self._moved(at_path[stream])
+            if moved or (at_path[stream].dev, at_path[stream].ino) not in followed.resume.whole:
                 # written at the stream's path and rotated away while we were down (a rotation); or,
                 # its file cut while we were down, a copy of lines written between two copytruncates
+                # (a rotation of x.log that lies where a stream of its own was saved, x.log.1 found
+                # empty at a start, is x.log's: the file there now is not x.log.1's saved one)
                 counts = followed.stats.rotations if moved else followed.stats.truncations
                 counts[stream] = counts.get(stream, 0) + 1
                 self.follow(fd, ident, head, path, stream, 0, size)
                 return True
+        if path in at_path:  # the successor of a rotated file (counted once it is known to be no other's)
+            followed.stats.rotations[path] = followed.stats.rotations.get(path, 0) + 1
         followed.follow(fd, ident, head, path, path, 0, size, active=True)
         return True
+
+    @staticmethod
+    def _moved(p: Position) -> bool:
+        """Whether the saved file ``p`` of a stream is no longer at the stream's path: another file
+        is there, or none. One that got its inode after it was deleted is another file: born later."""
+        return ident_at(p.stream) != (p.dev, p.ino) or other_birth_at(p.stream, p.birth)
 
     @staticmethod
     def _copy_of(pos: Position, fd: int, head: bytes, path: str, size: int) -> bool:
