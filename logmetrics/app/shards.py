@@ -51,8 +51,9 @@ class Share(NamedTuple):
 
 
 def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str]:
-    """The files of each worker, the largest share first; or None, and why one process reads
-    them all. ``workers``: how many at most (0: one per core, where the files are large enough)."""
+    """The files of each share, the largest first (``workers.jobs``: more than the processes, where
+    files are more); or None, and why one process reads them all. ``workers``: how many processes
+    at most (0: one per core, where the files are large enough)."""
     n = workers or w.cores()
     if n < 2:
         return None, "--workers 1" if workers else "one core"
@@ -91,7 +92,7 @@ def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str
         return None, f"under {w.MIN_BYTES >> 20} MiB in all"
     if len(sources) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
         return None, "more sources than the cardinality guard keeps"  # folded in one process' order
-    return w.balance(sizes, n), ""
+    return w.jobs(sizes, n), ""
 
 
 def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
@@ -103,9 +104,10 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
     if shares is None:
         log.info("reading in one process: %s", why)
     else:
-        log.info("reading %d files in %d processes", sum(map(len, shares)), len(shares))
+        n = min(len(shares), workers or w.cores())
+        log.info("reading %d files in %d processes", sum(map(len, shares)), n)
         runner, results, said = w.spread(shares, partial(_share, opts, entries),
-                                         partial(_first, opts, entries, progress), progress)
+                                         partial(_first, opts, entries, progress), progress, n)
         done = [r for r in results if isinstance(r, Share)]
         differs = _merge(runner, done) if len(done) == len(results) else w.FAILED
         if differs is None:

@@ -23,6 +23,8 @@ from logmetrics.store.guard import DEFAULT_LIMIT, NOISE_SHARE, label_at
 
 #: Below this many bytes in all, one process: a worker costs a fork and a merge (a few ms).
 MIN_BYTES = 8 << 20
+#: With more files than processes, shares per process at most (``jobs``).
+JOBS_PER_PROCESS = 4
 FAILED = "a worker process failed"  # why a run is read again in one process (a warning: it costs time)
 T = TypeVar("T")
 Seen = Mapping[tuple[str, int, str], set[str]]  # a cardinality guard's admitted values
@@ -109,6 +111,9 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
     """Run ``work`` in a child process, its result pickled down a pipe. The child posts its
     progress in ``slot`` of ``board``, if given."""
     read, write = os.pipe()
+    import gc
+
+    gc.freeze()  # (what the parent made stays in place: a collection in the child copies no page of it)
     pid = os.fork()
     if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
         os.close(read)
@@ -130,59 +135,142 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
     return Child(pid, read)
 
 
-def gather(children: list[Child], tick: Callable[[], None] | None = None) -> list[object | None]:
-    """The children's results, in order (None: one failed), once each has ended; ``tick`` is
-    called about every 0.2 s while they run (the progress line goes on)."""
-    import pickle
-    import select
+class Gathering:
+    """The results of children, read from their pipes as they come: each child's once it has
+    ended (None: it failed), in the order they were added."""
 
-    got: list[list[bytes]] = [[] for _ in children]
-    while waiting := [i for i, c in enumerate(children) if c.fd >= 0]:
-        ready, _, _ = select.select([children[i].fd for i in waiting], [], [], 0.2 if tick is not None else None)
-        for i in waiting:
-            child = children[i]
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+        self.got: list[list[bytes]] = []
+        self.results: list[object | None] = []
+
+    def add(self, child: Child) -> None:
+        """Read ``child``'s result too."""
+        self.children.append(child)
+        self.got.append([])
+        self.results.append(None)
+
+    def running(self) -> int:
+        """How many children have not ended."""
+        return sum(1 for c in self.children if c.fd >= 0)
+
+    def wait(self, timeout: float | None) -> None:
+        """Read what the children sent within ``timeout`` seconds (None: until one sends); a
+        child that ended has its result."""
+        import select
+
+        waiting = [c.fd for c in self.children if c.fd >= 0]
+        ready = set(select.select(waiting, [], [], timeout)[0]) if waiting else set()
+        for i, child in enumerate(self.children):
             if child.fd in ready:
                 data = os.read(child.fd, 1 << 20)
                 if data:
-                    got[i].append(data)
+                    self.got[i].append(data)
                 else:
                     os.close(child.fd)
                     child.fd = -1
-        if tick is not None:
-            tick()
-    results: list[object | None] = []
-    for child, parts in zip(children, got, strict=True):
-        _, status = os.waitpid(child.pid, 0)
-        child.pid = -1
-        data = b"".join(parts)
-        size = struct.unpack("<Q", data[:8])[0] if status == 0 and len(data) >= 8 else 0
-        results.append(pickle.loads(data[8:8 + size]) if size else None)
-    return results
+                    self.results[i] = _result(child, self.got[i])
+
+    def finish(self, tick: Callable[[], None] | None = None) -> list[object | None]:
+        """Every child's result, once each has ended; ``tick`` is called about every 0.2 s meanwhile."""
+        while self.running():
+            self.wait(0.2 if tick is not None else None)
+            if tick is not None:
+                tick()
+        return self.results
+
+
+def _result(child: Child, parts: list[bytes]) -> object | None:
+    """What an ended child sent (None: it failed)."""
+    import pickle
+
+    _, status = os.waitpid(child.pid, 0)
+    child.pid = -1
+    data = b"".join(parts)
+    parts.clear()
+    size = struct.unpack("<Q", data[:8])[0] if status == 0 and len(data) >= 8 else 0
+    return pickle.loads(data[8:8 + size]) if size else None
+
+
+def gather(children: list[Child], tick: Callable[[], None] | None = None) -> list[object | None]:
+    """The children's results, in order (None: one failed), once each has ended; ``tick`` is
+    called about every 0.2 s while they run (the progress line goes on)."""
+    gathering = Gathering()
+    for child in children:
+        gathering.add(child)
+    return gathering.finish(tick)
+
+
+def jobs(sizes: Mapping[str, int], n: int) -> list[tuple[str, ...]]:
+    """The shares of ``n`` processes: ``n`` of about equal bytes (``balance``) where there are no
+    more files; else up to ``JOBS_PER_PROCESS`` times as many, for ``spread`` to hand out to the
+    first process free."""
+    return balance(sizes, n if len(sizes) <= n else min(len(sizes), JOBS_PER_PROCESS * n))
 
 
 def spread(shares: list[tuple[str, ...]], work: Callable[[tuple[str, ...], Board | None], object],
            mine: Callable[[tuple[str, ...]], tuple[T, SourceStats]],
-           progress: Progress | None) -> tuple[T, list[object | None], list[str]]:
-    """Each share but the first read by ``work`` in a worker process, the first by ``mine`` here
-    (what it made, and its sources' figures for the progress line, which goes on while the workers
-    finish): what ``mine`` made, the workers' results (None: one failed) and what this process'
-    loggers said meanwhile (printed as ever, kept so that a worker's same line is not said twice).
-    Interrupted, the workers end with this process."""
+           progress: Progress | None, processes: int = 0) -> tuple[T, list[object | None], list[str]]:
+    """Each share but one read by ``work`` in a worker process, that one by ``mine`` here (what it
+    made, and its sources' figures for the progress line, which goes on while the workers
+    finish): what ``mine`` made, the workers' results in the order of their shares (None: one
+    failed), and what this process' loggers said meanwhile (printed as ever, kept so that a
+    worker's same line is not said twice). Interrupted, the workers end with this process.
+
+    With no more shares than ``processes`` (0: as many), this process reads the first, a worker
+    each of the others. With more (``jobs``), at most ``processes`` workers read at once, the
+    shares in order (the largest first), each to the first process free: the parsers' cost per
+    byte differs threefold, so shares of equal bytes are not of equal time. This process reads
+    the last (the smallest) once a worker has ended and no other share is left."""
     board = Board(len(shares) - 1) if progress is not None else None
-    children = [fork(partial(work, share, board), board, i) for i, share in enumerate(shares[1:])]
     said = Said()
     logging.getLogger().addHandler(said)
+    gathering = Gathering()
     try:
         if progress is not None and board is not None:
             progress.others = board.totals
-        made, stats = mine(shares[0])
-        results = gather(children, None if progress is None else lambda: progress.update(stats))
+        if not processes or len(shares) <= processes:
+            for i, share in enumerate(shares[1:]):
+                gathering.add(fork(partial(work, share, board), board, i))
+            made, stats = mine(shares[0])
+        else:
+            made, stats = _dispatch(shares, work, mine, progress, processes, board, gathering)
+        results = gathering.finish(None if progress is None else lambda: progress.update(stats))
     except BaseException:
-        stop(children)
+        stop(gathering.children)
         raise
     finally:
         logging.getLogger().removeHandler(said)
     return made, results, said.lines
+
+
+def _dispatch(shares: list[tuple[str, ...]], work: Callable[[tuple[str, ...], Board | None], object],
+              mine: Callable[[tuple[str, ...]], tuple[T, SourceStats]], progress: Progress | None,
+              processes: int, board: Board | None, gathering: Gathering) -> tuple[T, SourceStats]:
+    """``spread`` with more shares than processes: every share but the last to a worker, at most
+    ``processes`` at once, in order; then the last read here, once a worker has ended."""
+    idle = SourceStats(lag_bytes={path: _size(path) for path in shares[-1]})  # (this process' share, not read yet)
+    if board is not None:  # what every share has to read, on the progress line from the start
+        for slot, share in enumerate(shares[:-1]):
+            board.slot = slot
+            board.done(SourceStats(lag_bytes={path: _size(path) for path in share}))
+        board.slot = -1
+    for i in range(len(shares)):
+        while gathering.running() >= processes:
+            gathering.wait(0.2 if progress is not None else None)
+            if progress is not None:
+                progress.update(idle)
+        if i < len(shares) - 1:
+            gathering.add(fork(partial(work, shares[i], board), board, i))
+    return mine(shares[-1])
+
+
+def _size(path: str) -> int:
+    """The size of the file at ``path`` (0 if it cannot be told)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def again(log: logging.Logger, why: str) -> None:

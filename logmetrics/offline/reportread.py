@@ -48,9 +48,10 @@ def collect(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | N
     if shares is None:
         log.info("reading in one process: %s", why)
     else:
-        log.info("reading %d files in %d processes", len(sizes), len(shares))
+        n = min(len(shares), opts.workers or workers.cores())
+        log.info("reading %d files in %d processes", len(sizes), n)
         mine, results, said = workers.spread(shares, partial(_part, opts, entries, sizes),
-                                             partial(_first, opts, entries, sizes, shown), shown)
+                                             partial(_first, opts, entries, sizes, shown), shown, n)
         parts = [mine, *(r for r in results if isinstance(r, Part))]
         merged = _merge(list(sizes), parts) if len(parts) == len(shares) else workers.FAILED
         if isinstance(merged, Collected):
@@ -93,7 +94,7 @@ def _plan(opts: Options, sizes: dict[str, int]) -> tuple[list[tuple[str, ...]] |
         return None, "a source is read from several files"
     if sum(sizes.values()) < workers.MIN_BYTES and not opts.workers:
         return None, f"under {workers.MIN_BYTES >> 20} MiB in all"
-    return workers.balance(sizes, n), ""
+    return workers.jobs(sizes, n), ""
 
 
 def _first(opts: Options, entries: dict[str, ParserEntry], found: dict[str, int], progress: Progress | None,
