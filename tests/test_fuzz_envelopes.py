@@ -208,3 +208,12 @@ def test_envelope_time_going_anywhere(name: str, data: st.DataObject) -> None:
               envelope="cri", idle_every=data.draw(st.sampled_from([0, 1, 5])))
     assert got.total("logmetrics_lines_read_total") == sum(got.fed.values())
     check_store(got.store)
+
+
+@given(st.binary(max_size=2000))
+def test_newlines_counts_what_count_counts(data: bytes) -> None:
+    """``newlines`` (a length less the length without them) is ``bytes.count`` of a newline, on any bytes."""
+    from logmetrics.envelopes.text import newlines
+
+    assert newlines(data) == data.count(b"\n")
+    assert newlines(data * 3 + b"\n") == 3 * data.count(b"\n") + 1

@@ -49,7 +49,7 @@ from logmetrics.envelopes.kinds import (
     classify,
     parse_rfc3339,
 )
-from logmetrics.envelopes.text import clean, cut_bytes, cut_line
+from logmetrics.envelopes.text import clean, cut_bytes, cut_line, newlines
 
 __all__ = ["MODES", "Piece", "Unwrapper", "parse_rfc3339"]
 
@@ -141,7 +141,7 @@ class Unwrapper:
             kind = self._detect(data)
         if kind == "none":
             text = clean(data.decode("utf-8", "replace"))
-            return [Piece(None, text, time, data.count(b"\n"))]
+            return [Piece(None, text, time, newlines(data))]
         if kind == "docker-json":
             return self._docker(data, time)
         if kind == "cri":
