@@ -22,9 +22,6 @@ NUM = r"(\d+(?:\.\d+)?)"
 #: ``INFO 04-10 03:35:27 [loggers.py:80]`` (0.8+), a shrunk relative path under DEBUG, and the
 #: ``[async_llm.py:485[]`` mangling seen in pasted logs. No year, no time zone.
 HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+[\]\[]+"
-#: The start of a vLLM header, enough to tell it: a line that starts so holds no access line (the
-#: level word comes before it: ``common.access_line``).
-HEADER_START = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
 
 #: Lines that continue the record above: an optional process prefix and vLLM header (vLLM's
 #: formatter repeats the header on every line of a multi-line message), then a traceback-ish body.
@@ -208,16 +205,18 @@ ERROR_HEAD = re.compile(rf"\n{PFXO}(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\
 #: key (see ``UVICORN_ACCESS``); for an error: 2 the logging file, 3 set if the line continues a
 #: record, 4 set for a raw traceback, 5 the message, 6 set if the next line continues the record;
 #: 7 a uvicorn lifecycle line (``_LIFE``), rare, handled as a start-up line is; 8 set for any other
-#: line that holds ``HTTP/`` and does not start with a vLLM header (``HEADER_START``): an access
-#: line behind a prefix, perhaps (``vllm_lines.prefixed_access``). A prompt that quotes an access
-#: line is logged on a header line: it sets nothing.
+#: line that holds ``HTTP/`` and does not start with a vLLM header: an access line behind a prefix,
+#: perhaps (``vllm_lines.prefixed_access``). A prompt that quotes an access line is logged on a
+#: header line: it sets nothing (a level word rules a prefix out: ``common.access_line``). A header
+#: line of a level below ERROR is turned away first, at once (most lines are); ERROR and CRITICAL
+#: lines all match the error alternative.
 #: Flags capture one character, so that ``findall``'s empty string means "not set".
 LINES = re.compile(
-    rf"\n{PFXO}(?:{UVICORN_ACCESS}"
+    rf"\n{PFXO}(?!(?:DEBUG|INFO|WARNING) \d\d-\d\d )(?:{UVICORN_ACCESS}"
     rf"|(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
     rf"(?:(?=((?={TRACEBACK_BODY})[\s\S])))?| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
     rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE}"
-    rf"|(?!{HEADER_START})(?=[^\n]*HTTP/)([^\n]))",
+    r"|(?=[^\n]*HTTP/)([^\n]))",
     re.ASCII,
 )
 
