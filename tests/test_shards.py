@@ -187,3 +187,23 @@ def test_more_shares_than_processes_go_to_the_first_process_free() -> None:
     for at, _ in spans:  # (a worker starts when one before has ended: a little later)
         assert sum(1 for start, end in spans if start <= at + 0.05 < end) <= 2, spans
     assert runs[3][2] < runs[0][3] and made[2] >= runs[0][3] - 0.05  # d went to b's freed process, e waited
+
+
+def test_the_progress_line_ends_once_every_process_has_read() -> None:
+    """The first process' own share may end first: while workers read, its ``done`` leaves the line
+    open, and ``end`` closes it, once, with everyone's bytes."""
+    import io
+
+    from logmetrics.app.progress import Progress
+    from logmetrics.sources.chunks import SourceStats
+
+    shown = io.StringIO()
+    progress = Progress(shown, after=0.0)
+    progress.others = lambda: (6_000_000, 0)
+    mine = SourceStats(bytes_read={"b": 4_000_000}, lag_bytes={"b": 0})
+    progress.update(mine)
+    progress.done(mine)
+    assert not shown.getvalue().endswith("\n")
+    progress.end(mine)
+    progress.end(mine)
+    assert shown.getvalue().count("\n") == 1 and "read 10.0 MB in" in shown.getvalue().splitlines()[-1]

@@ -40,8 +40,16 @@ class Progress:
             self.stream.flush()
             self.shown = True
 
-    def done(self, stats: SourceStats) -> None:  # (the others may still read: their figures go on)
-        """The last figures and a newline, if anything was shown."""
+    def done(self, stats: SourceStats) -> None:
+        """The last figures and a newline, if anything was shown; nothing while other processes
+        read (``others``): the line goes on with their figures, and ``end`` ends it."""
+        if self.others is None:
+            self.end(stats)
+
+    def end(self, stats: SourceStats) -> None:
+        """The last figures, the other processes' with them, and a newline, if anything was shown
+        since the last ``end``."""
         if self.shown:
             self.stream.write("\r" + self._line(stats) + "\x1b[K\n")
             self.stream.flush()
+            self.shown = False

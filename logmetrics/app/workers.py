@@ -236,6 +236,8 @@ def spread(shares: list[tuple[str, ...]], work: Callable[[tuple[str, ...], Board
         else:
             made, stats = _dispatch(shares, work, mine, progress, processes, board, gathering)
         results = gathering.finish(None if progress is None else lambda: progress.update(stats))
+        if progress is not None:
+            progress.end(stats)  # (every process has read all it had)
     except BaseException:
         stop(gathering.children)
         raise
