@@ -113,6 +113,8 @@ _PREFIX_TOKENS = re.compile(
     r"|[\w.@-]+(?=\s*\||\s+[\w.@/-]+\[\d+\]:|\s+-(?:\s|$)))\s*)+")
 #: Python's default format on uvicorn's own access logger: ``INFO:uvicorn.access:`` is no message.
 _PY_UVICORN = re.compile(r"INFO:uvicorn(?:\.access)?:")
+#: Process prefixes at the end of a prefix (``_prefix_ok``).
+_PROC_AT_END = re.compile(rf"(?:{_PROC_FORMS})+\Z")
 #: The longest prefix taken before an access line that does not start its line.
 MAX_ACCESS_PREFIX = 160
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
@@ -124,9 +126,15 @@ def _prefix_ok(prefix: str) -> bool:
     before: the rest is its message; but Python's default ``INFO:uvicorn.access:``), made of
     prefix tokens only (``_PREFIX_TOKENS``: no word of a message), and it ends
     with a separator, a bracket or a time (``_PREFIX_END``), or in `` - `` after a leading time
-    (a logging config's ``asctime - name - ``)."""
+    (a logging config's ``asctime - name - ``). Process prefixes at its end (vLLM's
+    ``(APIServer pid=1) `` behind pm2's ``0|vllm  | ``, say) are left out of the checks: what is
+    before them is the prefix checked, if anything."""
     if len(prefix) > MAX_ACCESS_PREFIX or '"' in prefix or "'" in prefix:
         return False
+    if prefix.endswith((") ", "]: ")) and (proc := _PROC_AT_END.search(prefix)) is not None:
+        prefix = prefix[:proc.start()]
+        if not prefix:
+            return True
     if _PY_UVICORN.fullmatch(prefix):
         return True
     if _LEVEL_WORD.search(prefix) or _PREFIX_TOKENS.fullmatch(prefix) is None:

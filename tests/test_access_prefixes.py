@@ -36,6 +36,13 @@ PREFIXED = [
     ('2026-09-09 12:20:52 UTC INFO:     10.0.0.9:1 - "GET /health HTTP/1.1" 200 OK', ("GET", "/health", "200")),
     ('2026-09-09 12:20:52.123456 CEST INFO:     10.0.0.9:2 - "GET /health HTTP/1.1" 200 OK',
      ("GET", "/health", "200")),
+    # vLLM 0.10+'s process prefix behind another
+    ('0|vllm  | (APIServer pid=1) INFO:     10.0.0.9:3 - "POST /v1/completions HTTP/1.1" 200 OK',
+     ("POST", "/v1/completions", "200")),
+    ('gpu-1 vllm[123]: (APIServer pid=1) INFO:     10.0.0.9:4 - "POST /v1/completions HTTP/1.1" 200 OK',
+     ("POST", "/v1/completions", "200")),
+    ('2026-09-09T12:21:08.123Z (APIServer pid=1) INFO:     10.0.0.9:5 - "GET /health HTTP/1.1" 200 OK',
+     ("GET", "/health", "200")),
     ('INFO:uvicorn.access:10.0.0.8:5 - "GET /v1/models HTTP/1.1" 200', ("GET", "/v1/models", "200")),
 ]
 #: Lines that mention or quote an access line inside a message, and uvicorn's TRACE lines: none counts.
@@ -57,6 +64,7 @@ QUOTED = [
     'a: b: c: INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
     'prompt - INFO: 1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200',
     "TRACE:    10.0.0.1:16051 - ASGI [1] Started scope={'type': 'http', 'method': 'GET', 'path': '/v1/models'}",
+    'the user typed (APIServer pid=1) INFO:     1.2.3.4:1 - "GET /v1/models HTTP/1.1" 200 OK',
 ]
 
 
@@ -83,7 +91,7 @@ def test_every_parser_that_reads_access_lines_counts_prefixed_ones(parser: str, 
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     samples = parse(out)
     assert total(samples, "http_requests_total") == len(PREFIXED)
-    assert total(samples, "http_requests_total", method="GET", code="200") == 9
+    assert total(samples, "http_requests_total", method="GET", code="200") == 10
 
 
 def test_vllm_counts_a_prefixed_line_among_scanned_ones(tmp_path: Path) -> None:
