@@ -239,3 +239,18 @@ def test_a_histogram_event_may_carry_many_observations() -> None:
     assert store.counters[("logmetrics_values_rejected_total", ("p", "llm_request_duration_seconds"))] == 2
     assert len(store.apply([Event("llm_prompt_tokens_total", ("m",), (1.0, 2.0))], "p", "s")) == 1  # refused whole
     assert store.apply([Event("llm_request_duration_seconds", ("m",), ())], "p", "s") == []
+
+
+def test_a_backend_that_stops_zeroes_its_own_gauges_only() -> None:
+    """Ready at 0 zeroes the gauges of that backend and source, none of another source's, also
+    after its gauges were forgotten and set again."""
+    store = Store()
+    for source in ("a.log", "b.log"):
+        store.apply([Event("backend_ready", ("m",), 1), Event("llm_requests_running", ("m",), 3)], "vllm", source)
+    store.apply([Event("backend_ready", ("m",), 0)], "vllm", "a.log")
+    running = {k[1][1]: v for k, v in store.gauges.items() if k[0] == "llm_requests_running"}
+    assert running == {"a.log": 0.0, "b.log": 3.0}
+    assert store.drop_gauges("a.log") == 2
+    store.apply([Event("llm_requests_running", ("m",), 5), Event("backend_ready", ("m",), 0)], "vllm", "a.log")
+    running = {k[1][1]: v for k, v in store.gauges.items() if k[0] == "llm_requests_running"}
+    assert running == {"a.log": 0.0, "b.log": 3.0}

@@ -61,6 +61,10 @@ class Store:
     #: tens of nanoseconds; and the gauges forgotten since.
     _dirty: set[Key] = field(default_factory=set)
     _gone: set[Key] = field(default_factory=set)
+    #: The gauges of each (backend, source), for ``_reset`` (some may be forgotten since: it looks
+    #: them up), where a scan of every gauge at each stop of a backend made a run over many sources
+    #: quadratic.
+    _of_source: dict[tuple[str, str], set[Key]] = field(default_factory=dict)
     #: a state file takes ``changes``: forgotten series are kept in ``_gone`` for it (``watch``
     #: without a state file turns this off, so that weeks of expired series are not kept for nothing)
     journaled: bool = True
@@ -190,6 +194,7 @@ class Store:
             self.counters[key] = self.counters.get(key, 0.0) + value
         elif kind == "gauge":
             self.gauges[key] = value
+            self._of_source.setdefault((labels[0], labels[1]), set()).add(key)
             if not value and ev.metric == READY:
                 self._reset(labels[0], labels[1])
         else:
@@ -224,9 +229,10 @@ class Store:
     def _reset(self, backend: str, source: str) -> None:
         """A backend stopped (its ready gauge went to 0): its other gauges go to 0 (lock held)."""
         gauges = self.gauges
-        for key in [k for k in gauges if k[0] != READY and k[1][:2] == (backend, source)]:
-            gauges[key] = 0.0
-            self._dirty.add(key)
+        for key in self._of_source.get((backend, source), ()):
+            if key[0] != READY and key in gauges:
+                gauges[key] = 0.0
+                self._dirty.add(key)
 
     def set_self(self, name: str, labels: tuple[str, ...], value: float) -> None:
         """Set one of the engine's own gauges (``logmetrics_*``)."""
@@ -251,6 +257,7 @@ class Store:
             self._forget(self.gauges, stale)
             # a gauge set again is admitted again (its label values counted by the guard anew)
             self._admitted = {k: v for k, v in self._admitted.items() if k[2] != source or v[0].kind != "gauge"}
+            self._of_source = {k: v for k, v in self._of_source.items() if k[1] != source}
         return len(stale)
 
     def expire(self, sources: Iterable[str]) -> int:
@@ -275,6 +282,7 @@ class Store:
             self._forget(self.histograms, histograms)
             self._forget(self.gauges, gauges)
             self._admitted = {k: v for k, v in self._admitted.items() if k[2] not in gone}
+            self._of_source = {k: v for k, v in self._of_source.items() if k[1] not in gone}
         return len(counters) + len(histograms) + len(gauges)
 
     def _forget(self, table: dict[Key, float] | dict[Key, Histogram], keys: list[Key]) -> None:
@@ -358,6 +366,8 @@ class Store:
                 key = self._key(row, 3)
                 if key is not None and isinstance(row[2], int | float) and -INF < row[2] < INF:
                     self.gauges[key] = float(row[2])
+                    if len(key[1]) >= 2:
+                        self._of_source.setdefault((key[1][0], key[1][1]), set()).add(key)
                     restored += 1
             for row in data.get("histograms", []):
                 key = self._key(row, 5)
