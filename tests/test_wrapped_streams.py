@@ -133,3 +133,13 @@ def test_50mb_line_on_stdin_is_cut_with_bounded_memory(tmp_path: Path) -> None:
     assert total(got, "logmetrics_lines_read_total", source="stdin") == 3
     assert total(got, "http_requests_total", source="stdin") == 2
     assert int(peak.read_text()) * 1024 < 100_000_000  # Linux gives KiB; the line alone would be 50 MB, held twice
+
+
+def test_the_suggested_check_command_takes_a_name_that_starts_with_a_dash(tmp_path: Path) -> None:
+    """A log named ``-x.log`` (read from its directory) is suggested as ``./-x.log``: a name that
+    starts with a dash would be taken for an option."""
+    (tmp_path / "-x.log").write_text("hello\nworld\n")
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm", "--",
+                          "-x.log"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    warning = next(line for line in out.stderr.splitlines() if "matched none" in line)
+    assert shlex.split(warning.split("makes of them with: ", 1)[1])[-1] == "./-x.log"

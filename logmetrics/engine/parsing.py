@@ -206,7 +206,9 @@ class Applier:
         unwrapper = self.unwrappers.get(stream.path)
         kind = unwrapper.kind if unwrapper is not None and unwrapper.kind else "none"
         what = f"its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else f"its {n} lines"
-        name, path = stream.parser.name, "FILE" if stream.path == "-" else shlex.quote(stream.path)
+        # (a name that starts with a dash is no option: ./ before it)
+        shown = "./" + stream.path if stream.path.startswith("-") else stream.path
+        name, path = stream.parser.name, "FILE" if stream.path == "-" else shlex.quote(shown)
         log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
                     "the wrapper with --envelope, and see what the parser makes of them with: "
                     "logmetrics check --parser %s %s", stream.source, name, what, kind, name, path)
