@@ -162,6 +162,9 @@ def test_the_table_and_the_page(tmp_path: Path) -> None:
     text = page.read_text()
     assert text.count("<svg") >= 3 and "phi-3-mini-4k-instruct-q4" in text and "p50 150.0 ms" in text
     assert "<script src" not in text and 'src="http' not in text and 'href="http' not in text
+    report("--format", "html", "-o", str(tmp_path / "again.html"), str(log))
+    assert (tmp_path / "again.html").read_text() == text  # (each chart's id too: chart-1, chart-2, ...)
+    assert 'id="chart-1"' in text
 
 
 def test_a_log_no_parser_knows(tmp_path: Path) -> None:

@@ -193,7 +193,10 @@ def _span(seconds: int) -> str:
     return f"{seconds} s"
 
 
-def _chart(title: str, lines: dict[str, list[tuple[float, float | None]]], tz: tzinfo | None, width: int) -> str:
+def _chart(title: str, lines: dict[str, list[tuple[float, float | None]]], tz: tzinfo | None, width: int,
+           number: int) -> str:
+    """One chart's SVG, its id ``chart-N`` (``number``), where pygal draws a random one: the page
+    is the same, byte for byte, from the same log."""
     import pygal
     from pygal.style import CleanStyle
 
@@ -202,6 +205,7 @@ def _chart(title: str, lines: dict[str, list[tuple[float, float | None]]], tz: t
                                height=320, x_label_rotation=30, dots_size=1.5, fill=False, legend_at_bottom=True,
                                x_value_formatter=lambda dt: dt.astimezone(tz).strftime(fmt),
                                truncate_legend=-1, include_x_axis=True, allow_interruptions=True)
+    chart.uuid = str(number)
     for label, points in lines.items():
         chart.add(label, [(datetime.fromtimestamp(t, tz), v) for t, v in points])
     return str(chart.render(is_unicode=True))
@@ -232,6 +236,7 @@ def as_html(c: Collected, tz: tzinfo | None) -> str:
     when = clock(tz)
     esc = html.escape
     parts: list[str] = []
+    charts = 0
     for fig in c.figures:
         s = summary(fig)
         parts.append(f"<h2>{esc(_title(s))}</h2>\n<table>")
@@ -245,7 +250,8 @@ def as_html(c: Collected, tz: tzinfo | None) -> str:
         for name, keys in groups:
             if keys and any(len(lines[k]) > 1 for k in keys):
                 title = f"{_title(s)}: {name}, per {_span(width)} of log time"
-                parts.append(f"<figure>{_chart(title, {k: lines[k] for k in keys}, tz, width)}</figure>")
+                charts += 1
+                parts.append(f"<figure>{_chart(title, {k: lines[k] for k in keys}, tz, width, charts)}</figure>")
     if c.untimed or c.elapsed:
         parts.insert(0, f"<p><strong>{esc(_untimed(c))}</strong></p>")
     if not c.figures:
