@@ -207,3 +207,16 @@ def test_the_progress_line_ends_once_every_process_has_read() -> None:
     progress.end(mine)
     progress.end(mine)
     assert shown.getvalue().count("\n") == 1 and "read 10.0 MB in" in shown.getvalue().splitlines()[-1]
+
+
+def test_two_logs_whose_lines_name_their_sources_are_read_in_one_process(tmp_path: Path) -> None:
+    """Two ``docker compose logs`` files may name one service: the run stays in one process from the
+    start (where it read everything twice, in workers and then alone), with the same output."""
+    compose = (ROOT / "samples" / "supabase" / "compose.log").read_text()
+    (tmp_path / "a-compose.log").write_text(compose)
+    (tmp_path / "b-compose.log").write_text(compose)
+    (tmp_path / "vllm.log").write_text((ROOT / "samples" / "vllm" / "v1-0.10.log").read_text())
+    one, _ = oneshot(str(tmp_path), workers=1, cwd=tmp_path)
+    two, said = oneshot(str(tmp_path), workers=2, cwd=tmp_path)
+    assert "reading in one process: files whose lines name their sources" in said, said
+    assert "again" not in said and one == two

@@ -70,7 +70,7 @@ def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str
         return None, f"a directory could not be listed ({errors[0]})"
     if len(files) < 2:
         return None, "one file"
-    settings = Settings(source=opts.source)
+    settings = Settings(source=opts.source, envelope=opts.envelope)
     settings.set_inputs(opts.inputs)
     sources: set[str] = set()
     idents: set[tuple[int, int]] = set()
@@ -90,6 +90,8 @@ def plan(opts: Options, workers: int) -> tuple[list[tuple[str, ...]] | None, str
         sizes[path] = st.st_size
     if sum(sizes.values()) < w.MIN_BYTES and not workers:
         return None, f"under {w.MIN_BYTES >> 20} MiB in all"
+    if w.naming_files(sizes, settings) > 1:
+        return None, w.NAMING_WHY
     if len(sources) > {**LABEL_LIMITS, **dict(opts.label_limits)}.get("source", DEFAULT_LIMIT):
         return None, "more sources than the cardinality guard keeps"  # folded in one process' order
     return w.jobs(sizes, n), ""

@@ -17,6 +17,9 @@ from functools import partial
 from typing import TypeVar
 
 from logmetrics.app.progress import Progress
+from logmetrics.engine.settings import Settings
+from logmetrics.envelopes.kinds import NAMING
+from logmetrics.envelopes.unwrap import head_kind
 from logmetrics.sources.chunks import SourceStats
 from logmetrics.store.catalog import BY_NAME, Family
 from logmetrics.store.guard import DEFAULT_LIMIT, NOISE_SHARE, label_at
@@ -28,6 +31,34 @@ JOBS_PER_PROCESS = 4
 FAILED = "a worker process failed"  # why a run is read again in one process (a warning: it costs time)
 T = TypeVar("T")
 Seen = Mapping[tuple[str, int, str], set[str]]  # a cardinality guard's admitted values
+
+
+#: Why files whose lines name their sources stay in one process (``naming_files``).
+NAMING_WHY = ("files whose lines name their sources (compose services, journald units, kubectl pods): "
+              "two may name one")
+#: What ``naming_files`` reads of each file to tell its envelope.
+HEAD_BYTES = 16 << 10
+
+
+def naming_files(sizes: Mapping[str, int], settings: Settings) -> int:
+    """How many of the files ``sizes`` name their sources in their lines (``envelopes.kinds.NAMING``,
+    forced or told by their first lines), up to 2: two may name the same source, which two
+    processes would both make (the run would be read again in one). Each file's head is read only
+    where its envelope is ``auto``."""
+    found = 0
+    for path in sizes:
+        kind: str | None = settings.envelope_of(path)
+        if kind == "auto":
+            try:
+                with open(path, "rb") as f:
+                    kind = head_kind(f.read(HEAD_BYTES))
+            except OSError:
+                continue  # (the run says it)
+        if kind in NAMING:
+            found += 1
+            if found > 1:
+                break
+    return found
 
 
 def cores() -> int:

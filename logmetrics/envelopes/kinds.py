@@ -22,7 +22,7 @@ import calendar
 import re
 from datetime import datetime
 
-__all__ = ["LAYERED", "MODES", "PREFIXES", "STAMPS", "classify", "parse_rfc3339"]
+__all__ = ["LAYERED", "MODES", "NAMING", "PREFIXES", "STAMPS", "classify", "parse_rfc3339"]
 
 STAMPS = "docker-timestamps"
 PREFIXES = (STAMPS, "compose", "journald", "kubectl")  # the kinds that are a prefix of each line
@@ -35,6 +35,9 @@ LAYERED = (
     "journald+compose+docker-timestamps",
 )
 MODES = ("auto", "none", "docker-json", "cri", *PREFIXES, *LAYERED)
+#: The kinds whose lines name their source (a compose service, a journald unit, a kubectl pod): two
+#: files of them may name the same one.
+NAMING = frozenset(("compose", "journald", "kubectl", *LAYERED))
 _INNER = (STAMPS, "compose")  # the layers looked for inside another, in this order
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"

@@ -94,6 +94,23 @@ def _load_lossy(raw: bytes) -> tuple[Any, object]:
         return None, None
 
 
+def head_kind(data: bytes) -> str | None:
+    """The envelope kind that the first non-empty lines of ``data`` show (``auto``), or None while
+    it holds none."""
+    sample: list[str] = []
+    pos, size, scanned = 0, len(data), 0
+    while pos < size and len(sample) < _SAMPLE_LINES and scanned < _SCAN_LINES:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            end = size
+        line = clean(data[pos : min(end, pos + _SAMPLE_CHARS)].decode("utf-8", "replace"))
+        pos, scanned = end + 1, scanned + 1
+        line = line.rstrip("\r")
+        if line.strip() and not COMPOSE_PREAMBLE.match(line):
+            sample.append(line)
+    return classify(sample) if sample else None
+
+
 class Unwrapper:
     """Peels the envelope off the raw lines of one stream; keep one per stream.
 
@@ -184,21 +201,11 @@ class Unwrapper:
 
     def _detect(self, data: bytes) -> str:
         """Decide the kind from the first non-empty lines of ``data``; fix it once decided."""
-        sample: list[str] = []
-        pos, size, scanned = 0, len(data), 0
-        while pos < size and len(sample) < _SAMPLE_LINES and scanned < _SCAN_LINES:
-            end = data.find(b"\n", pos)
-            if end < 0:
-                end = size
-            line = clean(data[pos : min(end, pos + _SAMPLE_CHARS)].decode("utf-8", "replace"))
-            pos, scanned = end + 1, scanned + 1
-            line = line.rstrip("\r")
-            if line.strip() and not COMPOSE_PREAMBLE.match(line):
-                sample.append(line)
-        if not sample:
+        kind = head_kind(data)
+        if kind is None:
             return "none"  # nothing to go by yet: pass this chunk through, decide later
-        self.kind = classify(sample)
-        return self.kind
+        self.kind = kind
+        return kind
 
     def _hold(self, key: str | bytes, size: int) -> bool:
         """Count ``size`` more bytes held for the line of ``key``; False once that passes the cap."""

@@ -87,13 +87,15 @@ def _plan(opts: Options, sizes: dict[str, int]) -> tuple[list[tuple[str, ...]] |
         return None, "one file"
     if opts.source is not None or any(i.source is not None for i in opts.inputs):
         return None, "a source label named for an input (--source or an input's source)"
-    settings = Settings(source=opts.source)
+    settings = Settings(source=opts.source, envelope=opts.envelope)
     settings.set_inputs(opts.inputs)
     sources = {settings.source_label(path) for path in sizes}
     if len(sources) < len(sizes):  # a source's figures would be made in two processes
         return None, "a source is read from several files"
     if sum(sizes.values()) < workers.MIN_BYTES and not opts.workers:
         return None, f"under {workers.MIN_BYTES >> 20} MiB in all"
+    if workers.naming_files(sizes, settings) > 1:
+        return None, workers.NAMING_WHY
     return workers.jobs(sizes, n), ""
 
 
