@@ -724,3 +724,15 @@ def test_forced_layered_mode() -> None:
     assert unwrapper.kind == "compose+docker-timestamps"
     assert [(p.service, p.text) for p in pieces] == [("svc", "one\n")]
     assert pieces[0].time == pytest.approx(T1_UNIX - 1e-9)
+
+
+def test_pm2_logs_give_a_piece_per_app() -> None:
+    """``pm2 logs`` output (``ID|NAME  | line``, pm2's own ``PM2  | `` lines) is detected; each
+    app's lines are a piece named by the app, the prefix peeled."""
+    unwrapper = Unwrapper()
+    pieces = unwrapper.feed(b"0|vllm     | " + VLLM.encode() + b"1|gateway  | " + UVICORN.encode()
+                            + b"PM2        | App [vllm:0] online\n" + b"0|vllm     | " + UVICORN.encode(), 1.0)
+    assert unwrapper.kind == "pm2"
+    assert [(p.service, p.text) for p in pieces] == [("vllm", VLLM + UVICORN), ("gateway", UVICORN),
+                                                     ("PM2", "App [vllm:0] online\n")]
+

@@ -143,3 +143,18 @@ def test_the_suggested_check_command_takes_a_name_that_starts_with_a_dash(tmp_pa
                           "-x.log"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     warning = next(line for line in out.stderr.splitlines() if "matched none" in line)
     assert shlex.split(warning.split("makes of them with: ", 1)[1])[-1] == "./-x.log"
+
+
+def test_a_vllm_log_through_pm2_counts_what_the_log_counts(tmp_path: Path) -> None:
+    """A vLLM log behind ``pm2 logs``' prefix gives the figures of the log itself, its app's name
+    for the source: its stats, requests and errors too, not only its access lines."""
+    sample = (Path(__file__).resolve().parent.parent / "samples" / "vllm" / "exact-tokens.log").read_text()
+    (tmp_path / "plain.log").write_text(sample)
+    (tmp_path / "pm2.log").write_text("".join(f"0|vllm  | {line}\n" for line in sample.splitlines()))
+    figures = []
+    for name in ("plain.log", "pm2.log"):
+        out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm",
+                              str(tmp_path / name)], capture_output=True, text=True, timeout=120, check=True).stdout
+        figures.append(sorted(line.split("source=")[0] + line.rsplit(" ", 1)[1] for line in out.splitlines()
+                              if line.startswith(("llm_", "http_", "backend_"))))
+    assert figures[0] and figures[0] == figures[1]

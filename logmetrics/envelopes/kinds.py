@@ -5,7 +5,7 @@ envelope or several layered ones, written outer first and joined with ``+``:
 
 * whole-line formats, written by the runtime to disk, never layered: ``docker-json``, ``cri``;
 * line prefixes: ``docker-timestamps`` (``docker logs -t``, ``kubectl logs --timestamps``),
-  ``compose``, ``journald`` and ``kubectl`` (``kubectl logs --prefix``);
+  ``compose``, ``journald``, ``kubectl`` (``kubectl logs --prefix``) and ``pm2`` (``pm2 logs``);
 * the layered forms that tools really print (:data:`LAYERED`): a compose, kubectl or journald
   prefix followed by a ``docker logs -t`` timestamp (``docker compose logs -t``, ``kubectl logs
   --prefix --timestamps``), a timestamp followed by a compose prefix (``docker logs -t`` of a
@@ -25,7 +25,7 @@ from datetime import datetime
 __all__ = ["LAYERED", "MODES", "NAMING", "PREFIXES", "STAMPS", "classify", "parse_rfc3339"]
 
 STAMPS = "docker-timestamps"
-PREFIXES = (STAMPS, "compose", "journald", "kubectl")  # the kinds that are a prefix of each line
+PREFIXES = (STAMPS, "compose", "journald", "kubectl", "pm2")  # the kinds that are a prefix of each line
 LAYERED = (
     "compose+docker-timestamps",
     "kubectl+docker-timestamps",
@@ -37,7 +37,7 @@ LAYERED = (
 MODES = ("auto", "none", "docker-json", "cri", *PREFIXES, *LAYERED)
 #: The kinds whose lines name their source (a compose service, a journald unit, a kubectl pod): two
 #: files of them may name the same one.
-NAMING = frozenset(("compose", "journald", "kubectl", *LAYERED))
+NAMING = frozenset(("compose", "journald", "kubectl", "pm2", *LAYERED))
 _INNER = (STAMPS, "compose")  # the layers looked for inside another, in this order
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
@@ -52,7 +52,11 @@ JOURNAL_PREFIX = re.compile(
 )
 # `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
 KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
-PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX}
+# `pm2 logs`: "ID|NAME" padded with at least one space, then "| " (pm2's own lines: "PM2"). Group 1
+# or 2: the app's name.
+PM2_PREFIX = re.compile(r"(?:\d+\|([^\s|]+)|(PM2)) +\| ")
+PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX,
+            "pm2": PM2_PREFIX}
 # What `docker compose up` prints before the first service line; skipped while detecting.
 COMPOSE_PREAMBLE = re.compile(
     r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"

@@ -14,6 +14,8 @@ hands back :class:`Piece` objects holding decoded text without the container env
   unit[pid]: content``; one piece per unit, which becomes the source like a compose service.
 * ``kubectl``: ``kubectl logs --prefix`` output, ``[pod/NAME/CONTAINER] content``; one piece per
   pod and container (``NAME/CONTAINER`` becomes the source).
+* ``pm2``: ``pm2 logs`` output, ``ID|NAME  | content`` (pm2's own lines ``PM2  | ``); one piece
+  per app, whose name becomes the source.
 * layered prefixes, outer first (see :data:`~logmetrics.envelopes.kinds.LAYERED`): e.g.
   ``compose+docker-timestamps`` for ``docker compose logs -t``, ``kubectl+docker-timestamps`` for
   ``kubectl logs --prefix --timestamps``, ``docker-timestamps+compose``, ``journald+compose``.
