@@ -220,3 +220,30 @@ def test_two_logs_whose_lines_name_their_sources_are_read_in_one_process(tmp_pat
     two, said = oneshot(str(tmp_path), workers=2, cwd=tmp_path)
     assert "reading in one process: files whose lines name their sources" in said, said
     assert "again" not in said and one == two
+
+
+def test_workers_end_with_their_process_even_killed() -> None:
+    """A ``kill -9`` of the first process ends its workers at once (Linux): none reads on alone."""
+    import os
+
+    code = ("import sys, time\n"
+            "from logmetrics.app import workers\n"
+            "child = workers.fork(lambda: time.sleep(60))\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:  # (gone, or a zombie that its new parent has not reaped yet)
+            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                break
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the worker outlived its killed parent")

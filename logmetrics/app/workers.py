@@ -145,9 +145,11 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
     import gc
 
     gc.freeze()  # (what the parent made stays in place: a collection in the child copies no page of it)
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
         os.close(read)
+        _end_with(parent)
         code = 0
         if board is not None:
             board.slot = slot
@@ -164,6 +166,19 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
             os._exit(code)
     os.close(write)
     return Child(pid, read)
+
+
+def _end_with(parent: int) -> None:
+    """Have this child killed when its parent ends, even by ``kill -9`` (Linux; elsewhere it reads
+    its share to the end, and its result finds no reader)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl: not Linux
+        return
+    if os.getppid() != parent:  # the parent ended before the call
+        os._exit(1)
 
 
 class Gathering:
