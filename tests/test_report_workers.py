@@ -88,7 +88,7 @@ def test_the_workers_end_with_an_interrupted_report(tmp_path: Path) -> None:
     while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
         workers = [int(pid) for pid in children.read_text().split()]
         time.sleep(0.01)
-    assert len(workers) == 2, "the workers did not start"
+    assert len(workers) >= 2, "the workers did not start"  # (2 with the first process reading, or 3)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and out == "" and "interrupted" in err, err
