@@ -12,7 +12,7 @@ from types import FrameType
 from logmetrics.app import shards
 from logmetrics.app.options import Options
 from logmetrics.app.progress import Progress
-from logmetrics.app.runner import Runner, tune_allocator
+from logmetrics.app.runner import Runner, settle_collector, tune_allocator
 from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.descriptors import raise_open_file_limit
@@ -29,6 +29,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
     """Run ``watch``: print the exposition for ``--oneshot``, else serve until SIGINT/SIGTERM; SIGHUP
     reads the --config file again (``reloader``)."""
     tune_allocator()
+    settle_collector()
     raise_open_file_limit()
     if opts.listen is None:
         # (SIGINT or SIGTERM before the end of the inputs: nothing printed, and the command line's
