@@ -34,8 +34,8 @@ Seen = Mapping[tuple[str, int, str], set[str]]  # a cardinality guard's admitted
 
 
 #: Why files whose lines name their sources stay in one process (``naming_files``).
-NAMING_WHY = ("files whose lines name their sources (compose services, journald units, kubectl pods): "
-              "two may name one")
+NAMING_WHY = ("files whose lines name their sources (compose services, journald units, kubectl pods, pm2 "
+              "apps): two may name one")
 #: What ``naming_files`` reads of each file to tell its envelope.
 HEAD_BYTES = 16 << 10
 
