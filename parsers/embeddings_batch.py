@@ -35,26 +35,29 @@ QUEUE = "embeddings_queue_duration_seconds"
 INFERENCE = "embeddings_inference_duration_seconds"
 TOKENIZATION = "embeddings_tokenization_duration_seconds"
 TEI_RULE = "tei_success"
-_DUR = r'"\d+(?:\.\d+)?(?:ns|µs|μs|us|ms|s|m|h)"'  # as ``embeddings_tei.duration`` reads it (no exponent)
+#: A duration as ``embeddings_tei.duration`` reads it, in ASCII digits and with no exponent (others go
+#: to ``parse``). Possessive, and the commonest units first: a third of the time of the run scan.
+_DUR = r'"[0-9]++(?:\.[0-9]++)?+(?:ms|s|µs|ns|us|μs|m|h)"'
 #: A LeapfrogAI line's head up to its message, for levels that do not make it an error record.
-_HEAD = (rf"(?!{EXCEPTION_LINE})[\w.]+: \d{{4}}-\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}},\d{{3}} "
-         r"\| (?:INFO|DEBUG|WARNING) \| [^:|\n>]+:\d+ >>> ")
-_START = r"processing CreateEmbedding request: char-length: \d+[^\n]*"
-_DONE = r"finished processing CreateEmbedding request, created \d+ embeddings(?![^\n])"
+_HEAD = (rf"(?!{EXCEPTION_LINE})[\w.]++: [0-9]{{4}}-[0-9][0-9]-[0-9][0-9] "
+         r"[0-9][0-9]:[0-9][0-9]:[0-9][0-9],[0-9]{3} \| (?:INFO|DEBUG|WARNING) \| [^:|\n>]++:[0-9]++ >>> ")
+_START = r"processing CreateEmbedding request: char-length: [0-9]++[^\n]*+"
+_DONE = r"finished processing CreateEmbedding request, created [0-9]++ embeddings(?![^\n])"
 #: A tqdm progress bar of sentence-transformers' ``encode`` (``Batches: 100%|███| 1/1 [00:00<00:00, 20.78it/s]``).
-_BAR = r"Batches: +\d+%\|[█▏▎▍▌▋▊▉# ]*\| *\d+/\d+ \[[\d:<?]+, *[\d.?]+(?:it/s|s/it)\](?![^\n])"
-#: (Names and the time in ASCII character sets, not ``\w`` and ``[^\s]``: half the time on lines this
-#: long. A line outside them goes to ``parse``, which takes any.)
-_NAME = "[A-Za-z0-9_]+"
-_TEI = (rf'\d{{4}}-\d\d-\d\dT[0-9:.,+Z-]+ +INFO +{_NAME}\{{'
+_BAR = r"Batches: ++[0-9]++%\|[█▏▎▍▌▋▊▉# ]*+\| *+[0-9]++/[0-9]++ \[[0-9:<?]++, *+[0-9.?]++(?:it/s|s/it)\](?![^\n])"
+#: (Names, digits and the time in ASCII character sets, not ``\w``, ``\d`` and ``[^\s]``: half the time on
+#: lines this long. A line outside them goes to ``parse``, which takes any.)
+_NAME = "[A-Za-z0-9_]++"
+_TEI = (rf'[0-9]{{4}}-[0-9][0-9]-[0-9][0-9]T[0-9:.,+Z-]++ ++INFO ++{_NAME}\{{'
         rf"total_time={_DUR} tokenization_time={_DUR} queue_time={_DUR} inference_time={_DUR}"
-        rf"\}}: text_embeddings_{_NAME}(?:::{_NAME})*: (?:[A-Za-z0-9_./-]+:\d+: )?Success(?![^\n])")
+        rf"\}}: text_embeddings_{_NAME}(?:::{_NAME})*+: (?:[A-Za-z0-9_./-]++:[0-9]++: )?+Success(?![^\n])")
 _PAIR = rf"{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE}"
 #: In a run of lines the pattern found: each TEI line's durations (number and unit), each
 #: LeapfrogAI line's minute, second, millisecond and (finish lines) embeddings made.
-_TEI_ROW = re.compile(r'\{total_time="([\d.]+)([^"]+)" tokenization_time="([\d.]+)([^"]+)" '
-                      r'queue_time="([\d.]+)([^"]+)" inference_time="([\d.]+)([^"]+)"')
-_LFAI_ROW_AT = r"[\w.]+: (\d{4}-\d\d-\d\d \d\d:\d\d):(\d\d),(\d{3}) [^>]+>>> (?:p|f[^\n]+created (\d+))"
+_TEI_ROW = re.compile(r'\{total_time="([0-9.]++)([^"]++)" tokenization_time="([0-9.]++)([^"]++)" '
+                      r'queue_time="([0-9.]++)([^"]++)" inference_time="([0-9.]++)([^"]++)"')
+_LFAI_ROW_AT = (r"[\w.]++: ([0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]):([0-9][0-9]),([0-9]{3}) [^>]++>>> "
+                r"(?:p|f[^\n]+created ([0-9]+))")
 #: (The first line of a text, then every line after a newline: a pattern that begins with the
 #: newline is searched for it in a tight loop, where ``^`` of ``MULTILINE`` is tried at every position.)
 _LFAI_FIRST = re.compile(_LFAI_ROW_AT)

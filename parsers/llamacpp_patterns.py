@@ -157,61 +157,64 @@ ERROR_TYPES = tuple(kind for kind in PHRASES.types if kind != "bad_request")
 
 # --- the whole-chunk scan of the frequent llama-server lines (``llamacpp_batch``) ---------------
 # Each pattern matches one whole record of the 2024-2026 formats, and only in the exact form whose
-# record-by-record meaning is known (plain numbers, no ``nan``, clean paths); anything else is left
-# to ``parse``. A record ends where the next line does not continue it. The current format's time
-# since start and level (``0.12.000.001 I ``) may stand before each line; only ``I`` lines are read
-# here (a ``W``/``E`` line goes to ``parse``, which reads its level).
+# record-by-record meaning is known (plain numbers in ASCII digits ``[0-9]``, cheaper to match than
+# ``\d``; no ``nan``; clean paths); anything else is left to ``parse``. A record ends where the next
+# line does not continue it. The current format's time since start and level (``0.12.000.001 I ``)
+# may stand before each line; only ``I`` lines are read here (a ``W``/``E`` line goes to ``parse``,
+# which reads its level).
 
 _CONT = rf"(?:{CONTINUATION_LLAMA.pattern})"
 #: After a record: the next line (past empty lines, which the records stage skips) starts a record;
 #: a ``slot``/``srv`` line or one that starts with a digit (the time prefix) always does (tested
 #: first: it is the next line nearly every time).
-_ENDS = rf"\n(?:(?=s(?:lot|rv) |\d)|(?!\n*{_CONT}))"
+_ENDS = rf"\n(?:(?=s(?:lot|rv) |[0-9])|(?!\n*{_CONT}))"
 #: The time since start and the INFO level, when the build prints them.
-_PFX = r"(?:\d+\.\d\d\.\d{3}\.\d{3} I )?"
-_SLOT_ID = r"id +\d+ \| task \d+ \| "
+_PFX = r"(?:[0-9]+\.[0-9][0-9]\.[0-9]{3}\.[0-9]{3} I )?"
+_SLOT_ID = r"id +[0-9]+ \| task [0-9]+ \| "
 #: Slot lines that say nothing the parser counts: prompt progress, a new prompt, prompt done, the
 #: slot chosen for a task, generation progress, the graphs reused line that ends a timing block.
 _NOOP = (
-    rf"{_PFX}(?:slot (?:update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = \d+, n_tokens = \d+, "
-    r"progress = [\d.]+|new prompt, n_ctx_slot = \d+, n_keep = \d+, n_prompt_tokens = \d+"
-    r"|prompt done, n_past = \d+, n_tokens = \d+)"
-    r"|get_availabl: id +\d+ \| task -?\d+ \| selected slot by (?:LCP similarity, f_sim_best = [\d.]+ "
-    r"\(> [\d.]+ thold\), f_keep = [\d.]+|LRU, t_last = -?\d+)"
-    rf"|print_timing: {_SLOT_ID}(?:n_(?:gen|decoded) = +\d+, tg = +[\d.]+ t/s(?:, tg_3s = +[\d.]+ t/s)?"
-    r"|prompt processing, n_tokens = +\d+, progress = [\d.]+, t = +[\d.]+ s / [\d.]+ tokens per second"
-    r"| +graphs reused = +\d+))"
+    rf"{_PFX}(?:slot (?:update_slots: {_SLOT_ID}(?:prompt processing progress, n_past = [0-9]+, "
+    r"n_tokens = [0-9]+, progress = [0-9.]+|new prompt, n_ctx_slot = [0-9]+, n_keep = [0-9]+, n_prompt_tokens = [0-9]+"
+    r"|prompt done, n_past = [0-9]+, n_tokens = [0-9]+)"
+    r"|get_availabl: id +[0-9]+ \| task -?[0-9]+ \| selected slot by (?:LCP similarity, f_sim_best = [0-9.]+ "
+    r"\(> [0-9.]+ thold\), f_keep = [0-9.]+|LRU, t_last = -?[0-9]+)"
+    rf"|print_timing: {_SLOT_ID}(?:n_(?:gen|decoded) = +[0-9]+, tg = +[0-9.]+ t/s(?:, tg_3s = +[0-9.]+ t/s)?"
+    r"|prompt processing, n_tokens = +[0-9]+, progress = [0-9.]+, t = +[0-9.]+ s / [0-9.]+ tokens per second"
+    r"| +graphs reused = +[0-9]+))"
     # the chat template's name, without a word that the model, life or error rules look for
     r"|srv  params_from_: Chat format: (?:(?!model|released|idle|listening|startup|exit|Shutting|process|failed"
     r"|error|GGML|fault|dumped|magic|allocate|xception|Traceback)[\w .()-]){1,60})"
 )
-_EVAL = r"time = +(\d+\.\d+) ms / +(\d+) tokens \( *(\d+\.\d+) ms per token, +\d+\.\d+ tokens per second\)\n"
+_EVAL = (r"time = +([0-9]+\.[0-9]+) ms / +([0-9]+) tokens \( *([0-9]+\.[0-9]+) ms per token, "
+         r"+[0-9]+\.[0-9]+ tokens per second\)\n")
 #: The whole timing block under its ``slot print_timing`` line (2024-2025): groups 1 task, 2-4
 #: prompt ms, tokens, ms per token, 5-7 the same of the generation, 8 total ms.
 _BLOCK = (
-    rf"slot print_timing: id +\d+ \| task (\d+) \| ?\nprompt eval {_EVAL} +eval {_EVAL}"
-    r" +total time = +(\d+\.\d+) ms / +\d+ tokens"
+    rf"slot print_timing: id +[0-9]+ \| task ([0-9]+) \| ?\nprompt eval {_EVAL} +eval {_EVAL}"
+    r" +total time = +([0-9]+\.[0-9]+) ms / +[0-9]+ tokens"
 )
 #: The current format's timing lines, one record each, all of one task in a row: groups 9 task,
 #: 10-12 prompt, 13-15 generation, 16 total ms (the ``graphs reused`` line after them is a no-op).
 #: Groups 17 the slot of ``processing task``, 18 that of ``stop processing``, 19 the tokens of
 #: ``kv cache rm [N, end)``, 20-22 method, path and status of a request line, 23 ``all slots are idle``.
 #: After the optional time and level, the line's module and function pick the alternative.
-_TIMING_E = rf"{_PFX}slot print_timing: id +\d+ \| task "
+_TIMING_E = rf"{_PFX}slot print_timing: id +[0-9]+ \| task "
 _PREFIXED = (
-    rf"{_PFX}(?:slot (?:print_timing: id +\d+ \| task (\d+) \| prompt eval {_EVAL}{_TIMING_E}\9 \|        eval {_EVAL}"
-    rf"{_TIMING_E}\9 \|       total time = +(\d+\.\d+) ms / +\d+ tokens"
-    r"|launch_slot_: id +(\d+) \| task \d+ \| processing task(?:, is_child = \d+)?"
-    r"| +release: id +(\d+) \| task \d+ \| stop processing: n_(?:past|tokens) = \d+, truncated = \d+"
-    rf"|update_slots: {_SLOT_ID}kv cache rm \[(\d+), end\))"
+    rf"{_PFX}(?:slot (?:print_timing: id +[0-9]+ \| task ([0-9]+) \| prompt eval {_EVAL}"
+    rf"{_TIMING_E}\9 \|        eval {_EVAL}"
+    rf"{_TIMING_E}\9 \|       total time = +([0-9]+\.[0-9]+) ms / +[0-9]+ tokens"
+    r"|launch_slot_: id +([0-9]+) \| task [0-9]+ \| processing task(?:, is_child = [0-9]+)?"
+    r"| +release: id +([0-9]+) \| task [0-9]+ \| stop processing: n_(?:past|tokens) = [0-9]+, truncated = [0-9]+"
+    rf"|update_slots: {_SLOT_ID}kv cache rm \[([0-9]+), end\))"
     # a path with no quote (``model_path="``) and no ``GGML_ASSERT`` (an error phrase), an address
-    r'|srv  (?:log_server_r: (?:done )?request: ([A-Z]+) ((?![^\s]*GGML_ASSERT)[^\s"]+) [0-9a-fA-F.:\[\]]+ (\d{3})'
+    r'|srv  (?:log_server_r: (?:done )?request: ([A-Z]+) ((?![^\s]*GGML_ASSERT)[^\s"]+) [0-9a-fA-F.:\[\]]+ ([0-9]{3})'
     r"|update_slots: (all slots are idle)))"
 )
 #: A request refused for the client's fault, as the current format's HTTP layer logs it (a warning):
 #: groups 24 code, 25 message, 26 type.
-_CLIENT = (r'(?:\d+\.\d\d\.\d{3}\.\d{3} W )?srv +operator\(\): got exception: \{"error":\{"code":(4\d\d),'
-           r'"message":"((?:[^"\\\n]|\\.)*)","type":"(\w+)"\}\}')
+_CLIENT = (r'(?:[0-9]+\.[0-9][0-9]\.[0-9]{3}\.[0-9]{3} W )?srv +operator\(\): got exception: '
+           r'\{"error":\{"code":(4[0-9][0-9]),"message":"((?:[^"\\\n]|\\.)*)","type":"(\w+)"\}\}')
 #: Any other record: a line and the lines that continue it (group 27).
 _OTHER = rf"([^\n]*\n(?:\n*{_CONT}[^\n]*\n)*)"
 #: One match per record that counts (the records that say nothing are skipped inside the match).
