@@ -26,9 +26,10 @@ import re
 from dataclasses import dataclass
 
 #: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
-#: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking.
+#: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking; the last
+#: letter is tested first (a fifth of the time on lines that name no exception).
 EXCEPTION_NAME = (
-    r"[A-Za-z_][\w.]*+(?:(?<=[\w.]Error)|(?<=[\w.]Exception)|(?<=[\w.]Exit)|(?<=[\w.]Interrupt))"
+    r"[A-Za-z_][\w.]*+(?<=[rnt])(?:(?<=[\w.]Error)|(?<=[\w.]Exception)|(?<=[\w.]Exit)|(?<=[\w.]Interrupt))"
 )
 #: The end of a line, inside a text of many lines (``$`` only works on one line).
 EOL = r"(?![^\r\n])"
