@@ -152,9 +152,24 @@ def test_check_reads_a_compose_file_per_service_as_watch_does(tmp_path: Path) ->
     heads = [line.split(":", 1)[0] for line in out.stdout.splitlines() if line.startswith("parser ")]
     assert heads == ["parser api (entry point logmetrics_parsers.api",
                      "parser ui (entry point logmetrics_parsers.ui"], out.stdout
-    assert "[service api-1]: 2 lines, 2 records, 2 matched" in out.stdout
-    assert "[service ui-1]: 1 lines, 1 records, 1 matched" in out.stdout
-    assert out.stdout.startswith("no parser on stack.log: 1 line, counted unmatched (")  # compose's own line
+    assert "[service api-1] (compose envelope): 2 lines, 2 records, 2 matched" in out.stdout
+    assert "[service ui-1] (compose envelope): 1 lines, 1 records, 1 matched" in out.stdout
+    assert out.stdout.startswith("no parser on stack.log (compose envelope): 1 line, counted unmatched (")
+
+
+def test_check_names_the_envelope_and_pm2s_own_lines(tmp_path: Path) -> None:
+    """pm2 logs output: check names the envelope it peeled, reports the app's lines with their parser,
+    and says that pm2's own lines are the process manager's, not that a parser should be named."""
+    (tmp_path / "pm2.log").write_text(
+        "PM2        | App [api:0] starting in -fork mode-\n"
+        '0|api      | INFO:     10.0.0.5:51234 - "POST /openai/v1/chat/completions HTTP/1.1" 200 OK\n')
+    out = cli("check", "pm2.log", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "on pm2.log [service api] (pm2 envelope): 1 lines, 1 records, 1 matched" in out.stdout, out.stdout
+    assert ("pm2's own lines on pm2.log [service PM2] (pm2 envelope): 1 line, the process manager's (not an "
+            "app's): read by no parser, counted unmatched") in out.stdout
+    assert "--parser" not in out.stdout
+    assert "\nunmatched records: none\n" in out.stdout
 
 
 def test_check_says_how_many_series_it_does_not_list(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.store import Store
 
 log = logging.getLogger(__name__)
+PM2_OWN = "PM2"  # the stream of pm2's own lines in ``pm2 logs`` output (``envelopes.kinds.PM2_PREFIX``)
 
 SHAPES = (
     (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
@@ -51,9 +52,10 @@ def parse_one(parser: Parser, record: Record) -> list[Event]:
     return list(parser.parse(record))
 
 
-def _read(path: str, envelope: str) -> tuple[list[tuple[str | None, str]], float]:
+def _read(path: str, envelope: str) -> tuple[list[tuple[str | None, str]], float, str | None]:
     """The unwrapped text of ``path`` per stream, as ``watch`` splits it: one per compose service
-    (or journald unit), in the order they first appear; one with service ``None`` otherwise."""
+    (or journald unit), in the order they first appear; one with service ``None`` otherwise. Also
+    the file's mtime and the envelope found (``None``: not told, as for an empty file)."""
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
@@ -65,7 +67,8 @@ def _read(path: str, envelope: str) -> tuple[list[tuple[str | None, str]], float
     streams: dict[str | None, list[str]] = {}
     for p in pieces:
         streams.setdefault(p.service, []).append(p.text)
-    return [(service, "".join(texts)) for service, texts in streams.items()] or [(None, "")], mtime
+    streamed = [(service, "".join(texts)) for service, texts in streams.items()] or [(None, "")]
+    return streamed, mtime, unwrapper.kind
 
 
 def _without_zero_starts(events: list[Event], counters: set[str], zeroed: dict[str, None]) -> list[Event]:
@@ -119,8 +122,9 @@ def report(path: str, entries: dict[str, ParserEntry], *, parser: str | None, en
 def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, envelope: str,
              top: int, fast_check: FastCheck | None = None) -> list[tuple[str, Tally | None]]:
     """Each stream's report on ``path`` and its tally (``None``: no parser took it)."""
-    streams, mtime = _read(path, envelope)
+    streams, mtime, kind = _read(path, envelope)
     layout = Layouts().of(path)
+    wrapped = f" ({kind} envelope)" if kind not in (None, "none") else ""
     reports: list[tuple[str, Tally | None]] = []
     for service, text in streams:
         if layout is not None:
@@ -129,7 +133,12 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
             names = (os.path.basename(path), service, path)
         else:
             names = (os.path.basename(path), path)
-        where = path if service is None else f"{path} [service {service}]"
+        where = (path if service is None else f"{path} [service {service}]") + wrapped
+        if service == PM2_OWN and kind is not None and "pm2" in kind:
+            lines = text.count("\n")
+            reports.append((f"pm2's own lines on {where}: {lines} line{'s' * (lines != 1)}, the process manager's "
+                            "(not an app's): read by no parser, counted unmatched\n", None))
+            continue
         try:
             reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top,
                                           fast_check=fast_check))
@@ -275,9 +284,11 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
         out += [f"{'':<10}{series}" for series in zero_only]
     if used:
         out += ["", f"records used without a count (a model named, a state kept, series started at 0): {used}"]
-    out += ["", f"unmatched records by shape (top {top}):"]
-    for key, n in unmatched.most_common(top):
-        out.append(f"{n:>8}  {examples[key]}")
+    if unmatched:
+        out += ["", f"unmatched records by shape (top {top}):"]
+        out += [f"{n:>8}  {examples[key]}" for key, n in unmatched.most_common(top)]
+    else:
+        out += ["", "unmatched records: none"]
     fast = fast_check(entry.cls, text, mtime, names) if fast_check is not None else []
     if fast:
         out += ["", "its fast path, run as watch runs it (fix these in the parser):"]
