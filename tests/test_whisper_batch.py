@@ -121,6 +121,19 @@ def test_frequent_lines_never_reach_parse(monkeypatch: pytest.MonkeyPatch) -> No
     assert (events, matched, lines) != ([], 0, 0)
 
 
+def test_lines_in_other_digits_are_read_as_parse_reads_them() -> None:
+    """LeapfrogAI lines whose times and durations are in Arabic-Indic digits (``\\d`` takes them, a run
+    did and failed on them, losing its batch): they go to ``parse``, with no parse error, and the fast
+    path gives what it gives."""
+    other = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+    text = "".join(line.translate(other) if i % 3 == 0 else line for i, line in enumerate(FREQUENT[:12] * 20))
+    events, matched, _, errors, _ = parse_records(WhisperParser(), Batch("test", text, NOW, text.count("\n")))
+    assert errors == 0
+    assert totals(events)[("llm_requests_total", ("unknown", "ok"))] == 60
+    assert matched > 0
+    assert_fast_path_matches(WhisperParser, text, (None, 700), now=NOW, digits=6)
+
+
 def test_a_model_left_within_a_batch_is_named_for_its_zero_series() -> None:
     """whisper.cpp CLI runs of two models in one batch: both models are named, for the engine's zero series."""
     text = ("whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-base.en.bin'\n"
