@@ -145,33 +145,43 @@ def _lfai_run(text: str, at: int, end: int, now: float, model: str, requests: Re
         rows = ([first.groups()] if first is not None else []) + _LFAI_ROW.findall(text, 0, end)
     pairs = requests.pairs
     minutes: dict[str, int] = {}
-    if (len(rows) > 1 and not pairs.open and not pairs.timed_out and not len(rows) % 2
-            and not any(row[3] for row in rows[::2]) and all(row[3] for row in rows[1::2])):
+    started = False
+    i = 0
+    while i < len(rows) and (pairs.open or pairs.timed_out):  # what was running before the run ends first
+        started = _lfai_row(rows[i], now, model, requests, ok, embedded, events, minutes) or started
+        i += 1
+    k = i + (len(rows) - i) // 2 * 2
+    if k - i > 1 and not any(row[3] for row in rows[i:k:2]) and all(row[3] for row in rows[i + 1:k:2]):
         # Pairs with nothing running before them: each starts and ends at once, as the pairing would.
         pairs.models.add(model)
-        requests.seq += len(rows) // 2
-        took = [ended - began for i in range(0, len(rows), 2)
-                if (ended := _time(rows[i + 1], minutes)) >= (began := _time(rows[i], minutes)) > 0]
+        requests.seq += (k - i) // 2
+        took = [ended - began for j in range(i, k, 2)
+                if (ended := _time(rows[j + 1], minutes)) >= (began := _time(rows[j], minutes)) > 0]
         if took:
             events.append(Event(DURATION, (model,), tuple(took), None, "lfai_done"))
-        ok[model] = ok.get(model, 0) + len(rows) // 2
-        embedded[model] = embedded.get(model, 0) + sum(int(row[3]) for row in rows[1::2])
-        requests.offset = now - _time(rows[-1], minutes)
-        return len(rows), True
-    started = False
-    for row in rows:
-        t = _time(row, minutes)
-        if row[3]:
-            owner, took_s = requests.finish(model, t)
-            embedded[owner] = embedded.get(owner, 0) + int(row[3])
-            ok[owner] = ok.get(owner, 0) + 1
-            if took_s is not None:
-                events.append(Event(DURATION, (owner,), took_s, None, "lfai_done"))
-        else:
-            requests.start(model, t, t)
-            started = True
-        requests.offset = now - t
+        ok[model] = ok.get(model, 0) + (k - i) // 2
+        embedded[model] = embedded.get(model, 0) + sum(int(row[3]) for row in rows[i + 1:k:2])
+        requests.offset = now - _time(rows[k - 1], minutes)
+        started, i = True, k
+    for row in rows[i:]:  # a request left running at the run's end, or pairs out of order
+        started = _lfai_row(row, now, model, requests, ok, embedded, events, minutes) or started
     return len(rows), started
+
+
+def _lfai_row(row: tuple[str, ...], now: float, model: str, requests: Requests, ok: dict[str, int],
+              embedded: dict[str, int], events: list[Event], minutes: dict[str, int]) -> bool:
+    """One LeapfrogAI request line through the pairing; whether it started a request."""
+    t = _time(row, minutes)
+    requests.offset = now - t
+    if row[3]:
+        owner, took_s = requests.finish(model, t)
+        embedded[owner] = embedded.get(owner, 0) + int(row[3])
+        ok[owner] = ok.get(owner, 0) + 1
+        if took_s is not None:
+            events.append(Event(DURATION, (owner,), took_s, None, "lfai_done"))
+        return False
+    requests.start(model, t, t)
+    return True
 
 
 def _time(row: tuple[str, ...], minutes: dict[str, int]) -> float:
