@@ -618,6 +618,22 @@ def test_journald_short_iso_and_continuation_lines() -> None:
     assert {p.service for p in pieces} == {"vllm"}
 
 
+@pytest.mark.parametrize("prefix", [
+    "Jan 02 03:04:05.123456 gpu-1 vllm[812]: ",  # -o short-precise
+    "Jan 02 03:04:05 vllm[812]: ",  # --no-hostname
+    "2025-01-02T03:04:05.123456+0000 vllm[812]: ",  # -o short-iso-precise --no-hostname
+    "Thu 2025-01-02 03:04:05 UTC gpu-1 vllm[812]: ",  # -o short-full
+])
+def test_journald_precise_full_and_hostless_formats(prefix: str) -> None:
+    """journalctl's other short formats, and output without the host: the unit is vllm, never a word
+    of the message (a uvicorn line's 'INFO:' taken for the unit, the host's place for the unit's)."""
+    lines = ["INFO 01-02 03:04:05 [loggers.py:80] Engine 000: Avg prompt throughput: 1.0 tokens/s",
+             'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK']
+    unwrapper, pieces = run("".join(prefix + line + "\n" for line in lines * 2).encode())
+    assert unwrapper.kind == "journald"
+    assert [(p.service, p.text) for p in pieces] == [("vllm", "".join(line + "\n" for line in lines * 2))]
+
+
 def test_plain_logs_are_not_taken_for_journald() -> None:
     """vLLM, uvicorn and llama.cpp lines are plain text, not journalctl output."""
     data = (

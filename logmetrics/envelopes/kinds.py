@@ -44,11 +44,16 @@ _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
 TS_PREFIX = re.compile(_TS + " ")
 CRI_LINE = re.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
 COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
-# `journalctl` (short and short-iso formats): the time, the host, the unit or program and its pid.
-# Group 1: the unit name. journalctl's own "-- Boot ... --" / "-- No entries --" lines are kept.
+# `journalctl` (the short, short-precise, short-iso, short-iso-precise and short-full formats): the
+# time, the host (none with --no-hostname: a first word that is itself "unit[pid]: " is the unit; a
+# hostless line without a pid is not told from an application's own "TIME word: " line), the unit or
+# program and its pid. Group 1: the unit name. journalctl's own "-- Boot ... --" / "-- No
+# entries --" lines are kept.
 JOURNAL_PREFIX = re.compile(
-    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d))"
-    r" \S+ ([\w.@/-]+?)(?:\[\d+\])?: "
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
+    r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [A-Z][A-Za-z0-9+-]{1,5})"
+    r" (?:(?=[\w.@/-]+?\[\d+\]: )|\S+ )([\w.@/-]+?)(?:\[\d+\])?: "
 )
 # `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
 KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")

@@ -10,8 +10,9 @@ hands back :class:`Piece` objects holding decoded text without the container env
   fragments are joined, per stream, up to the ``F`` line that ends them.
 * ``docker-timestamps``: ``docker logs -t`` / ``kubectl logs --timestamps`` output.
 * ``compose``: ``docker compose logs`` output, ``service  | content``; one piece per service.
-* ``journald``: ``journalctl`` output (``short`` or ``short-iso``), ``Jan 02 03:04:05 host
-  unit[pid]: content``; one piece per unit, which becomes the source like a compose service.
+* ``journald``: ``journalctl`` output (``short``, ``short-iso``, their ``-precise`` forms or
+  ``short-full``; with or without the host), ``Jan 02 03:04:05 host unit[pid]: content``; one piece
+  per unit, which becomes the source like a compose service.
 * ``kubectl``: ``kubectl logs --prefix`` output, ``[pod/NAME/CONTAINER] content``; one piece per
   pod and container (``NAME/CONTAINER`` becomes the source).
 * ``pm2``: ``pm2 logs`` output, ``ID|NAME  | content`` (pm2's own lines ``PM2  | ``); one piece
