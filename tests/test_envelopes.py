@@ -752,3 +752,14 @@ def test_pm2_logs_give_a_piece_per_app() -> None:
     assert [(p.service, p.text) for p in pieces] == [("vllm", VLLM + UVICORN), ("gateway", UVICORN),
                                                      ("PM2", "App [vllm:0] online\n")]
 
+
+def test_a_pm2_log_that_begins_with_pm2s_own_lines_is_no_compose_log() -> None:
+    """pm2's own ``PM2  | `` lines carry compose's prefix too: a pm2 log that begins with them is
+    still pm2's (as compose, its apps' lines would have joined the stream "PM2")."""
+    unwrapper = Unwrapper()
+    pieces = unwrapper.feed(b"PM2        | App [vllm:0] starting in -fork mode-\nPM2        | App [vllm:0] online\n"
+                            + b"0|vllm     | " + UVICORN.encode(), 1.0)
+    assert unwrapper.kind == "pm2"
+    assert [(p.service, p.text) for p in pieces] == [
+        ("PM2", "App [vllm:0] starting in -fork mode-\nApp [vllm:0] online\n"), ("vllm", UVICORN)]
+

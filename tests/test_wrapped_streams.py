@@ -158,3 +158,18 @@ def test_a_vllm_log_through_pm2_counts_what_the_log_counts(tmp_path: Path) -> No
         figures.append(sorted(line.split("source=")[0] + line.rsplit(" ", 1)[1] for line in out.splitlines()
                               if line.startswith(("llm_", "http_", "backend_"))))
     assert figures[0] and figures[0] == figures[1]
+
+
+def test_pm2s_own_lines_are_no_apps_and_bring_no_warning(tmp_path: Path) -> None:
+    """pm2's own ``PM2  | `` lines are the process manager's: counted unmatched, with no warning that
+    asks for a parser (which, named, would be forced onto every stream), while the app's are read."""
+    (tmp_path / "pm2.log").write_text(
+        "PM2        | App [api:0] starting in -fork mode-\n"
+        "PM2        | App [api:0] online\n"
+        '0|api      | INFO:     10.0.0.5:51234 - "POST /openai/v1/chat/completions HTTP/1.1" 200 OK\n')
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", str(tmp_path / "pm2.log")],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert "WARNING" not in out.stderr, out.stderr
+    assert 'logmetrics_lines_unmatched_total{parser="none"} 2.0' in out.stdout
+    assert 'http_requests_total{backend="api",code="200",method="POST",route="/openai/v1/chat/completions",' \
+           'source="api"} 1.0' in out.stdout, out.stdout

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from logmetrics.engine.parsing import Applier
 from logmetrics.engine.settings import Input, Settings, StaticLabel
 from logmetrics.engine.streams import Stream, stream_key
+from logmetrics.envelopes.kinds import own_lines
 from logmetrics.envelopes.unwrap import Piece, Unwrapper
 from logmetrics.plugins import PLUGIN_ERRORS, Parser, ParserEntry, record_rule
 from logmetrics.plugins.routing import SNIFF_LINES, WEAK_SNIFF_LINES, Route, route_text
@@ -287,7 +288,7 @@ class Engine:
         key = stream_key(path, service)
         stream = self.streams.get(key)
         if stream is None:
-            stream = self.streams[key] = Stream(self.source_label(path, service), path)
+            stream = self.streams[key] = Stream(self.source_label(path, service), path, service)
             if self.orphans:
                 self.orphans.pop(stream.source, None)  # back before it expired: it goes on
             stream.model = self.settings.static_model(stream.source, stream.path)
@@ -357,6 +358,9 @@ class Engine:
                 log.exception("parser %s: named failed", entry.name)
             stream.assembler = RecordAssembler(record_rule(entry.cls), min(self.max_line_bytes, MAX_RECORD_CHARS))
             log.info("stream %s: parser %s (%s)", stream.source, entry.name, found.why)
+        elif own_lines(self.unwrappers[stream.path].kind if stream.path in self.unwrappers else None, stream.service):
+            log.info("stream %s: the envelope's own lines (the process manager's, no app's): read by no parser, "
+                     "counted unmatched", stream.source)
         else:
             log.warning("stream %s: %s", stream.source, found.why)
         held, stream.held, stream.held_lines = stream.held, [], 0

@@ -19,6 +19,7 @@ class Stream:
 
     source: str
     path: str
+    service: str | None = None  # its name in the raw stream's envelope (a compose service, a pm2 app)
     parser: Parser | None = None
     routed: bool = False
     assembler: RecordAssembler = field(default_factory=RecordAssembler)

@@ -22,7 +22,7 @@ import calendar
 import re
 from datetime import datetime
 
-__all__ = ["LAYERED", "MODES", "NAMING", "PREFIXES", "STAMPS", "classify", "parse_rfc3339"]
+__all__ = ["LAYERED", "MODES", "NAMING", "OWN_LINES", "PREFIXES", "STAMPS", "classify", "own_lines", "parse_rfc3339"]
 
 STAMPS = "docker-timestamps"
 PREFIXES = (STAMPS, "compose", "journald", "kubectl", "pm2")  # the kinds that are a prefix of each line
@@ -38,7 +38,12 @@ MODES = ("auto", "none", "docker-json", "cri", *PREFIXES, *LAYERED)
 #: The kinds whose lines name their source (a compose service, a journald unit, a kubectl pod): two
 #: files of them may name the same one.
 NAMING = frozenset(("compose", "journald", "kubectl", "pm2", *LAYERED))
-_INNER = (STAMPS, "compose")  # the layers looked for inside another, in this order
+#: The stream name under which a kind's own lines come, not an app's: pm2's ``PM2  | `` lines.
+OWN_LINES = {"pm2": "PM2"}
+_INNER = (STAMPS, "compose")
+#: The prefixes in the order they are tried: pm2 before compose, whose prefix pm2's own "PM2  | " lines
+#: also carry (a pm2 log that begins with them is no compose log).
+_DETECTED = (STAMPS, "pm2", "compose", "journald", "kubectl")  # the layers looked for inside another, in this order
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
 TS_PREFIX = re.compile(_TS + " ")
@@ -68,6 +73,13 @@ COMPOSE_PREAMBLE = re.compile(
 )
 
 _EPOCH_CACHE: dict[str, int] = {}
+
+
+def own_lines(kind: str | None, service: str | None) -> bool:
+    """Whether the stream ``service`` of a stream of ``kind`` holds the envelope's own lines (pm2's),
+    which no parser reads."""
+    return kind is not None and service is not None and any(
+        OWN_LINES.get(layer) == service for layer in kind.split("+"))
 
 
 def parse_rfc3339(ts: str) -> float | None:
@@ -142,7 +154,7 @@ def classify(sample: list[str]) -> str:
         return "docker-json"
     if CRI_LINE.match(first):
         return "cri"
-    outer = next((layer for layer in PREFIXES if _agrees(layer, sample)), None)
+    outer = next((layer for layer in _DETECTED if _agrees(layer, sample)), None)
     if outer is None:
         return "none"
     kind, lines = outer, _peel(outer, sample)

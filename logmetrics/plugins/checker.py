@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from logmetrics.envelopes.kinds import own_lines
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.errors import UserError
 from logmetrics.events import SEEN, Event
@@ -29,7 +30,6 @@ from logmetrics.store.catalog import BY_NAME
 from logmetrics.store.store import Store
 
 log = logging.getLogger(__name__)
-PM2_OWN = "PM2"  # the stream of pm2's own lines in ``pm2 logs`` output (``envelopes.kinds.PM2_PREFIX``)
 
 SHAPES = (
     (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
@@ -134,7 +134,7 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
         else:
             names = (os.path.basename(path), path)
         where = (path if service is None else f"{path} [service {service}]") + wrapped
-        if service == PM2_OWN and kind is not None and "pm2" in kind:
+        if own_lines(kind, service):
             lines = text.count("\n")
             reports.append((f"pm2's own lines on {where}: {lines} line{'s' * (lines != 1)}, the process manager's "
                             "(not an app's): read by no parser, counted unmatched\n", None))
