@@ -142,3 +142,18 @@ def test_a_failing_fast_path_is_said_to_fail_not_to_match_nothing(tmp_path: Path
     assert "parser raising raised RuntimeError: broken on purpose" in out.stderr
     assert "matched none" not in out.stderr
     assert 'logmetrics_parse_errors_total{parser="raising"} 3000.0' in out.stdout
+
+
+def test_check_strict_takes_large_sums_in_another_order_for_the_same(tmp_path: Path) -> None:
+    """300 timing blocks of 1e32 prompt tokens: parse sums floats one by one, the fast path at once;
+    they differ in the last digits only, and ``check --strict`` holds the fast path to parse, not to
+    those digits (it failed on them, a gate that no parser could pass)."""
+    block = ("slot print_timing: id  0 | task 1 | \nprompt eval time =      44.86 ms / "
+             "100000000000000000000000000000000 tokens (    0.05 ms per token, 19861.79 tokens per second)\n"
+             "       eval time =     494.08 ms /    21 tokens (   23.53 ms per token,    42.50 tokens per second)\n"
+             "      total time =     539.00 ms /   912 tokens\n")
+    (tmp_path / "huge.log").write_text(block * 300)
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "check", "--strict", "--parser", "llamacpp",
+                          str(tmp_path / "huge.log")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "llm_prompt_tokens_total" in out.stdout

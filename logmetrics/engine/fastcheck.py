@@ -55,7 +55,7 @@ def batches(text: str, size: int | None, parser_cls: type[Parser]) -> list[str]:
 def totals(events: Iterable[Event], parser_cls: type[Parser], digits: int = 9) -> Totals:
     """What the store makes of ``events``: counters summed (those that stay at 0 left out: zero
     series are the engine's), gauges' last values, histogram observations sorted; rounded to
-    ``digits`` (sums of floats in another order)."""
+    ``digits`` decimals and 14 significant digits (sums of floats in another order)."""
     kinds = {fam.name: fam.kind for fam in (*BY_NAME.values(), *parser_cls.metrics)}
     out: dict[tuple[str, tuple[str, ...]], float | list[float]] = {}
     for e in events:
@@ -71,8 +71,14 @@ def totals(events: Iterable[Event], parser_cls: type[Parser], digits: int = 9) -
             old = out.get(key, 0.0)
             assert isinstance(old, float)
             out[key] = old + sum(values_of(e))
-    return {k: sorted(round(x, digits) for x in v) if isinstance(v, list) else round(v, digits)
+    return {k: sorted(_rounded(x, digits) for x in v) if isinstance(v, list) else _rounded(v, digits)
             for k, v in out.items() if isinstance(v, list) or v or kinds.get(k[0]) == "gauge"}
+
+
+def _rounded(x: float, digits: int) -> float:
+    """``x`` to ``digits`` decimals and at most 14 significant digits: a sum of large counts taken in
+    another order (or exactly, as a fast path may) differs in its last digits only."""
+    return float(f"{round(x, digits):.14g}")
 
 
 def run(parser_cls: type[Parser], text: str, size: int | None, *, fast: bool = True, now: float = 0.0,
