@@ -153,7 +153,7 @@ def test_check_reads_a_compose_file_per_service_as_watch_does(tmp_path: Path) ->
     assert heads == ["parser api (entry point logmetrics_parsers.api",
                      "parser ui (entry point logmetrics_parsers.ui"], out.stdout
     assert "[service api-1] (compose envelope): 2 lines, 2 records, 2 matched" in out.stdout
-    assert "[service ui-1] (compose envelope): 1 lines, 1 records, 1 matched" in out.stdout
+    assert "[service ui-1] (compose envelope): 1 line, 1 record, 1 matched" in out.stdout
     assert out.stdout.startswith("no parser on stack.log (compose envelope): 1 line, counted unmatched (")
 
 
@@ -165,7 +165,7 @@ def test_check_names_the_envelope_and_pm2s_own_lines(tmp_path: Path) -> None:
         '0|api      | INFO:     10.0.0.5:51234 - "POST /openai/v1/chat/completions HTTP/1.1" 200 OK\n')
     out = cli("check", "pm2.log", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "on pm2.log [service api] (pm2 envelope): 1 lines, 1 records, 1 matched" in out.stdout, out.stdout
+    assert "on pm2.log [service api] (pm2 envelope): 1 line, 1 record, 1 matched" in out.stdout, out.stdout
     assert ("pm2's own lines on pm2.log [service PM2] (pm2 envelope): 1 line, the process manager's (not an "
             "app's): read by no parser, counted unmatched") in out.stdout
     assert "--parser" not in out.stdout

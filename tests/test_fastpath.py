@@ -140,7 +140,7 @@ def test_a_failing_fast_path_is_said_to_fail_not_to_match_nothing(tmp_path: Path
                           "--parser", "raising", str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "parser raising raised RuntimeError: broken on purpose" in out.stderr
-    assert "matched none" not in out.stderr
+    assert "did not match" not in out.stderr
     assert 'logmetrics_parse_errors_total{parser="raising"} 3000.0' in out.stdout
 
 

@@ -59,9 +59,9 @@ def test_stream_matching_nothing_is_reported_once(tmp_path: Path) -> None:
     fine.write_text(access_line(1) + "".join(f"<<{i}>> noise\n" for i in range(1500)))
     out = oneshot("--parser", "vllm", str(wrapped), str(fine))
     assert out.returncode == 0, out.stderr
-    warnings = [line for line in out.stderr.splitlines() if "matched none" in line]
+    warnings = [line for line in out.stderr.splitlines() if "did not match" in line]
     assert len(warnings) == 1, out.stderr
-    seen = re.search(r"matched none of its first (\d+) lines", warnings[0])
+    seen = re.search(r"did not match any of its first (\d+) lines", warnings[0])
     assert str(wrapped) in warnings[0] and seen and int(seen[1]) >= 1000  # counted per batch
     assert "--envelope" in warnings[0] and "logmetrics check" in warnings[0]
     command = warnings[0].split("makes of them with: ", 1)[1]
@@ -71,7 +71,7 @@ def test_stream_matching_nothing_is_reported_once(tmp_path: Path) -> None:
 def test_short_stream_matching_nothing_is_reported_at_its_end() -> None:
     """A short input of which nothing matched says so when it ends."""
     out = oneshot("-", "--parser", "vllm", stdin="hello\nworld\n")
-    assert "stream stdin: parser vllm matched none of its 2 lines (envelope: none)" in out.stderr
+    assert "stream stdin: parser vllm did not match any of its 2 lines (envelope: none)" in out.stderr
 
 
 @pytest.mark.parametrize("kind", ["docker", "cri"])
@@ -141,7 +141,7 @@ def test_the_suggested_check_command_takes_a_name_that_starts_with_a_dash(tmp_pa
     (tmp_path / "-x.log").write_text("hello\nworld\n")
     out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm", "--",
                           "-x.log"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    warning = next(line for line in out.stderr.splitlines() if "matched none" in line)
+    warning = next(line for line in out.stderr.splitlines() if "did not match" in line)
     assert shlex.split(warning.split("makes of them with: ", 1)[1])[-1] == "./-x.log"
 
 

@@ -200,16 +200,17 @@ class Applier:
         stream.announce = ready if isinstance(ready, str) and ready else None
 
     def no_match(self, stream: Stream) -> None:
-        """Say once that a stream's parser matched none of its lines, and what to try."""
+        """Say once that a stream's parser did not match any of its lines, and what to try."""
         n, stream.unmatched = stream.unmatched, -1
         assert stream.parser is not None
         unwrapper = self.unwrappers.get(stream.path)
         kind = unwrapper.kind if unwrapper is not None and unwrapper.kind else "none"
-        what = f"its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else f"its {n} lines"
+        what = f"any of its first {n} lines" if n >= NO_MATCH_LINES else "its only line" if n == 1 else \
+            f"any of its {n} lines"
         # (a name that starts with a dash is no option: ./ before it)
         shown = "./" + stream.path if stream.path.startswith("-") else stream.path
         name, path = stream.parser.name, "FILE" if stream.path == "-" else shlex.quote(shown)
-        log.warning("stream %s: parser %s matched none of %s (envelope: %s); if they are wrapped, name "
+        log.warning("stream %s: parser %s did not match %s (envelope: %s); if they are wrapped, name "
                     "the wrapper with --envelope, and see what the parser makes of them with: "
                     "logmetrics check --parser %s %s", stream.source, name, what, kind, name, path)
 

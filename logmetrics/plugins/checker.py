@@ -262,7 +262,8 @@ def _report_stream(path: str, text: str, mtime: float, names: tuple[str, ...], e
             produced[ev.rule or ev.metric][f"{ev.metric}{{{labels}}}"] += 1
     lines = text.count("\n")
     matched = len(records) - sum(unmatched.values()) - used
-    out = [f"parser {entry.name} ({entry.origin}) on {path}: {lines} lines, {len(records)} records, "
+    out = [f"parser {entry.name} ({entry.origin}) on {path}: {lines} line{'s' * (lines != 1)}, "
+           f"{len(records)} record{'s' * (len(records) != 1)}, "
            f"{matched} matched, {used} used, {sum(unmatched.values())} unmatched, "
            f"{errors} parse errors, {sum(refused.values())} events refused",
            f"routed: {found.why}", "",
