@@ -154,7 +154,8 @@ def test_check_reads_a_compose_file_per_service_as_watch_does(tmp_path: Path) ->
                      "parser ui (entry point logmetrics_parsers.ui"], out.stdout
     assert "[service api-1] (compose envelope): 2 lines, 2 records, 2 matched" in out.stdout
     assert "[service ui-1] (compose envelope): 1 line, 1 record, 1 matched" in out.stdout
-    assert out.stdout.startswith("no parser on stack.log (compose envelope): 1 line, counted unmatched (")
+    assert out.stdout.startswith("the envelope's own lines on stack.log (compose envelope): 1 line, written by "
+                                 "compose itself, not an app: read by no parser, counted unmatched\n"), out.stdout
 
 
 def test_check_names_the_envelope_and_pm2s_own_lines(tmp_path: Path) -> None:
@@ -166,8 +167,8 @@ def test_check_names_the_envelope_and_pm2s_own_lines(tmp_path: Path) -> None:
     out = cli("check", "pm2.log", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "on pm2.log [service api] (pm2 envelope): 1 line, 1 record, 1 matched" in out.stdout, out.stdout
-    assert ("pm2's own lines on pm2.log [service PM2] (pm2 envelope): 1 line, the process manager's (not an "
-            "app's): read by no parser, counted unmatched") in out.stdout
+    assert ("the envelope's own lines on pm2.log [service PM2] (pm2 envelope): 1 line, written by pm2 itself, "
+            "not an app: read by no parser, counted unmatched") in out.stdout
     assert "--parser" not in out.stdout
     assert "\nunmatched records: none\n" in out.stdout
 

@@ -300,7 +300,8 @@ def test_parse_rfc3339_out_of_range_in_utc(stamp: str) -> None:
 
 
 def test_compose_two_services_interleaved_with_colour() -> None:
-    """Interleaved compose services give one piece each, in first-seen order, ANSI removed."""
+    """Interleaved compose services give one piece each, in first-seen order, ANSI removed; a line
+    without the prefix is compose's own (compose prefixes every line of a service, a traceback's too)."""
     data = (
         b"\x1b[36mvllm-1        |\x1b[0m " + VLLM.encode()
         + b"\x1b[33mllama-server  |\x1b[0m " + LLAMA_SRV.encode()
@@ -312,19 +313,21 @@ def test_compose_two_services_interleaved_with_colour() -> None:
     unwrapper, pieces = run(data, mode="compose", time=7.0)
     assert unwrapper.kind == "compose"
     assert [(p.service, p.text, p.lines, p.time) for p in pieces] == [
-        ("vllm-1", VLLM + UVICORN + "Traceback (most recent call last):\n", 3, 7.0),
+        ("vllm-1", VLLM + UVICORN, 2, 7.0),
         ("llama-server", LLAMA_SRV + "\ndone\n", 3, 7.0),
+        (None, "Traceback (most recent call last):\n", 1, 7.0),
     ]
 
 
 def test_compose_detected_and_service_carried_across_feeds() -> None:
-    """Compose is auto-detected; an unprefixed line in the next feed stays with the last service."""
+    """Compose is auto-detected; the service is carried across feeds, and compose's own lines (no
+    prefix: "vllm-1 exited with code 137") are no service's, a blank one stays with the service."""
     unwrapper = Unwrapper()
     first = unwrapper.feed(b"web_1   | a\n[llama-cpp] | b\n", 1.0)
     assert unwrapper.kind == "compose"
     assert [(p.service, p.text) for p in first] == [("web_1", "a\n"), ("llama-cpp", "b\n")]
-    second = unwrapper.feed(b"  continued\n", 2.0)
-    assert [(p.service, p.text) for p in second] == [("llama-cpp", "  continued\n")]
+    second = unwrapper.feed(b"\n[llama-cpp] | c\nllama-cpp exited with code 137\n", 2.0)
+    assert [(p.service, p.text) for p in second] == [("llama-cpp", "\nc\n"), (None, "llama-cpp exited with code 137\n")]
 
 
 # ----------------------------------------------------------------------------------- plain cleaning

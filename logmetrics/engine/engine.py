@@ -359,8 +359,8 @@ class Engine:
             stream.assembler = RecordAssembler(record_rule(entry.cls), min(self.max_line_bytes, MAX_RECORD_CHARS))
             log.info("stream %s: parser %s (%s)", stream.source, entry.name, found.why)
         elif own_lines(self.unwrappers[stream.path].kind if stream.path in self.unwrappers else None, stream.service):
-            log.info("stream %s: the envelope's own lines (the process manager's, no app's): read by no parser, "
-                     "counted unmatched", stream.source)
+            log.info("stream %s: the envelope's own lines (written by the tool that wraps the apps' lines, not "
+                     "an app): read by no parser, counted unmatched", stream.source)
         else:
             log.warning("stream %s: %s", stream.source, found.why)
         held, stream.held, stream.held_lines = stream.held, [], 0

@@ -22,7 +22,8 @@ import calendar
 import re
 from datetime import datetime
 
-__all__ = ["LAYERED", "MODES", "NAMING", "OWN_LINES", "PREFIXES", "STAMPS", "classify", "own_lines", "parse_rfc3339"]
+__all__ = ["EVERY_LINE", "LAYERED", "MODES", "NAMING", "OWN_LINES", "PREFIXES", "STAMPS", "classify", "own_lines",
+           "parse_rfc3339"]
 
 STAMPS = "docker-timestamps"
 PREFIXES = (STAMPS, "compose", "journald", "kubectl", "pm2")  # the kinds that are a prefix of each line
@@ -38,7 +39,10 @@ MODES = ("auto", "none", "docker-json", "cri", *PREFIXES, *LAYERED)
 #: The kinds whose lines name their source (a compose service, a journald unit, a kubectl pod): two
 #: files of them may name the same one.
 NAMING = frozenset(("compose", "journald", "kubectl", "pm2", *LAYERED))
-#: The stream name under which a kind's own lines come, not an app's: pm2's ``PM2  | `` lines.
+#: The kinds whose tool prefixes every line of its apps: a line without the prefix is the tool's own
+#: (``docker compose up``'s "Attaching to" and "vllm-1 exited with code 137", ``pm2 logs``' header).
+EVERY_LINE = frozenset(("compose", "pm2"))
+#: The stream name under which a kind's own prefixed lines come, not an app's: pm2's ``PM2  | `` lines.
 OWN_LINES = {"pm2": "PM2"}
 _INNER = (STAMPS, "compose")
 #: The prefixes in the order they are tried: pm2 before compose, whose prefix pm2's own "PM2  | " lines
@@ -76,10 +80,12 @@ _EPOCH_CACHE: dict[str, int] = {}
 
 
 def own_lines(kind: str | None, service: str | None) -> bool:
-    """Whether the stream ``service`` of a stream of ``kind`` holds the envelope's own lines (pm2's),
-    which no parser reads."""
-    return kind is not None and service is not None and any(
-        OWN_LINES.get(layer) == service for layer in kind.split("+"))
+    """Whether the stream ``service`` (None: the lines without a name) of a stream of ``kind`` holds
+    the envelope's own lines, which no parser reads: the unnamed lines of a kind in ``EVERY_LINE``,
+    pm2's "PM2" lines."""
+    if kind is None:
+        return False
+    return kind in EVERY_LINE if service is None else OWN_LINES.get(kind) == service
 
 
 def parse_rfc3339(ts: str) -> float | None:

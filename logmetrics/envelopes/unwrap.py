@@ -44,6 +44,7 @@ import orjson
 
 from logmetrics.envelopes.kinds import (
     COMPOSE_PREAMBLE,
+    EVERY_LINE,
     LAYERED,
     MODES,
     PATTERNS,
@@ -171,7 +172,7 @@ class Unwrapper:
         layers = _LAYERS.get(kind)
         if layers is not None:
             return self._layered(data, time, layers)
-        return self._grouped(data, time, PATTERNS[kind])
+        return self._grouped(data, time, PATTERNS[kind], kind in EVERY_LINE)
 
     def flush(self) -> list[Piece]:
         """End of input: emit the held-back line and partial entries that never got their end."""
@@ -331,8 +332,11 @@ class Unwrapper:
         lines.append("")
         return [Piece(None, "\n".join(lines), _envelope_time(last, time), len(lines) - 1)]
 
-    def _grouped(self, data: bytes, time: float, prefix: re.Pattern[str]) -> list[Piece]:
-        """Lines prefixed with a service (compose), unit (journald) or pod (kubectl): a piece per name."""
+    def _grouped(self, data: bytes, time: float, prefix: re.Pattern[str], every: bool) -> list[Piece]:
+        """Lines prefixed with a service (compose), unit (journald), pod (kubectl) or app (pm2): a piece
+        per name. A line without the prefix continues the one before (journald's multi-line messages);
+        with ``every`` (the tool prefixes every line of its apps), it is the tool's own: the piece of
+        no name (compose's "vllm-1 exited with code 137", pm2's "[TAILING]" header)."""
         lines = clean(data.decode("utf-8", "replace")).split("\n")
         lines.pop()
         groups: dict[str | None, list[str]] = {}
@@ -343,6 +347,8 @@ class Unwrapper:
             if m is not None:
                 service = next((name for name in m.groups() if name), service)
                 line = line[m.end() :]
+            elif every and line:
+                service = None
             group = groups.get(service)
             if group is None:
                 group = groups[service] = []

@@ -136,8 +136,8 @@ def _reports(path: str, entries: dict[str, ParserEntry], *, parser: str | None, 
         where = (path if service is None else f"{path} [service {service}]") + wrapped
         if own_lines(kind, service):
             lines = text.count("\n")
-            reports.append((f"pm2's own lines on {where}: {lines} line{'s' * (lines != 1)}, the process manager's "
-                            "(not an app's): read by no parser, counted unmatched\n", None))
+            reports.append((f"the envelope's own lines on {where}: {lines} line{'s' * (lines != 1)}, written by "
+                            f"{kind} itself, not an app: read by no parser, counted unmatched\n", None))
             continue
         try:
             reports.append(_report_stream(where, text, mtime, names, entries, parser=parser, top=top,
