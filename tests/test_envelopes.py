@@ -756,6 +756,14 @@ def test_pm2_logs_give_a_piece_per_app() -> None:
                                                      ("PM2", "App [vllm:0] online\n")]
 
 
+def test_a_pm2_app_name_may_hold_spaces() -> None:
+    """``pm2 start app.py --name "my app"``: the app's name is whole, spaces and all."""
+    unwrapper = Unwrapper()
+    pieces = unwrapper.feed(b"0|my app     | " + UVICORN.encode() + b"1|vllm       | " + VLLM.encode(), 1.0)
+    assert unwrapper.kind == "pm2"
+    assert [(p.service, p.text) for p in pieces] == [("my app", UVICORN), ("vllm", VLLM)]
+
+
 def test_a_pm2_log_that_begins_with_pm2s_own_lines_is_no_compose_log() -> None:
     """pm2's own ``PM2  | `` lines carry compose's prefix too: a pm2 log that begins with them is
     still pm2's (as compose, its apps' lines would have joined the stream "PM2")."""

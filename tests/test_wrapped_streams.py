@@ -173,3 +173,17 @@ def test_pm2s_own_lines_are_no_apps_and_bring_no_warning(tmp_path: Path) -> None
     assert 'logmetrics_lines_unmatched_total{parser="none"} 2.0' in out.stdout
     assert 'http_requests_total{backend="api",code="200",method="POST",route="/openai/v1/chat/completions",' \
            'source="api"} 1.0' in out.stdout, out.stdout
+
+
+def test_journalctls_header_is_its_own_and_brings_no_warning(tmp_path: Path) -> None:
+    """journalctl's header line before the first unit's is journalctl's own: no warning to name a
+    parser for it, while the unit's lines are read."""
+    (tmp_path / "journal.log").write_text(
+        "-- Journal begins at Mon 2026-11-30 08:00:00 UTC, ends at Sat 2026-12-05 07:00:00 UTC. --\n"
+        + "".join(f'Dec 05 07:00:0{i} gpu1 gateway[812]: INFO:     10.0.0.5:51234 - "POST /openai/v1/chat/completions '
+                  f'HTTP/1.1" 200 OK\n' for i in range(4)))
+    out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", str(tmp_path / "journal.log")],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert "WARNING" not in out.stderr, out.stderr
+    assert 'logmetrics_lines_unmatched_total{parser="none"} 1.0' in out.stdout
+    assert 'route="/openai/v1/chat/completions",source="gateway"} 4.0' in out.stdout, out.stdout

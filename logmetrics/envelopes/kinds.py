@@ -67,8 +67,8 @@ JOURNAL_PREFIX = re.compile(
 # `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
 KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
 # `pm2 logs`: "ID|NAME" padded with at least one space, then "| " (pm2's own lines: "PM2"). Group 1
-# or 2: the app's name.
-PM2_PREFIX = re.compile(r"(?:\d+\|([^\s|]+)|(PM2)) +\| ")
+# or 2: the app's name (which may hold a space: `pm2 start app.py --name "my app"`).
+PM2_PREFIX = re.compile(r"(?:\d+\|([^\s|](?:[^|\n]*?[^\s|])?)|(PM2)) +\| ")
 PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX,
             "pm2": PM2_PREFIX}
 # What `docker compose up` prints before the first service line; skipped while detecting.
@@ -81,11 +81,13 @@ _EPOCH_CACHE: dict[str, int] = {}
 
 def own_lines(kind: str | None, service: str | None) -> bool:
     """Whether the stream ``service`` (None: the lines without a name) of a stream of ``kind`` holds
-    the envelope's own lines, which no parser reads: the unnamed lines of a kind in ``EVERY_LINE``,
-    pm2's "PM2" lines."""
+    the envelope's own lines, which no parser reads: the unnamed lines of a kind in ``EVERY_LINE`` and
+    of journald, pm2's "PM2" lines."""
     if kind is None:
         return False
-    return kind in EVERY_LINE if service is None else OWN_LINES.get(kind) == service
+    if service is None:  # (journald's: what journalctl prints before the first unit's line, its header)
+        return kind in EVERY_LINE or kind == "journald"
+    return OWN_LINES.get(kind) == service
 
 
 def parse_rfc3339(ts: str) -> float | None:
