@@ -44,10 +44,10 @@ NAMING = frozenset(("compose", "journald", "kubectl", "pm2", *LAYERED))
 EVERY_LINE = frozenset(("compose", "pm2"))
 #: The stream name under which a kind's own prefixed lines come, not an app's: pm2's ``PM2  | `` lines.
 OWN_LINES = {"pm2": "PM2"}
-_INNER = (STAMPS, "compose")
+_INNER = (STAMPS, "compose")  # the layers looked for inside another, in this order
 #: The prefixes in the order they are tried: pm2 before compose, whose prefix pm2's own "PM2  | " lines
 #: also carry (a pm2 log that begins with them is no compose log).
-_DETECTED = (STAMPS, "pm2", "compose", "journald", "kubectl")  # the layers looked for inside another, in this order
+_DETECTED = (STAMPS, "pm2", "compose", "journald", "kubectl")
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
 TS_PREFIX = re.compile(_TS + " ")
