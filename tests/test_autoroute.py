@@ -295,3 +295,13 @@ def test_check_of_a_missing_file_is_an_error(tmp_path: Path) -> None:
     for args in (("nope.log",), ("nope.log", "vllm-0.log")):
         out = cli("check", *args, cwd=tmp_path)
         assert out.returncode == 2 and "nope.log: no such file or directory" in out.stderr, out.stderr
+
+
+def test_check_on_a_file_of_a_tools_own_lines_only_says_so(tmp_path: Path) -> None:
+    """A pm2 log of pm2's own lines only: check says whose they are and exits 0 (no parser is missing)."""
+    (tmp_path / "pm2.log").write_text("[TAILING] Tailing last 15 lines for [all] processes (change the value with "
+                                      "--lines option)\n" + "PM2        | App [api:0] online\n" * 3)
+    out = cli("check", "pm2.log", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "the envelope's own lines on pm2.log [service PM2] (pm2 envelope): 3 lines" in out.stdout, out.stdout
+    assert "--parser" not in out.stdout + out.stderr

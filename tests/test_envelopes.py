@@ -609,16 +609,19 @@ def test_journald_short_format_groups_lines_by_unit() -> None:
 
 
 def test_journald_short_iso_and_continuation_lines() -> None:
-    """short-iso timestamps are recognised; a line without a prefix stays with the unit before it."""
+    """short-iso timestamps are recognised; a line without a prefix stays with the unit before it
+    (the rest of a multi-line message), but journalctl's own ``-- Boot ... --`` lines are no unit's."""
     data = (
         b"2025-01-02T03:04:05+0000 gpu-1 vllm[812]: Traceback (most recent call last):\n"
         b"2025-01-02T03:04:05+0000 gpu-1 vllm[812]:   File \"x.py\", line 1\n"
+        b"    raise ValueError\n"
         b"-- Boot 0123 --\n"
     )
     unwrapper, pieces = run(data)
     assert unwrapper.kind == "journald"
-    assert text_of(pieces) == 'Traceback (most recent call last):\n  File "x.py", line 1\n-- Boot 0123 --\n'
-    assert {p.service for p in pieces} == {"vllm"}
+    assert [(p.service, p.text) for p in pieces] == [
+        ("vllm", 'Traceback (most recent call last):\n  File "x.py", line 1\n    raise ValueError\n'),
+        (None, "-- Boot 0123 --\n")]
 
 
 @pytest.mark.parametrize("prefix", [
@@ -677,7 +680,8 @@ def test_compose_logs_with_timestamps() -> None:
 
 
 def test_compose_timestamps_per_service_time_and_continuations() -> None:
-    """Each service's piece takes the time of its own last line; an unprefixed line stays whole."""
+    """Each service's piece takes the time of its own last line; an unprefixed line is compose's own,
+    whole, in the piece of no name, with the time of the feed."""
     data = (
         f"\x1b[36mvllm-1   |\x1b[0m 2025-08-21T14:02:11.000000001Z {VLLM}"
         f"llama-1  | 2025-08-21T14:02:12.500000000Z {LLAMA_SRV}"
@@ -687,11 +691,13 @@ def test_compose_timestamps_per_service_time_and_continuations() -> None:
     unwrapper, pieces = run(data, time=5.0)
     assert unwrapper.kind == "compose+docker-timestamps"
     assert [(p.service, p.text) for p in pieces] == [
-        ("vllm-1", VLLM + UVICORN + "Traceback (most recent call last):\n"),
+        ("vllm-1", VLLM + UVICORN),
         ("llama-1", LLAMA_SRV),
+        (None, "Traceback (most recent call last):\n"),
     ]
-    assert pieces[0].time == 5.0  # its last line had no timestamp
+    assert pieces[0].time == pytest.approx(T1_UNIX + 2.0, abs=1e-6)
     assert pieces[1].time == pytest.approx(T1_UNIX + 1.5, abs=1e-6)
+    assert pieces[2].time == 5.0  # no timestamp on it
 
 
 def test_kubectl_prefix_with_timestamps() -> None:
@@ -727,6 +733,39 @@ def test_journald_around_compose(stamped: bool) -> None:
     assert unwrapper.kind == "journald+compose" + ("+docker-timestamps" if stamped else "")
     assert [(p.service, p.text) for p in pieces] == [("vllm-1", HEALTH + VLLM)]
     assert pieces[0].time == (pytest.approx(T1_UNIX) if stamped else 3.0)
+
+
+def test_compose_inside_journald_after_compose_up_s_own_lines() -> None:
+    """'docker compose up' under systemd prints its progress lines first, and its own status lines as
+    containers stop: they do not keep compose from being told inside journald, and they are no
+    service's (the piece of no name), while each service's lines are its own."""
+    j = "Aug 21 14:02:11 gpu-1 docker-compose[812]: "
+    head = ["[+] Running 3/3", " ✔ Network demo_default  Created", " ✔ Container vllm-1     Created",
+            " ✔ Container gateway-1  Created", "Attaching to gateway-1, vllm-1"]
+    body = [f"vllm-1     | {VLLM}", f"gateway-1  | {UVICORN}"] * 3
+    tail = ["vllm-1 exited with code 137", "Gracefully stopping... (press Ctrl+C again to force)"]
+    data = "".join(j + line + ("" if line.endswith("\n") else "\n") for line in head + body + tail).encode()
+    unwrapper, pieces = run(data, time=3.0)
+    assert unwrapper.kind == "journald+compose"
+    texts = {p.service: p.text for p in pieces}
+    assert texts == {"vllm-1": VLLM * 3, "gateway-1": UVICORN * 3,
+                     None: "".join(line + "\n" for line in head + tail)}
+
+
+def test_journald_without_hosts_takes_units_without_pids_once_told() -> None:
+    """--no-hostname output: once lines with a pid tell it is journald's, a unit without a pid is
+    read as the unit (not its message's first word), and journalctl's own lines are no unit's."""
+    data = (
+        "-- Journal begins at Mon 2025-12-01 00:00:00 UTC. --\n"
+        + f"Dec 05 07:00:01 vllm[4242]: {UVICORN}" * 3
+        + f"Dec 05 07:00:02 gateway: {UVICORN}"
+        + "-- Boot 3f2e9c1d --\n"
+    ).encode()
+    unwrapper, pieces = run(data)
+    assert unwrapper.kind == "journald"
+    assert [(p.service, p.text) for p in pieces] == [
+        (None, "-- Journal begins at Mon 2025-12-01 00:00:00 UTC. --\n-- Boot 3f2e9c1d --\n"),
+        ("vllm", UVICORN * 3), ("gateway", UVICORN)]
 
 
 def test_app_timestamps_inside_compose_are_kept() -> None:

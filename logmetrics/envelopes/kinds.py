@@ -58,12 +58,17 @@ COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\
 # hostless line without a pid is not told from an application's own "TIME word: " line), the unit or
 # program and its pid. Group 1: the unit name. journalctl's own "-- Boot ... --" / "-- No
 # entries --" lines are kept.
-JOURNAL_PREFIX = re.compile(
+_JOURNAL_TIME = (
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
     r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [A-Z][A-Za-z0-9+-]{1,5})"
-    r" (?:(?=[\w.@/-]+?\[\d+\]: )|\S+ )([\w.@/-]+?)(?:\[\d+\])?: "
 )
+JOURNAL_PREFIX = re.compile(_JOURNAL_TIME + r" (?:(?=[\w.@/-]+?\[\d+\]: )|[^\s:]+ )([\w.@/-]+?)(?:\[\d+\])?: ")
+#: Once a stream is journald's, its lines are peeled by this one, which also takes a hostless line
+#: whose unit names no pid (``Dec 05 07:00:02 gateway: ...``, of ``--no-hostname``).
+JOURNAL_LINE = re.compile(_JOURNAL_TIME + r" (?:(?=[\w.@/-]+?(?:\[\d+\])?: )|[^\s:]+ )([\w.@/-]+?)(?:\[\d+\])?: ")
+#: journalctl's own lines: ``-- Boot 0123 --``, ``-- Reboot --``, ``-- No entries --``, its header.
+JOURNAL_MARK = re.compile(r"-- [^\n]* --\Z")
 # `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
 KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
 # `pm2 logs`: "ID|NAME" padded with at least one space, then "| " (pm2's own lines: "PM2"). Group 1
@@ -71,9 +76,12 @@ KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] "
 PM2_PREFIX = re.compile(r"(?:\d+\|([^\s|](?:[^|\n]*?[^\s|])?)|(PM2)) +\| ")
 PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX,
             "pm2": PM2_PREFIX}
-# What `docker compose up` prints before the first service line; skipped while detecting.
+# What `docker compose up` prints itself (before the first service line, and as containers stop);
+# skipped while detecting, in a stream and inside another layer.
 COMPOSE_PREAMBLE = re.compile(
     r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
+    r"|[\w.-]+ exited with code \d+$|Gracefully stopping\.\.\.|Aborting on container exit\.\.\."
+    r"|(?:Creating|Starting|Stopping|Recreating|Removing) [\w.-]+ \.\.\. |Error response from daemon: "
 )
 
 _EPOCH_CACHE: dict[str, int] = {}
@@ -81,13 +89,14 @@ _EPOCH_CACHE: dict[str, int] = {}
 
 def own_lines(kind: str | None, service: str | None) -> bool:
     """Whether the stream ``service`` (None: the lines without a name) of a stream of ``kind`` holds
-    the envelope's own lines, which no parser reads: the unnamed lines of a kind in ``EVERY_LINE`` and
-    of journald, pm2's "PM2" lines."""
+    the envelope's own lines, which no parser reads: the unnamed lines of a kind with a layer in
+    ``EVERY_LINE`` or journald's, pm2's "PM2" lines."""
     if kind is None:
         return False
-    if service is None:  # (journald's: what journalctl prints before the first unit's line, its header)
-        return kind in EVERY_LINE or kind == "journald"
-    return OWN_LINES.get(kind) == service
+    layers = kind.split("+")
+    if service is None:  # (journald's: its header and "-- Boot ... --" lines)
+        return any(layer in EVERY_LINE or layer == "journald" for layer in layers)
+    return OWN_LINES.get(layers[-1]) == service
 
 
 def parse_rfc3339(ts: str) -> float | None:
@@ -167,7 +176,9 @@ def classify(sample: list[str]) -> str:
         return "none"
     kind, lines = outer, _peel(outer, sample)
     while True:
-        inner = next((layer for layer in _INNER if f"{kind}+{layer}" in LAYERED and _agrees(layer, lines)), None)
+        inner = next((layer for layer in _INNER if f"{kind}+{layer}" in LAYERED and _agrees(
+            layer, [line for line in lines if not COMPOSE_PREAMBLE.match(line)] if layer == "compose" else lines)),
+            None)
         if inner is None:
             return kind
         kind, lines = f"{kind}+{inner}", _peel(inner, lines)

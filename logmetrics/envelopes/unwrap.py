@@ -45,6 +45,8 @@ import orjson
 from logmetrics.envelopes.kinds import (
     COMPOSE_PREAMBLE,
     EVERY_LINE,
+    JOURNAL_LINE,
+    JOURNAL_MARK,
     LAYERED,
     MODES,
     PATTERNS,
@@ -73,6 +75,9 @@ _SAMPLE_CHARS = 4096  # only the start of each line matters for detection
 _COMPACT_PARTS = 1024  # partial entries held per stream before they are joined into one (tiny parts)
 # The prefix layers of each layered kind, outer first: (pattern, whether it is a timestamp).
 _LAYERS = {kind: tuple((PATTERNS[layer], layer == STAMPS) for layer in kind.split("+")) for kind in LAYERED}
+#: The prefixes of the kinds whose tool prefixes every line of its apps: inside another layer, a line
+#: without one is the tool's own.
+_EVERY_PATTERNS = frozenset(PATTERNS[kind] for kind in EVERY_LINE)
 
 
 def _envelope_time(ts: object, default: float) -> float:
@@ -110,8 +115,8 @@ def head_kind(data: bytes) -> str | None:
         line = clean(data[pos : min(end, pos + _SAMPLE_CHARS)].decode("utf-8", "replace"))
         pos, scanned = end + 1, scanned + 1
         line = line.rstrip("\r")
-        if line.strip() and not COMPOSE_PREAMBLE.match(line):
-            sample.append(line)
+        if line.strip() and not COMPOSE_PREAMBLE.match(line) and not JOURNAL_MARK.match(line):
+            sample.append(line)  # (the tools' own lines do not vote: compose's, journalctl's "-- ... --")
     return classify(sample) if sample else None
 
 
@@ -172,7 +177,7 @@ class Unwrapper:
         layers = _LAYERS.get(kind)
         if layers is not None:
             return self._layered(data, time, layers)
-        return self._grouped(data, time, PATTERNS[kind], kind in EVERY_LINE)
+        return self._grouped(data, time, JOURNAL_LINE if kind == "journald" else PATTERNS[kind], kind)
 
     def flush(self) -> list[Piece]:
         """End of input: emit the held-back line and partial entries that never got their end."""
@@ -332,11 +337,13 @@ class Unwrapper:
         lines.append("")
         return [Piece(None, "\n".join(lines), _envelope_time(last, time), len(lines) - 1)]
 
-    def _grouped(self, data: bytes, time: float, prefix: re.Pattern[str], every: bool) -> list[Piece]:
+    def _grouped(self, data: bytes, time: float, prefix: re.Pattern[str], kind: str) -> list[Piece]:
         """Lines prefixed with a service (compose), unit (journald), pod (kubectl) or app (pm2): a piece
         per name. A line without the prefix continues the one before (journald's multi-line messages);
-        with ``every`` (the tool prefixes every line of its apps), it is the tool's own: the piece of
-        no name (compose's "vllm-1 exited with code 137", pm2's "[TAILING]" header)."""
+        of a kind in ``EVERY_LINE`` (the tool prefixes every line of its apps), it is the tool's own:
+        the piece of no name (compose's "vllm-1 exited with code 137", pm2's "[TAILING]" header), as
+        journalctl's own ``-- Boot ... --`` lines are."""
+        every, journal = kind in EVERY_LINE, kind == "journald"
         lines = clean(data.decode("utf-8", "replace")).split("\n")
         lines.pop()
         groups: dict[str | None, list[str]] = {}
@@ -347,7 +354,7 @@ class Unwrapper:
             if m is not None:
                 service = next((name for name in m.groups() if name), service)
                 line = line[m.end() :]
-            elif every and line:
+            elif (every and line) or (journal and line.startswith("-- ") and JOURNAL_MARK.match(line)):
                 service = None
             group = groups.get(service)
             if group is None:
@@ -373,6 +380,8 @@ class Unwrapper:
             for pattern, is_stamp in layers:
                 m = pattern.match(line, pos)
                 if m is None:
+                    if pattern in _EVERY_PATTERNS and pos < len(line):  # (compose's own line, inside)
+                        service = None
                     break
                 if is_stamp:
                     stamp = line[pos : m.end() - 1]
