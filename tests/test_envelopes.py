@@ -795,6 +795,32 @@ def test_pm2_logs_give_a_piece_per_app() -> None:
                                                      ("PM2", "App [vllm:0] online\n")]
 
 
+@pytest.mark.parametrize("stamp", ["2026-12-05T07:00:00: ", "2026-12-05 07:00:00 +00:00: "])
+def test_pm2_time_is_peeled_in_its_files_and_in_pm2_logs(stamp: str) -> None:
+    """An app started with ``pm2 --time`` (or a ``log_date_format``): pm2 writes the time before each
+    chunk the app wrote, in its log files and in ``pm2 logs``; it is peeled, and a line without it
+    continues the one above."""
+    unwrapper = Unwrapper()
+    pieces = unwrapper.feed(f"{stamp}{VLLM}{stamp}{UVICORN}Traceback (most recent call last):\n".encode(), 1.0)
+    assert unwrapper.kind == "pm2-time"
+    assert [(p.service, p.text) for p in pieces] == [(None, VLLM + UVICORN + "Traceback (most recent call last):\n")]
+    unwrapper = Unwrapper()
+    pieces = unwrapper.feed(f"0|vllm     | {stamp}{VLLM}PM2        | App [vllm:0] online\n"
+                            f"1|gateway  | {stamp}{UVICORN}0|vllm     | {stamp}{UVICORN}".encode(), 1.0)
+    assert unwrapper.kind == "pm2+pm2-time"
+    assert [(p.service, p.text) for p in pieces] == [("vllm", VLLM + UVICORN), ("PM2", "App [vllm:0] online\n"),
+                                                     ("gateway", UVICORN)]
+
+
+def test_app_lines_that_begin_with_a_time_are_no_pm2_time() -> None:
+    """TEI's, Postgres' and docker -t's times are followed by no colon: those lines stay whole."""
+    data = ("2025-08-09T19:36:02.798333Z  INFO text_embeddings_router: router/src/main.rs:175: Ready\n"
+            "2025-01-02 03:04:05.123 UTC [12] LOG:  database system is ready to accept connections\n") * 2
+    unwrapper, pieces = run(data.encode())
+    assert unwrapper.kind == "none"
+    assert text_of(pieces) == data
+
+
 def test_a_pm2_app_name_may_hold_spaces() -> None:
     """``pm2 start app.py --name "my app"``: the app's name is whole, spaces and all."""
     unwrapper = Unwrapper()

@@ -145,12 +145,14 @@ def test_the_suggested_check_command_takes_a_name_that_starts_with_a_dash(tmp_pa
     assert shlex.split(warning.split("makes of them with: ", 1)[1])[-1] == "./-x.log"
 
 
-def test_a_vllm_log_through_pm2_counts_what_the_log_counts(tmp_path: Path) -> None:
-    """A vLLM log behind ``pm2 logs``' prefix gives the figures of the log itself, its app's name
-    for the source: its stats, requests and errors too, not only its access lines."""
+@pytest.mark.parametrize("prefix", ["0|vllm  | ", "0|vllm  | 2026-12-05T07:00:00: ", "2026-12-05T07:00:00: "])
+def test_a_vllm_log_through_pm2_counts_what_the_log_counts(tmp_path: Path, prefix: str) -> None:
+    """A vLLM log behind ``pm2 logs``' prefix, with or without the time of ``pm2 --time`` (and that
+    time alone, in pm2's own log file), gives the figures of the log itself: its stats, requests and
+    errors too, not only its access lines."""
     sample = (Path(__file__).resolve().parent.parent / "samples" / "vllm" / "exact-tokens.log").read_text()
     (tmp_path / "plain.log").write_text(sample)
-    (tmp_path / "pm2.log").write_text("".join(f"0|vllm  | {line}\n" for line in sample.splitlines()))
+    (tmp_path / "pm2.log").write_text("".join(f"{prefix}{line}\n" for line in sample.splitlines()))
     figures = []
     for name in ("plain.log", "pm2.log"):
         out = subprocess.run([sys.executable, "-m", "logmetrics", "watch", "--oneshot", "--parser", "vllm",

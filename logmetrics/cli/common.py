@@ -27,10 +27,11 @@ class Interrupted:
 ENVELOPE_HELP = (
     "Container log wrapper to peel off; 'auto' detects it per stream from its first lines. One of: "
     "none, docker-json, cri, docker-timestamps ('docker logs -t'), compose, journald, kubectl "
-    "('kubectl logs --prefix'), pm2 ('pm2 logs'), or layers joined with '+', outer first: compose+docker-timestamps "
+    "('kubectl logs --prefix'), pm2 ('pm2 logs'), pm2-time (the time pm2 --time writes before an app's "
+    "lines), or layers joined with '+', outer first: compose+docker-timestamps "
     "('docker compose logs -t'), kubectl+docker-timestamps ('kubectl logs --prefix --timestamps'), "
     "journald+docker-timestamps, docker-timestamps+compose, journald+compose, "
-    "journald+compose+docker-timestamps.")
+    "journald+compose+docker-timestamps, pm2+pm2-time ('pm2 logs' of apps started with --time).")
 
 
 plugin_option = click.option(

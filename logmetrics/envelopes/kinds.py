@@ -26,7 +26,8 @@ __all__ = ["EVERY_LINE", "LAYERED", "MODES", "NAMING", "OWN_LINES", "PREFIXES", 
            "parse_rfc3339"]
 
 STAMPS = "docker-timestamps"
-PREFIXES = (STAMPS, "compose", "journald", "kubectl", "pm2")  # the kinds that are a prefix of each line
+PM2_TIME = "pm2-time"
+PREFIXES = (STAMPS, "compose", "journald", "kubectl", "pm2", PM2_TIME)  # the kinds that are a prefix of each line
 LAYERED = (
     "compose+docker-timestamps",
     "kubectl+docker-timestamps",
@@ -34,6 +35,7 @@ LAYERED = (
     "docker-timestamps+compose",
     "journald+compose",
     "journald+compose+docker-timestamps",
+    "pm2+pm2-time",
 )
 MODES = ("auto", "none", "docker-json", "cri", *PREFIXES, *LAYERED)
 #: The kinds whose lines name their source (a compose service, a journald unit, a kubectl pod): two
@@ -44,10 +46,10 @@ NAMING = frozenset(("compose", "journald", "kubectl", "pm2", *LAYERED))
 EVERY_LINE = frozenset(("compose", "pm2"))
 #: The stream name under which a kind's own prefixed lines come, not an app's: pm2's ``PM2  | `` lines.
 OWN_LINES = {"pm2": "PM2"}
-_INNER = (STAMPS, "compose")  # the layers looked for inside another, in this order
+_INNER = (STAMPS, "compose", PM2_TIME)  # the layers looked for inside another, in this order
 #: The prefixes in the order they are tried: pm2 before compose, whose prefix pm2's own "PM2  | " lines
 #: also carry (a pm2 log that begins with them is no compose log).
-_DETECTED = (STAMPS, "pm2", "compose", "journald", "kubectl")
+_DETECTED = (STAMPS, "pm2", "compose", "journald", "kubectl", PM2_TIME)
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
 TS_PREFIX = re.compile(_TS + " ")
@@ -74,8 +76,13 @@ KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] "
 # `pm2 logs`: "ID|NAME" padded with at least one space, then "| " (pm2's own lines: "PM2"). Group 1
 # or 2: the app's name (which may hold a space: `pm2 start app.py --name "my app"`).
 PM2_PREFIX = re.compile(r"(?:\d+\|([^\s|](?:[^|\n]*?[^\s|])?)|(PM2)) +\| ")
+# The time pm2 writes before what an app prints when started with `--time` or a `log_date_format`
+# (`2026-12-05T07:00:00: `, or `2026-12-05 07:00:00 +00:00: ` of the format often set), in its log
+# files and in `pm2 logs`' output. pm2 writes it before each chunk the app wrote, so a line without
+# it continues the one above.
+PM2_TIME_PREFIX = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?: ")
 PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX,
-            "pm2": PM2_PREFIX}
+            "pm2": PM2_PREFIX, PM2_TIME: PM2_TIME_PREFIX}
 # What `docker compose up` prints itself (before the first service line, and as containers stop);
 # skipped while detecting, in a stream and inside another layer.
 COMPOSE_PREAMBLE = re.compile(
@@ -96,7 +103,7 @@ def own_lines(kind: str | None, service: str | None) -> bool:
     layers = kind.split("+")
     if service is None:  # (journald's: its header and "-- Boot ... --" lines)
         return any(layer in EVERY_LINE or layer == "journald" for layer in layers)
-    return OWN_LINES.get(layers[-1]) == service
+    return any(OWN_LINES.get(layer) == service for layer in layers)
 
 
 def parse_rfc3339(ts: str) -> float | None:
