@@ -358,7 +358,7 @@ class Engine:
                 log.exception("parser %s: named failed", entry.name)
             stream.assembler = RecordAssembler(record_rule(entry.cls), min(self.max_line_bytes, MAX_RECORD_CHARS))
             log.info("stream %s: parser %s (%s)", stream.source, entry.name, found.why)
-        elif own_lines(self.unwrappers[stream.path].kind if stream.path in self.unwrappers else None, stream.service):
+        elif own_lines(u.kind if (u := self.unwrappers.get(stream.path)) is not None else None, stream.service):
             log.info("stream %s: the envelope's own lines (written by the tool that wraps the apps' lines, not "
                      "an app): read by no parser, counted unmatched", stream.source)
         else:

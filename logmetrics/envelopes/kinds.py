@@ -65,10 +65,17 @@ _JOURNAL_TIME = (
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)"
     r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [A-Z][A-Za-z0-9+-]{1,5})"
 )
-JOURNAL_PREFIX = re.compile(_JOURNAL_TIME + r" (?:(?=[\w.@/-]+?\[\d+\]: )|[^\s:]+ )([\w.@/-]+?)(?:\[\d+\])?: ")
+
+
+def _journal_prefix(hostless_pid: str) -> re.Pattern[str]:
+    """The journald prefix whose host may be missing where the unit's ``[pid]`` is ``hostless_pid``."""
+    return re.compile(_JOURNAL_TIME + rf" (?:(?=[\w.@/-]+?{hostless_pid}: )|[^\s:]+ )([\w.@/-]+?)(?:\[\d+\])?: ")
+
+
+JOURNAL_PREFIX = _journal_prefix(r"\[\d+\]")
 #: Once a stream is journald's, its lines are peeled by this one, which also takes a hostless line
 #: whose unit names no pid (``Dec 05 07:00:02 gateway: ...``, of ``--no-hostname``).
-JOURNAL_LINE = re.compile(_JOURNAL_TIME + r" (?:(?=[\w.@/-]+?(?:\[\d+\])?: )|[^\s:]+ )([\w.@/-]+?)(?:\[\d+\])?: ")
+JOURNAL_LINE = _journal_prefix(r"(?:\[\d+\])?")
 #: journalctl's own lines: ``-- Boot 0123 --``, ``-- Reboot --``, ``-- No entries --``, its header.
 JOURNAL_MARK = re.compile(r"-- [^\n]* --\Z")
 # `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
@@ -166,6 +173,12 @@ def _peel(layer: str, lines: list[str]) -> list[str]:
     return [m.string[m.end() :] for m in map(match, lines) if m]
 
 
+def _voters(layer: str, lines: list[str]) -> list[str]:
+    """The lines that say whether ``layer`` lies inside another: compose's own lines (its progress and
+    status, which it prints without its prefix) have no say on compose."""
+    return [line for line in lines if not COMPOSE_PREAMBLE.match(line)] if layer == "compose" else lines
+
+
 def classify(sample: list[str]) -> str:
     """The envelope kind of a stream from its first non-empty lines (cleaned, without newlines).
 
@@ -183,9 +196,8 @@ def classify(sample: list[str]) -> str:
         return "none"
     kind, lines = outer, _peel(outer, sample)
     while True:
-        inner = next((layer for layer in _INNER if f"{kind}+{layer}" in LAYERED and _agrees(
-            layer, [line for line in lines if not COMPOSE_PREAMBLE.match(line)] if layer == "compose" else lines)),
-            None)
+        inner = next((layer for layer in _INNER
+                      if f"{kind}+{layer}" in LAYERED and _agrees(layer, _voters(layer, lines))), None)
         if inner is None:
             return kind
         kind, lines = f"{kind}+{inner}", _peel(inner, lines)
