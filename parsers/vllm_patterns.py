@@ -4,6 +4,9 @@ its error phrase table.
 Every pattern is a stdlib ``re`` pattern meant for a whole-chunk scan of text that starts with
 ``\\n``: either anchored on ``\\n`` (plus an optional process prefix) or led by a literal, so that
 ``re`` finds candidates with its fast prefix search. None of them can cross a newline.
+In the hot scans an optional group that captures, or spans more than a character, is written
+``(?:X|)``, not ``X?``: ``re`` runs such a ``?`` through its general repeat, which costs a tenth
+or more of a scan's time; an alternative with an empty last branch means the same.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ HDR = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 #: formatter repeats the header on every line of a multi-line message), then a traceback-ish body.
 #: The header is atomic: a body never starts with its level word, so once a header is read the
 #: line is not tried again without it (an error line's next line is nearly always a header line).
-CONTINUATION = re.compile(rf"{PFXO}(?>{HDR}(?: |(?=\r?\n|\r?\Z)))?{TRACEBACK_BODY}", re.ASCII)
+CONTINUATION = re.compile(rf"{PFXO}(?:(?>{HDR}(?: |(?=\r?\n|\r?\Z)))|){TRACEBACK_BODY}", re.ASCII)
 #: The same lines as a record shape: a line that is blank (``\n``) is left out of records by the
 #: records stage, so the shape names only lines with something on them (a prefix, a header, ``\r``).
 SHAPE = Shape("vllm", lines=rf"(?a:{PFXO}(?:{HDR}(?: |(?=\r?\n|\r?\Z)))?"
@@ -45,8 +48,8 @@ ACCESS_OK = re.compile(rf"\n{PFXO}INFO: +\S+ - \"POST /(?:v1/(?:chat/completions
 #: tail), a whole line. Groups: the date and minute (``MM-DD HH:MM``) and seconds of the vLLM
 #: header, the engine index, the number of engines aggregated (all four in the head), prompt and
 #: generation throughput, running, pending (V0), waiting (V1), the rest of the line (the tail).
-_STATS_HEAD = (rf"{PFXO}(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ )?"
-               r"(?:Engine (\d+): |(\d+) Engines Aggregated: )?")
+_STATS_HEAD = (rf"{PFXO}(?:(?:DEBUG|INFO|WARNING) (\d\d-\d\d \d\d:\d\d):(\d\d) \[?[\w./-]+:\d+[\]\[]+ |)"
+               r"(?:Engine (\d+): |(\d+) Engines Aggregated: |)")
 _STATS_TAIL = (rf"Avg prompt throughput: {NUM} tokens/s, Avg generation throughput: {NUM} tokens/s, "
                r"(?:Max iteration time: [^,\n]*, Avg time/tok:[^,\n]*, )?"
                r"Running: (\d+) reqs, (?:Swapped: \d+ reqs, Pending: (\d+)|Waiting: (\d+)) reqs([^\n]*)")
@@ -74,6 +77,33 @@ def _v0(words: str) -> str:
     return _after("async_llm_engine", words)
 
 
+def _rare(v1_added: bool) -> str:
+    """``RARE``'s pattern, with V1's ``Added request`` or not. The alternatives are grouped by
+    their first letter (``re`` tries them one by one, each turned away on that letter) and keep
+    their order within a letter; a group's text is the same as with one alternative per line."""
+    added = rf"(?:{_v0('Added request')}) (?=\S+\n)"
+    if v1_added:
+        added += f"|{_after('async_llm', 'Added request')}"
+    return (
+        rf"\] (A(?:dded request(?:{added})|borted request(?=(?:\(s\))?( (?:[^\n.]++|\.(?!\n))*+)\.?\n)"
+        r"|syncEngineDeadError)"
+        # the engine's death: factored on their common starts
+        r"|Engine(?:Core (?:encountered a fatal error|failed to start)| core proc(?= \S+ died unexpectedly)"
+        r"| background task failed|DeadError)"
+        rf"|Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
+        r"|Generated response(?= )|Initializing an?(?= (?:V\d )?LLM engine)|MQEngineDeadError"
+        r"|Prefix cache hit rate: GPU"
+        r"|R(?:oute(?=: /[^\s,]*, Methods: )|equest(?: (?=\S+ details: [^\n]*prompt_token_ids: \[)"
+        r"|(?= \S+ (?:aborted|failed)))|eceived request(?= [^\n]*prompt[_ ]token[_ ]ids: \[))"
+        r"|S(?:upported(?=[_ ]tasks: )|equence group(?= \S+ is preempted)|tarting vLLM"
+        r"|hutting down FastAPI HTTP server)"
+        r"|Worker(?:Proc failed to start| proc(?= \S+ died unexpectedly))"
+        r"|\[shutdown\] API server: shutdown triggered|args: Namespace|non-default args|response_body=(?=\{\{)"
+        r"|v(?:LLM(?= (?:API )?server version)|llm\.[\w.]*EngineDeadError)"
+        r"|[ \t]*[\u2580-\u259f])"
+    )
+
+
 #: Candidates for the rare lines, all at the start of a vLLM message (after ``] ``); one scan,
 #: counted in C, then only the kinds present are looked at in detail. V0 AsyncLLMEngine's
 #: request lines (the only ones with a finish line, 0.2 - 0.10 non-MQ) are told apart by a
@@ -85,27 +115,9 @@ def _v0(words: str) -> str:
 #: looked for by a greedy run to the end of the line and back (``re`` steps back over every
 #: character but the list's first letter in a tight loop): in a lookahead, the same answer as a
 #: lazy search along the line, at half its cost.
-RARE = re.compile(
-    rf"\] (Finished request(?:(?:{_v0('Finished request')}) (?=\S+\n)|(?= \S+\n))"
-    rf"|Added request(?:{_v0('Added request')}) (?=\S+\n)|Added request(?:{_after('async_llm', 'Added request')})"
-    r"|Route(?=: /[^\s,]*, Methods: )"
-    r"|Supported(?=[_ ]tasks: )"
-    r"|Aborted request(?=(?:\(s\))?( [^\n]*?)\.?\n)"
-    r"|Request(?: (?=\S+ details: [^\n]*prompt_token_ids: \[)|(?= \S+ (?:aborted|failed)))"
-    r"|Received request(?= [^\n]*prompt[_ ]token[_ ]ids: \[)|Generated response(?= )|response_body=(?=\{\{)"
-    r"|Sequence group(?= \S+ is preempted)|vLLM(?= (?:API )?server version)|Starting vLLM"
-    r"|Initializing an?(?= (?:V\d )?LLM engine)|args: Namespace|non-default args|Prefix cache hit rate: GPU"
-    r"|[ \t]*[\u2580-\u259f]"
-    # the engine's death: factored on their common starts, as ``re`` tries alternatives one by one
-    r"|Engine(?:Core (?:encountered a fatal error|failed to start)| core proc(?= \S+ died unexpectedly)"
-    r"| background task failed|DeadError)|Worker(?:Proc failed to start| proc(?= \S+ died unexpectedly))"
-    r"|(?:Async|MQ)EngineDeadError|vllm\.[\w.]*EngineDeadError"
-    r"|\[shutdown\] API server: shutdown triggered|Shutting down FastAPI HTTP server)",
-    re.ASCII,
-)
+RARE = re.compile(_rare(True), re.ASCII)
 #: ``RARE`` without V1's ``Added request``, for a stream where it has told what it had to.
-RARE_KNOWN = re.compile(RARE.pattern.replace(f"|Added request(?:{_after('async_llm', 'Added request')})", ""),
-                        re.ASCII)
+RARE_KNOWN = re.compile(_rare(False), re.ASCII)
 FINISHED = "Finished request"
 FINISHED_V0 = "Finished request "
 ADDED_V0 = "Added request "
@@ -194,8 +206,8 @@ LOGO_MODEL = re.compile(r"\] [ \t]*[\u2580-\u259f][^\n]*? model {3}(\S+)")
 #: line continues the record (the record has more than one line).
 ERROR_START = re.compile(
     rf"\n{PFXO}(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
-    rf"((?={TRACEBACK_BODY}))?| *:|(?= ))|((?=Traceback \(most recent call last\))))"
-    rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)",
+    rf"(?:((?={TRACEBACK_BODY}))|)| *:|(?= ))|((?=Traceback \(most recent call last\))))"
+    rf"([^\n]*)(?=\n(?:((?={CONTINUATION.pattern})[\s\S])|))",
     re.ASCII,
 )
 #: The start of a one-line error record, up to its message (``ERROR_START`` without the groups).
@@ -214,8 +226,8 @@ ERROR_HEAD = re.compile(rf"\n{PFXO}(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\
 LINES = re.compile(
     rf"\n{PFXO}(?!(?:DEBUG|INFO|WARNING) \d\d-\d\d )(?:{UVICORN_ACCESS}"
     rf"|(?:(?:ERROR|CRITICAL)(?: \d\d-\d\d \d\d:\d\d:\d\d \[?([\w./-]+):\d+[\]\[]+(?: |(?=\n))"
-    rf"(?:(?=((?={TRACEBACK_BODY})[\s\S])))?| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
-    rf"([^\n]*)(?=\n((?={CONTINUATION.pattern})[\s\S])?)|{_LIFE}"
+    rf"(?:(?=((?={TRACEBACK_BODY})[\s\S]))|)| *:|(?= ))|(?=(T)raceback \(most recent call last\)))"
+    rf"([^\n]*)(?=\n(?:((?={CONTINUATION.pattern})[\s\S])|))|{_LIFE}"
     r"|(?=[^\n]*HTTP/)([^\n]))",
     re.ASCII,
 )

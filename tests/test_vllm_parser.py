@@ -423,6 +423,20 @@ def test_lifecycle_outcomes() -> None:
     assert matched == 7  # the Added line too: it starts the series V1 can move at 0
 
 
+@pytest.mark.parametrize(("tail", "ids"), [
+    (" chatcmpl-c.", " chatcmpl-c"),
+    (" chatcmpl-c", " chatcmpl-c"),
+    (" cmpl-1.2.3.", " cmpl-1.2.3"),
+    ("(s) a-1, b.2..", " a-1, b.2."),
+    ("(s) a . b .", " a . b "),
+    (" .", " "),
+])
+def test_aborted_ids_up_to_a_final_dot(tail: str, ids: str) -> None:
+    """The rare-line scan reads an Aborted line's ids to its end, less one final dot (dots inside stay)."""
+    found = P.RARE.findall(f"\nINFO 06-14 10:00:02 [async_llm.py:512] Aborted request{tail}\n")
+    assert found == [("Aborted request", ids)]
+
+
 def test_v0_request_durations_from_added_and_finished() -> None:
     """V0 AsyncLLMEngine's Added/Finished pairs give llm_request_duration_seconds, across batches."""
     parser = VllmParser()
