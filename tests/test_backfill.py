@@ -340,7 +340,7 @@ def test_prometheus_serves_the_backfilled_samples(tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", [64, 1000, 1 << 18])
 def test_groups_cut_where_a_step_ends(tmp_path: Path, block: int) -> None:
     """Bisection within read blocks cuts the lines exactly where a per-line reading would."""
-    from logmetrics.offline.backfill import groups
+    from logmetrics.offline.loggroups import groups
     from logmetrics.records.logtime import LogClock
 
     lines = ["no time yet, before the first stamp"]
@@ -388,7 +388,7 @@ def test_groups_cut_where_a_per_line_reading_would(tmp_path_factory: pytest.Temp
     """Steps a few lines long (a log whose tasks take minutes) and long runs of lines stating no
     time (llama-server's, and ones holding a clock time that is no stamp) are cut where reading
     line by line would cut them, whatever the size of the blocks read."""
-    from logmetrics.offline.backfill import groups
+    from logmetrics.offline.loggroups import groups
     from logmetrics.records.logtime import LogClock
 
     at = datetime(2024, 4, 10, 3, 30, tzinfo=UTC)
@@ -423,7 +423,7 @@ def test_a_line_stamped_earlier_at_the_end_of_a_block_does_not_pull_the_block_ba
     """Lines in order, then one stamped earlier as the last line of a block (before the first
     line, or inside the block's span of time): every line in order is in its own step, and the
     one stamped earlier joins the step of the line before it (it pulled the block back to its time)."""
-    from logmetrics.offline.backfill import groups
+    from logmetrics.offline.loggroups import groups
     from logmetrics.records.logtime import LogClock
 
     at = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -441,7 +441,7 @@ def test_a_file_truncated_while_it_is_read_is_read_no_further_and_said(tmp_path:
                                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A file cut shorter between two blocks read: a warning, and no more of it (as for a file
     replaced or removed), rather than its rest silently gone."""
-    from logmetrics.offline.backfill import _blocks
+    from logmetrics.offline.loggroups import _blocks
 
     log = tmp_path / "x.log"
     log.write_bytes(b"x" * 300)

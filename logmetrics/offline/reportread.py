@@ -2,7 +2,7 @@
 in several (each file in one, where the result is the same as one process's).
 
 The files' groups of five seconds of log time are merged across files
-(:func:`logmetrics.offline.backfill.log_groups`) and fed to the engine, with the group's time set
+(:func:`logmetrics.offline.loggroups.log_groups`) and fed to the engine, with the group's time set
 in the :class:`~logmetrics.offline.report.RecordingStore`; at the end of each step what a file
 held back counts at the time of that file's own last group. Nothing read from one file then
 depends on another: several files large enough are read in worker processes
@@ -21,7 +21,8 @@ from logmetrics.app import workers
 from logmetrics.app.options import inputs_filter
 from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import Settings
-from logmetrics.offline.backfill import envelopes, log_files, log_groups
+from logmetrics.offline.backfill import envelopes
+from logmetrics.offline.loggroups import log_files, log_groups
 from logmetrics.offline.report import STEP, Collected, Options, RecordingStore
 from logmetrics.plugins import ParserEntry
 from logmetrics.records.logtime import LogClock
