@@ -17,6 +17,7 @@ import sys
 import urllib.parse
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -382,12 +383,14 @@ _PLAIN = {  # lines that state no time: a record's continuation, llama-server's,
 @given(st.lists(st.one_of(
     st.tuples(st.just("stamp"), st.sampled_from([0, 0, 0, 0, 1, 2, 7, 60, 3600]), st.sampled_from(sorted(_STAMPED))),
     st.tuples(st.just("plain"), st.integers(0, 60), st.sampled_from(sorted(_PLAIN)))), min_size=1, max_size=60),
-    st.sampled_from([64, 300, 4096, 1 << 18]))
+    st.sampled_from([64, 300, 4096, 1 << 18]), st.sampled_from([200, 1 << 22]))
 def test_groups_cut_where_a_per_line_reading_would(tmp_path_factory: pytest.TempPathFactory,
-                                                    parts: list[tuple[str, int, str]], block: int) -> None:
+                                                    parts: list[tuple[str, int, str]], block: int, cap: int) -> None:
     """Steps a few lines long (a log whose tasks take minutes) and long runs of lines stating no
     time (llama-server's, and ones holding a clock time that is no stamp) are cut where reading
-    line by line would cut them, whatever the size of the blocks read."""
+    line by line would cut them, whatever the size of the blocks read, and whatever the size at
+    which a step's lines are given in parts (``cap``)."""
+    from logmetrics.offline import loggroups
     from logmetrics.offline.loggroups import groups
     from logmetrics.records.logtime import LogClock
 
@@ -403,8 +406,10 @@ def test_groups_cut_where_a_per_line_reading_would(tmp_path_factory: pytest.Temp
     log.write_text("".join(line + "\n" for line in lines))
     mtime = at.timestamp() + 86400
     step = 5.0
-    got = list(groups(str(log), 0, step, LogClock(mtime, UTC), block=block))
+    with mock.patch.object(loggroups, "GROUP_BYTES", cap):
+        got = list(groups(str(log), 0, step, LogClock(mtime, UTC), block=block))
     assert got[-1][3] == b"" and b"".join(g[3] for g in got).decode() == log.read_text()
+    assert [g[2] for g in got] == list(range(len(got)))  # (a step's parts in order)
     clock = LogClock(mtime, UTC)
     first = next((t for line in lines if (t := LogClock(mtime, UTC).stated(line)) is not None), mtime)
     want: dict[int, list[str]] = {}
@@ -415,6 +420,27 @@ def test_groups_cut_where_a_per_line_reading_would(tmp_path_factory: pytest.Temp
     for n, _n, _seq, data, _t in got:
         have.setdefault(n, []).append(data.decode())
     assert {k: "".join(v) for k, v in have.items() if "".join(v)} == {k: "".join(v) for k, v in want.items()}
+
+
+@pytest.mark.parametrize("tail", ["", "INFO 04-10 03:30:00 [x.py:1] served\n"])
+def test_lines_that_state_no_time_are_given_in_parts_at_the_step_of_the_first_time_after_them(
+        tmp_path: Path, tail: str) -> None:
+    """Megabytes of lines that state no time (llama-server's) are not held whole: they come in parts
+    of about ``GROUP_BYTES``, at the step of the first time stated after them, or of the file's
+    modification time if none is."""
+    from logmetrics.offline.loggroups import BLOCK, GROUP_BYTES, groups
+    from logmetrics.records.logtime import LogClock
+
+    plain = "slot update_slots: id  1 | task 1 | kv cache rm [0, end)\n"
+    log = tmp_path / "x.log"
+    log.write_text(plain * (3 * GROUP_BYTES // len(plain)) + tail)
+    mtime = 1712800000.0  # 2024-04-11, a day after the stamp
+    got = list(groups(str(log), 0, 15.0, LogClock(mtime, UTC)))
+    assert b"".join(g[3] for g in got).decode() == log.read_text()
+    assert len(got) >= 4 and max(len(g[3]) for g in got) < GROUP_BYTES + BLOCK
+    stamp = LogClock(mtime, UTC).stated(tail) if tail else mtime
+    assert stamp is not None
+    assert {g[0] for g in got} == {int(stamp // 15)}
 
 
 @pytest.mark.parametrize("back", [660, 30])

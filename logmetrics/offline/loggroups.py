@@ -33,6 +33,10 @@ MAY_STATE = (re.compile(rb":\d\d:\d\d"), re.compile(rb'"(?:@timestamp|timestamp|
              re.compile(rb"(?:timestamp|time|ts)="))
 LATEST = 8  # lines stamped earlier than the one before them, at the end of a block, passed over (``_latest``)
 MIN_SPAN = 512  # bytes after a step's start where its end is looked for first (``_boundary``)
+#: A step's lines are given in parts of about this many bytes (whole lines, in order): lines that
+#: state no time (llama-server's), or a log whose time went back (its lines count in the step being
+#: read), are not held in memory whole, nor fed to the engine as one huge chunk.
+GROUP_BYTES = 1 << 22
 
 
 Group = tuple[int, int, int, bytes, float]  # (step, file number, seq, whole lines or b"" at the end, time)
@@ -47,6 +51,7 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
     pending: list[bytes] = []
     seq = 0
     rest = b""
+    read = 0  # the bytes of the whole lines read: where the next line starts in the file
     span = MIN_SPAN  # the bytes of the last step's lines in a block: where to look for the next step's end
     blocks = _blocks(path, block)  # (its file is open only while a block is read: a directory of
     # thousands of logs is read under any open-file limit, their groups merged in log time)
@@ -56,21 +61,28 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
             stats.bytes_read[path] = stats.bytes_read.get(path, 0) + len(data)
             stats.lag_bytes[path] = max(stats.lag_bytes.get(path, 0) - len(data), 0)
         if data:
-            data = rest + data
-            cut = data.rfind(b"\n") + 1
-            rest, data = data[cut:], data[:cut]
+            rest, data = _cut(rest, data)
             if not data:
                 continue
         elif rest:
             data, rest = rest + b"\n", b""
         else:
             break
+        read += len(data)
         lo = 0  # where the group being read starts in data
         # (a line stamped earlier than the step being read, at the end of the block, would put
         # every line of the block in that step: the last one stamped in it or later is taken)
         last = _time_before(data, clock, len(data) - 1, 0, None if cur is None else cur * step)
         if last is None:
             pending.append(data)
+            if sum(map(len, pending)) >= GROUP_BYTES:  # (a few blocks)
+                if cur is None:  # their step is that of the first time stated after them, as ever
+                    ahead = _time_ahead(path, read, clock, block)
+                    now = clock.mtime if ahead is None else ahead
+                    cur = int(now // step)
+                yield cur, number, seq, b"".join(pending), now
+                seq += 1
+                pending.clear()
             continue
         if cur is None:  # the first time stated: what came before it joins its step
             first_t = _first_stated(data, clock)
@@ -94,6 +106,10 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
         pending.append(data[lo:] if lo else data)
         now = last[1] if last[1] > now else now
         clock.last = last[1]
+        if sum(map(len, pending)) >= GROUP_BYTES:
+            yield cur, number, seq, b"".join(pending), now
+            seq += 1
+            pending.clear()
     if cur is None:  # no time stated anywhere: the file's modification time
         cur, now = int(clock.mtime // step), clock.mtime
     body = b"".join(pending)
@@ -101,6 +117,31 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
         yield cur, number, seq, body, now
         seq += 1
     yield cur, number, seq, b"", now
+
+
+def _cut(rest: bytes, raw: bytes) -> tuple[bytes, bytes]:
+    """``rest + raw`` cut after its last newline: what is left of a line, and the whole lines."""
+    data = rest + raw
+    cut = data.rfind(b"\n") + 1
+    return data[cut:], data[:cut]
+
+
+def _time_ahead(path: str, offset: int, clock: LogClock, block: int) -> float | None:
+    """The time that the first line from ``offset`` on that states one states, read ahead in
+    ``path`` (as ``groups`` finds the first: the blocks where ``_time_before`` finds one); None if
+    no line does (or the file cannot be read: ``groups`` says why)."""
+    rest = b""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while raw := f.read(block):
+                rest, data = _cut(rest, raw)
+                if data and _time_before(data, clock, len(data) - 1, 0) is not None:
+                    return _first_stated(data, clock)
+    except OSError:
+        return None
+    data = rest + b"\n"
+    return _first_stated(data, clock) if rest and _time_before(data, clock, len(data) - 1, 0) else None
 
 
 def _decode(line: bytes) -> str:
