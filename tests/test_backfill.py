@@ -503,3 +503,22 @@ def test_a_state_file_lets_watch_go_on_from_the_backfill(tmp_path: Path) -> None
     again = logmetrics("backfill", str(log), "--out", str(tmp_path / "om2"), "--openmetrics-only",
                        "--state-file", str(state))
     assert again.returncode == 2 and "exists" in again.stderr, again.stderr
+
+
+def test_a_log_whose_time_goes_back_for_good_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An hour of lines, then the same hour again (logs joined out of order): said once, with both
+    times; the lines after the jump count at the step before it, as the lines of a file are in time order."""
+    from logmetrics.offline.loggroups import groups
+    from logmetrics.records.logtime import LogClock
+
+    at = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    hour = [f"INFO {at + timedelta(seconds=s):%m-%d %H:%M:%S} [x.py:1] served {s}" for s in range(0, 3600, 2)]
+    log = tmp_path / "x.log"
+    log.write_text("".join(line + "\n" for line in hour + hour))
+    got = list(groups(str(log), 0, 15.0, LogClock(at.timestamp() + 7200, UTC), block=4096))
+    said = [r.getMessage() for r in caplog.records if "goes back" in r.getMessage()]
+    assert len(said) == 1 and "from 2026-01-05T09:59:45+00:00 to 2026-01-05T09:" in said[0], said
+    last_step = int((at.timestamp() + 3598) // 15)
+    steps = [g[0] for g in got]
+    assert steps == sorted(steps) and steps[-1] == last_step
+    assert sum(g[3].count(b"\n") for g in got if g[0] == last_step) > len(hour)  # (the second hour)

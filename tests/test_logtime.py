@@ -142,3 +142,27 @@ def test_an_indented_line_states_no_time() -> None:
     assert clock.peek('\t"timestamp": 1788948000') is None
     assert clock.peek('  {"time": "2026-09-09T12:20:00.000Z", "msg": "x"}') == 1788956400.0
     assert clock.peek('2026-09-09T12:20:00.000Z {"msg": "x"}') == 1788956400.0
+
+
+@pytest.mark.parametrize("fmt", ["INFO %m-%d %H:%M:%S [x.py:1] served",
+                                 "%Y-%m-%d %H:%M:%S,250 | INFO | main.py:1 >>> up"])
+def test_the_hour_that_repeats_when_clocks_go_back_is_read_twice_in_order(fmt: str) -> None:
+    """A log in local time without an offset runs through the hour that repeats in autumn, a line a
+    minute: its second 02:xx is an hour after the first, not the same times again; a line a little
+    earlier than the one before it (a stray) stays a little earlier."""
+    berlin = ZoneInfo("Europe/Berlin")
+    utc = [datetime(2026, 10, 25, 0, 0, tzinfo=UTC) + timedelta(minutes=m) for m in range(121)]
+    clock = LogClock(datetime(2026, 10, 26, tzinfo=UTC).timestamp(), berlin)
+    frac = 0.25 if "%Y" in fmt else 0.0
+    assert [clock.stated(w.astimezone(berlin).strftime(fmt)) for w in utc] == [w.timestamp() + frac for w in utc]
+    stray = (utc[-1] - timedelta(minutes=3)).astimezone(berlin).strftime(fmt)  # 02:57 of the second hour
+    assert clock.stated(stray) == utc[-1].timestamp() - 180 + frac
+
+
+def test_the_hour_that_clocks_skip_in_spring_reads_as_before() -> None:
+    """A stamp in the hour that does not exist (02:30 on the last Sunday of March) reads at the
+    offset before the change, as before, even after a later time."""
+    berlin = ZoneInfo("Europe/Berlin")
+    clock = LogClock(datetime(2026, 3, 30, tzinfo=UTC).timestamp(), berlin)
+    assert clock.stated("INFO 03-29 03:10:00 [x.py:1] a") == datetime(2026, 3, 29, 1, 10, tzinfo=UTC).timestamp()
+    assert clock.stated("INFO 03-29 02:30:00 [x.py:1] b") == datetime(2026, 3, 29, 1, 30, tzinfo=UTC).timestamp()

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from datetime import tzinfo
+from datetime import UTC, datetime, tzinfo
 
 from logmetrics.errors import UserError
 from logmetrics.records.logtime import LogClock, anchor_of
@@ -37,6 +37,7 @@ MIN_SPAN = 512  # bytes after a step's start where its end is looked for first (
 #: state no time (llama-server's), or a log whose time went back (its lines count in the step being
 #: read), are not held in memory whole, nor fed to the engine as one huge chunk.
 GROUP_BYTES = 1 << 22
+BACK_SAY = 300.0  # a block whose every line is stamped this long before the step being read is said, once
 
 
 Group = tuple[int, int, int, bytes, float]  # (step, file number, seq, whole lines or b"" at the end, time)
@@ -52,6 +53,7 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
     seq = 0
     rest = b""
     read = 0  # the bytes of the whole lines read: where the next line starts in the file
+    said_back = False
     span = MIN_SPAN  # the bytes of the last step's lines in a block: where to look for the next step's end
     blocks = _blocks(path, block)  # (its file is open only while a block is read: a directory of
     # thousands of logs is read under any open-file limit, their groups merged in log time)
@@ -89,6 +91,9 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
             cur, now = int(first_t // step), first_t
             if last[1] < cur * step:
                 last = _time_before(data, clock, len(data) - 1, 0, cur * step) or last
+        if not said_back and last[1] < cur * step - BACK_SAY:
+            said_back = True
+            _said_back(path, cur * step, last[1])
         last = _latest(data, clock, last)
         while int(last[1] // step) > cur:
             j = _boundary(data, clock, lo, last[0], cur, step, span)
@@ -117,6 +122,13 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
         yield cur, number, seq, body, now
         seq += 1
     yield cur, number, seq, b"", now
+
+
+def _said_back(path: str, at: float, back: float) -> None:
+    when = [datetime.fromtimestamp(x, UTC).isoformat(timespec="seconds") for x in (at, back)]
+    log.warning("%s: log time goes back from %s to %s (a clock set back, or logs joined out of order): the lines "
+                "after it count at %s, as the lines of a file are taken in time order; give such logs as files of "
+                "their own", path, when[0], when[1], when[0])
 
 
 def _cut(rest: bytes, raw: bytes) -> tuple[bytes, bytes]:

@@ -102,16 +102,17 @@ def _offset(zone: str | None) -> float | None:
 
 
 def to_epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None, offset: float | None,
-             tz: tzinfo | None) -> float | None:
+             tz: tzinfo | None, fold: int = 0) -> float | None:
     """Unix seconds of a wall-clock time: at ``offset`` seconds east of UTC, else in ``tz`` (None:
-    the machine's local time). None for an impossible date (month 13, February 30)."""
+    the machine's local time; ``fold`` 1: the second of the two times a wall-clock time names in the
+    hour that repeats when clocks go back, PEP 495). None for an impossible date (month 13, February 30)."""
     try:
         if offset is not None:
             if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1] and h < 24 and mi < 60 and s < 61):
                 return None
             t = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - offset
         else:
-            t = datetime(y, mo, d, h, mi, min(s, 59), tzinfo=tz).timestamp()
+            t = datetime(y, mo, d, h, mi, min(s, 59), tzinfo=tz, fold=fold).timestamp()
     except (ValueError, OverflowError, OSError):
         return None
     if frac:
@@ -226,17 +227,35 @@ class LogClock:
     def _stamp(self, m: re.Match[str]) -> float | None:
         g = m.group
         if g("y") is not None:
-            return to_epoch(int(g("y")), int(g("mo")), int(g("d")), int(g("h")), int(g("mi")), int(g("s")), g("f"),
-                            _offset(g("z")), self.tz)
+            return self._wall(int(g("y")), int(g("mo")), int(g("d")), int(g("h")), int(g("mi")), int(g("s")), g("f"),
+                              _offset(g("z")))
         if g("vmo") is not None:
             return self._yearless(int(g("vmo")), int(g("vd")), int(g("vh")), int(g("vmi")), int(g("vs")))
         if g("cy") is not None:
-            return to_epoch(int(g("cy")), MONTHS[g("cmo")], int(g("cd")), int(g("ch")), int(g("cmi")), int(g("cs")),
-                            None, _offset(g("cz")), self.tz)
+            return self._wall(int(g("cy")), MONTHS[g("cmo")], int(g("cd")), int(g("ch")), int(g("cmi")), int(g("cs")),
+                              None, _offset(g("cz")))
         if g("ny") is not None:
-            return to_epoch(int(g("ny")), int(g("nmo")), int(g("nd")), int(g("nh")), int(g("nmi")), int(g("ns")),
-                            None, None, self.tz)
+            return self._wall(int(g("ny")), int(g("nmo")), int(g("nd")), int(g("nh")), int(g("nmi")), int(g("ns")),
+                              None, None)
         return self._yearless(MONTHS[g("smo")], int(g("sd")), int(g("sh")), int(g("smi")), int(g("ss")))
+
+    def _wall(self, y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None,
+              offset: float | None) -> float | None:
+        """A stamp with a year; one with no offset, in the hour that repeats when clocks go back
+        (winter time), is the later of its two times where that one is nearer the last time stated."""
+        t = to_epoch(y, mo, d, h, mi, s, frac, offset, self.tz)
+        if offset is not None or t is None or self.last is None or t >= self.last:
+            return t
+        later = self._later(t)
+        return later if later is not None and abs(later - self.last) < self.last - t else t
+
+    def _later(self, t: float) -> float | None:
+        """The later of the two times that the wall-clock time of ``t`` names, if it names two."""
+        try:
+            later = datetime.fromtimestamp(t, self.tz).replace(fold=1).timestamp()
+        except (ValueError, OverflowError, OSError):
+            return None
+        return later if later > t else None
 
     def _yearless(self, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
         """A stamp without a year: the first gets the latest year that does not put it after the
@@ -260,4 +279,7 @@ class LogClock:
             times = self._near[key] = [t for y in (year - 1, year, year + 1)
                                        if (t := to_epoch(y, mo, d, h, mi, s, None, None, self.tz)) is not None]
         best = min(times, key=lambda t: abs(t - ref), default=None)  # (the earliest of two as near)
+        if best is not None and best < ref and (later := self._later(best)) is not None \
+                and abs(later - ref) < ref - best:  # the hour that repeats when clocks go back (winter time)
+            best = later
         return best if best is not None and abs(best - ref) < _YEAR else None
