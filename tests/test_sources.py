@@ -677,3 +677,21 @@ def test_vanished_reports_a_stream_once_all_its_files_are_gone(tmp_path: Path, t
     drain(t)
     assert t.vanished() == [str(gone)]
     assert t.vanished() == []
+
+
+def test_a_glob_argument_that_names_a_file_too_is_the_pattern_and_said_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``x[1].log`` is a pattern (it matches ``x1.log``), as in other log shippers, even where a file
+    has that very name; that is said once, with the escaped name that reads the file itself."""
+    import glob
+
+    from logmetrics.sources.discovery import discover
+
+    for name in ("x[1].log", "x1.log"):
+        (tmp_path / name).write_text("INFO 04-10 03:30:00 [x.py:1] up\n")
+    arg = str(tmp_path / "x[1].log")
+    assert discover([arg], lambda exc: None) == [str(tmp_path / "x1.log")]
+    assert discover([arg], lambda exc: None) == [str(tmp_path / "x1.log")]
+    said = [r.getMessage() for r in caplog.records if "names a file and is a glob pattern" in r.getMessage()]
+    assert len(said) == 1 and glob.escape(arg) in said[0]
+    assert discover([glob.escape(arg)], lambda exc: None) == [arg]

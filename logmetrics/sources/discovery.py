@@ -21,6 +21,7 @@ log = logging.getLogger("logmetrics.sources.tailer")  # the tailer's messages, u
 
 IGNORED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tmp")  # compressed or temporary rotations
 _GLOB_CHARS = frozenset("*?[")
+_SAID_LITERAL: set[str] = set()  # glob arguments that also name a file, said once per process
 
 
 def is_glob(path: str) -> bool:
@@ -53,6 +54,11 @@ def discover(paths: Sequence[str], onerror: Callable[[OSError], None],
     for arg in paths:
         if is_glob(arg) and not _listable(watch_root(arg)[0], onerror):
             continue
+        if is_glob(arg) and arg not in _SAID_LITERAL and os.path.lexists(arg):
+            _SAID_LITERAL.add(arg)
+            log.warning("%s names a file and is a glob pattern too: it is read as the pattern (the files it "
+                        "matches); to read that file alone, write its name with the pattern's characters "
+                        "escaped: %s", arg, glob.escape(arg))
         if "**" in arg and _linked_dirs(watch_root(arg)[0]):
             found.update(_linked_glob(arg, onerror))
             continue
