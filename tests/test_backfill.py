@@ -121,6 +121,16 @@ def test_start_and_end_bound_what_is_written(tmp_path: Path) -> None:
         assert samples == [s for s in a[key] if 1755785100 <= s[0] <= 1755785220], key
 
 
+def test_start_after_the_log_writes_nothing_and_says_so(tmp_path: Path) -> None:
+    """--start after the log's last time: no sample, a warning with the log's times, exit 0."""
+    log = copy(tmp_path, "vllm/v1-0.10.log", VLLM_MTIME)
+    proc = logmetrics("backfill", str(log), "--out", str(tmp_path / "out"), "--openmetrics-only", "--timezone", "UTC",
+                      "--start", "2030-01-01T00:00:00Z")
+    assert proc.returncode == 0, proc.stderr
+    assert "no sample written: the log's times run from 2025-08-21T14:" in proc.stderr, proc.stderr
+    assert "0 samples" in proc.stderr
+
+
 def test_files_merge_by_log_time(tmp_path: Path) -> None:
     """Several files: their series share one time line, each from the step of its first line."""
     paths = [copy(tmp_path, name) for name in HTTP_SAMPLES]

@@ -152,7 +152,12 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
         writer.finish(text)
     finally:
         writer.close()
+    if not writer.samples and first_t is not None and (opts.start is not None or opts.end is not None):
+        log.warning("no sample written: the log's times run from %s to %s, outside --start/--end", _iso(first_t),
+                    _iso(last_t if last_t is not None else first_t))
     if not opts.openmetrics_only:
+        if progress is not None:  # (promtool says nothing while it works: a large text takes a while)
+            progress.write(f"logmetrics: making the TSDB blocks of {writer.samples:,} samples with promtool\n")
         try:
             create_blocks(text, opts.out)
         finally:
@@ -178,8 +183,12 @@ def envelopes(engine: Engine, files: Iterable[str]) -> None:
             engine.envelope_from(path, head[:cut])
 
 
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
 def _gap(cur: int, k: int, step: float, path: str) -> None:
-    when = [datetime.fromtimestamp(x * step, UTC).isoformat(timespec="seconds") for x in (cur, k)]
+    when = [_iso(x * step) for x in (cur, k)]
     log.warning("log time jumps from %s to %s (at %s): the %d steps between are written too, as a running "
                 "watch would have served them; bound them with --start/--end, or backfill files of "
                 "different periods apart", when[0], when[1], path, k - cur)
