@@ -276,6 +276,24 @@ def test_blocks_of_a_failed_promtool_run_are_removed(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["keep"]
 
 
+def test_a_second_run_into_the_same_out_says_the_blocks_there_and_a_killed_ones_spool_goes(tmp_path: Path) -> None:
+    """Blocks already in --out are said (Prometheus would load both); the spool a backfill killed
+    on the way left there (its process gone) is removed, one of a live process is not."""
+    log = str(ROOT / "samples" / "vllm" / "v1-0.33.log")
+    out = tmp_path / "out"
+    assert logmetrics("backfill", log, "--out", str(out)).returncode == 0
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (out / f".spool-{dead}-abc").mkdir()
+    (out / f".spool-{dead}-abc" / "0").write_text("x")
+    (out / f".spool-{os.getpid()}-def").mkdir()
+    proc = logmetrics("backfill", log, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert f"--out {out} holds 1 TSDB block(s) already" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".spool")) == [f".spool-{os.getpid()}-def"]
+    assert sum((p / "meta.json").is_file() for p in out.iterdir()) == 2
+
+
 # --- end to end: promtool, then a real Prometheus on the blocks ---------------------------------
 
 

@@ -26,7 +26,7 @@ from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import StaticLabel
 from logmetrics.errors import UserError
 from logmetrics.offline.loggroups import log_files, log_groups
-from logmetrics.offline.omwriter import OpenMetricsWriter, create_blocks
+from logmetrics.offline.omwriter import OpenMetricsWriter, blocks_in, create_blocks
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.chunks import Chunk, SourceStats
 from logmetrics.sources.descriptors import raise_open_file_limit
@@ -156,6 +156,10 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
         log.warning("no sample written: the log's times run from %s to %s, outside --start/--end", _iso(first_t),
                     _iso(last_t if last_t is not None else first_t))
     if not opts.openmetrics_only:
+        if old := blocks_in(opts.out):
+            log.warning("--out %s holds %d TSDB block(s) already (an earlier backfill?): the new ones go beside them, "
+                        "and a Prometheus that loads both merges them where their times overlap; remove the old ones "
+                        "if this run replaces them", opts.out, old)
         if progress is not None:  # (promtool says nothing while it works: a large text takes a while)
             progress.write(f"logmetrics: making the TSDB blocks of {writer.samples:,} samples with promtool\n")
         try:

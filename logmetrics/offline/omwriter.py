@@ -75,7 +75,8 @@ class OpenMetricsWriter:
         self._changed: dict[Key, tuple[object, int]] = {}  # a series' last value written, and its step
         #: labels added to every series (``job``, ``instance``), after the family's own
         self._extra = "".join(f',{n}="{escape(v)}"' for n, v in target_labels)
-        self.spool = tempfile.mkdtemp(prefix=".spool-", dir=folder)
+        _remove_stale_spools(folder)
+        self.spool = tempfile.mkdtemp(prefix=f".spool-{os.getpid()}-", dir=folder)
         self._files: dict[str, Spool] = {}
         self._prefix: dict[Key, tuple[Spool, str]] = {}  # counters and gauges: "ID\tname{labels} "
         self._hist: dict[Key, tuple[Spool, list[str], str, str]] = {}  # bucket prefixes, _sum, _count
@@ -199,6 +200,33 @@ class OpenMetricsWriter:
         """Remove the spools."""
         self._files.clear()
         shutil.rmtree(self.spool, ignore_errors=True)
+
+
+def _remove_stale_spools(folder: str) -> None:
+    """Remove the spools that a backfill killed on the way left in ``folder`` (those whose process,
+    named in their name, is gone): a run never ended removes its own."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != ".spool" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        except (OSError, OverflowError):  # alive (another user's), or no pid at all
+            continue
+
+
+def blocks_in(out: str) -> int:
+    """How many TSDB blocks (directories holding a ``meta.json``) ``out`` holds."""
+    try:
+        return sum(os.path.isfile(os.path.join(out, name, "meta.json")) for name in os.listdir(out))
+    except OSError:
+        return 0
 
 
 def create_blocks(text: str, out: str, promtool: str | None = None) -> str:
