@@ -102,17 +102,17 @@ def _offset(zone: str | None) -> float | None:
 
 
 def to_epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None, offset: float | None,
-             tz: tzinfo | None, fold: int = 0) -> float | None:
+             tz: tzinfo | None) -> float | None:
     """Unix seconds of a wall-clock time: at ``offset`` seconds east of UTC, else in ``tz`` (None:
-    the machine's local time; ``fold`` 1: the second of the two times a wall-clock time names in the
-    hour that repeats when clocks go back, PEP 495). None for an impossible date (month 13, February 30)."""
+    the machine's local time; in the hour that repeats when clocks go back, the first of its two
+    times). None for an impossible date (month 13, February 30)."""
     try:
         if offset is not None:
             if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1] and h < 24 and mi < 60 and s < 61):
                 return None
             t = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - offset
         else:
-            t = datetime(y, mo, d, h, mi, min(s, 59), tzinfo=tz, fold=fold).timestamp()
+            t = datetime(y, mo, d, h, mi, min(s, 59), tzinfo=tz).timestamp()
     except (ValueError, OverflowError, OSError):
         return None
     if frac:
