@@ -286,12 +286,31 @@ def test_a_second_run_into_the_same_out_says_the_blocks_there_and_a_killed_ones_
                           check=True).stdout.strip()
     (out / f".spool-{dead}-abc").mkdir()
     (out / f".spool-{dead}-abc" / "0").write_text("x")
+    (out / f".blocks-{dead}-abc" / "01HV").mkdir(parents=True)  # promtool's work when the run was killed
+    (out / f".blocks-{dead}-abc" / "01HV" / "meta.json").write_text("{}")
     (out / f".spool-{os.getpid()}-def").mkdir()
     proc = logmetrics("backfill", log, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert f"--out {out} holds 1 TSDB block(s) already" in proc.stderr, proc.stderr
-    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".spool")) == [f".spool-{os.getpid()}-def"]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [f".spool-{os.getpid()}-def"]
     assert sum((p / "meta.json").is_file() for p in out.iterdir()) == 2
+
+
+def test_a_second_backfill_into_an_out_in_use_is_refused(tmp_path: Path) -> None:
+    """While a backfill writes into --out (it holds the directory's lock), another one into it stops
+    at once with one line saying so, and leaves it as it was."""
+    from logmetrics.offline.omwriter import lock_folder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = lock_folder(str(out))
+    try:
+        proc = logmetrics("backfill", str(ROOT / "samples" / "vllm" / "v1-0.33.log"), "--out", str(out))
+    finally:
+        os.close(lock)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--out {out}: another backfill is writing into it" in proc.stderr
+    assert "Traceback" not in proc.stderr and list(out.iterdir()) == []
 
 
 # --- end to end: promtool, then a real Prometheus on the blocks ---------------------------------

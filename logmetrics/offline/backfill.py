@@ -15,7 +15,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import TextIO
@@ -25,8 +25,8 @@ from logmetrics.app.options import inputs_filter
 from logmetrics.engine.engine import Engine
 from logmetrics.engine.settings import StaticLabel
 from logmetrics.errors import UserError
-from logmetrics.offline.loggroups import log_files, log_groups
-from logmetrics.offline.omwriter import OpenMetricsWriter, blocks_in, create_blocks
+from logmetrics.offline.loggroups import Group, log_files, log_groups
+from logmetrics.offline.omwriter import OpenMetricsWriter, blocks_in, create_blocks, lock_folder
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.chunks import Chunk, SourceStats
 from logmetrics.sources.descriptors import raise_open_file_limit
@@ -91,6 +91,16 @@ def run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None 
         os.makedirs(opts.out, exist_ok=True)
     except OSError as exc:  # a file where a directory must be, no permission, a full disk
         raise UserError(f"--out {opts.out}: cannot make the directory: {exc.strerror or exc}") from None
+    lock = lock_folder(opts.out)
+    try:
+        return _run(opts, entries, progress, store, stats, files, merged)
+    finally:
+        os.close(lock)
+
+
+def _run(opts: Options, entries: dict[str, ParserEntry], progress: TextIO | None, store: Store,
+         stats: SourceStats, files: list[str], merged: Iterator[Group]) -> Result:
+    """``run`` once ``--out`` is there and locked."""
     engine = Engine(entries, store, parser=opts.parser, source=opts.source, envelope=opts.envelope,
                     max_line_bytes=opts.max_line_bytes, lines_truncated=stats.lines_truncated, labels=opts.labels)
     engine.set_inputs(opts.inputs)

@@ -11,6 +11,7 @@ that first step (Prometheus takes a series' first sample as its baseline).
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import shutil
@@ -202,16 +203,32 @@ class OpenMetricsWriter:
         shutil.rmtree(self.spool, ignore_errors=True)
 
 
+def lock_folder(folder: str) -> int:
+    """An exclusive lock on ``folder`` (an open descriptor of it, to close when done); UserError if
+    another backfill holds it: two runs would write the same text and blocks there."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise UserError(f"--out {folder}: cannot open the directory: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UserError(f"--out {folder}: another backfill is writing into it; wait for it to end, or name "
+                        "another directory") from None
+    return fd
+
+
 def _remove_stale_spools(folder: str) -> None:
-    """Remove the spools that a backfill killed on the way left in ``folder`` (those whose process,
-    named in their name, is gone): a run never ended removes its own."""
+    """Remove the spools and unfinished blocks that a backfill killed on the way left in ``folder``
+    (those whose process, named in their name, is gone): a run that ends removes its own."""
     try:
         names = os.listdir(folder)
     except OSError:
         return
     for name in names:
         parts = name.split("-")
-        if len(parts) < 3 or parts[0] != ".spool" or not parts[1].isdigit():
+        if len(parts) < 3 or parts[0] not in (".spool", ".blocks") or not parts[1].isdigit():
             continue
         try:
             os.kill(int(parts[1]), 0)
@@ -230,23 +247,29 @@ def blocks_in(out: str) -> int:
 
 
 def create_blocks(text: str, out: str, promtool: str | None = None) -> str:
-    """Run ``promtool tsdb create-blocks-from openmetrics`` on ``text`` into ``out``; its output. If it
-    fails, the blocks it made in ``out`` are removed (a part of the data would pass for the whole)."""
+    """Run ``promtool tsdb create-blocks-from openmetrics`` on ``text`` into ``out``; its output. The
+    blocks are made in a directory of their own in ``out`` and moved into it once all are made: if
+    promtool fails (or the run is killed), no part of them passes for the whole (a later run
+    removes what a killed one left)."""
     tool = promtool or shutil.which("promtool")
     if tool is None:
         raise UserError("promtool not found on PATH: it turns the OpenMetrics text into TSDB blocks (Debian and "
                         "Ubuntu: apt-get install prometheus; or a release from prometheus.io); or stop at the "
                         "text with --openmetrics-only")
-    before = set(os.listdir(out)) if os.path.isdir(out) else set()
-    proc = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", text, out],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        made = sorted(set(os.listdir(out)) - before) if os.path.isdir(out) else []
-        for name in made:
-            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
-        why = (proc.stderr or proc.stdout).strip().splitlines()
-        hint = "; raise the open-file limit (ulimit -n)" if "too many open files" in proc.stderr + proc.stdout else ""
-        removed = f"; the {len(made)} block(s) it had made are removed" if made else ""
-        raise UserError(f"promtool tsdb create-blocks-from openmetrics {text} failed: "
-                        f"{why[-1] if why else f'exit code {proc.returncode}'}{removed}{hint}")
+    work = tempfile.mkdtemp(prefix=f".blocks-{os.getpid()}-", dir=out)
+    try:
+        proc = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", text, work],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            made = blocks_in(work)
+            why = (proc.stderr or proc.stdout).strip().splitlines()
+            hint = "; raise the open-file limit (ulimit -n)" if "too many open files" in proc.stderr + proc.stdout \
+                else ""
+            removed = f"; the {made} block(s) it had made are removed" if made else ""
+            raise UserError(f"promtool tsdb create-blocks-from openmetrics {text} failed: "
+                            f"{why[-1] if why else f'exit code {proc.returncode}'}{removed}{hint}")
+        for name in sorted(os.listdir(work)):
+            os.rename(os.path.join(work, name), os.path.join(out, name))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return proc.stdout
