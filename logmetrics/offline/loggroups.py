@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, tzinfo
+from datetime import datetime, tzinfo
 
 from logmetrics.errors import UserError
 from logmetrics.records.logtime import LogClock, anchor_of
@@ -93,7 +93,7 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
                 last = _time_before(data, clock, len(data) - 1, 0, cur * step) or last
         if not said_back and last[1] < cur * step - BACK_SAY:
             said_back = True
-            _said_back(path, cur * step, last[1])
+            _said_back(path, cur * step, last[1], clock.tz)
         last = _latest(data, clock, last)
         while int(last[1] // step) > cur:
             j = _boundary(data, clock, lo, last[0], cur, step, span)
@@ -124,11 +124,12 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
     yield cur, number, seq, b"", now
 
 
-def _said_back(path: str, at: float, back: float) -> None:
-    when = [datetime.fromtimestamp(x, UTC).isoformat(timespec="seconds") for x in (at, back)]
-    log.warning("%s: log time goes back from %s to %s (a clock set back, or logs joined out of order): the lines "
-                "after it count at %s, as the lines of a file are taken in time order; give such logs as files of "
-                "their own", path, when[0], when[1], when[0])
+def _said_back(path: str, at: float, back: float, tz: tzinfo | None) -> None:
+    when = [(datetime.fromtimestamp(x, tz) if tz is not None else datetime.fromtimestamp(x).astimezone())
+            .isoformat(timespec="seconds") for x in (at, back)]
+    log.warning("%s: log time goes back from %s to %s or earlier (a clock set back, or logs joined out of order): "
+                "the lines after it count at %s, as the lines of a file are taken in time order; give such logs as "
+                "files of their own", path, when[0], when[1], when[0])
 
 
 def _cut(rest: bytes, raw: bytes) -> tuple[bytes, bytes]:
