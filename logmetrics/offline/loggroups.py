@@ -125,8 +125,7 @@ def groups(path: str, number: int, step: float, clock: LogClock, stats: SourceSt
 
 
 def _said_back(path: str, at: float, back: float, tz: tzinfo | None) -> None:
-    when = [(datetime.fromtimestamp(x, tz) if tz is not None else datetime.fromtimestamp(x).astimezone())
-            .isoformat(timespec="seconds") for x in (at, back)]
+    when = [datetime.fromtimestamp(x, tz).astimezone(tz).isoformat(timespec="seconds") for x in (at, back)]
     log.warning("%s: log time goes back from %s to %s or earlier (a clock set back, or logs joined out of order): "
                 "the lines after it count at %s, as the lines of a file are taken in time order; give such logs as "
                 "files of their own", path, when[0], when[1], when[0])

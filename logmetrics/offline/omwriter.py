@@ -76,7 +76,7 @@ class OpenMetricsWriter:
         self._changed: dict[Key, tuple[object, int]] = {}  # a series' last value written, and its step
         #: labels added to every series (``job``, ``instance``), after the family's own
         self._extra = "".join(f',{n}="{escape(v)}"' for n, v in target_labels)
-        _remove_stale_spools(folder)
+        _remove_stale_work(folder)
         self.spool = tempfile.mkdtemp(prefix=f".spool-{os.getpid()}-", dir=folder)
         self._files: dict[str, Spool] = {}
         self._prefix: dict[Key, tuple[Spool, str]] = {}  # counters and gauges: "ID\tname{labels} "
@@ -219,7 +219,7 @@ def lock_folder(folder: str) -> int:
     return fd
 
 
-def _remove_stale_spools(folder: str) -> None:
+def _remove_stale_work(folder: str) -> None:
     """Remove the spools and unfinished blocks that a backfill killed on the way left in ``folder``
     (those whose process, named in their name, is gone): a run that ends removes its own."""
     try:

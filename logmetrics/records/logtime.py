@@ -244,18 +244,19 @@ class LogClock:
         """A stamp with a year; one with no offset, in the hour that repeats when clocks go back
         (winter time), is the later of its two times where that one is nearer the last time stated."""
         t = to_epoch(y, mo, d, h, mi, s, frac, offset, self.tz)
-        if offset is not None or t is None or self.last is None or t >= self.last:
-            return t
-        later = self._later(t)
-        return later if later is not None and abs(later - self.last) < self.last - t else t
+        return t if offset is not None or t is None else self._fold(t)
 
-    def _later(self, t: float) -> float | None:
-        """The later of the two times that the wall-clock time of ``t`` names, if it names two."""
+    def _fold(self, t: float) -> float:
+        """``t`` (a wall-clock time read as the first of its times), or the later of the two times it
+        names in the hour that repeats when clocks go back, where that one is nearer the last time stated."""
+        ref = self.last
+        if ref is None or t >= ref:
+            return t
         try:
             later = datetime.fromtimestamp(t, self.tz).replace(fold=1).timestamp()
         except (ValueError, OverflowError, OSError):
-            return None
-        return later if later > t else None
+            return t
+        return later if later > t and abs(later - ref) < ref - t else t
 
     def _yearless(self, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
         """A stamp without a year: the first gets the latest year that does not put it after the
@@ -279,7 +280,6 @@ class LogClock:
             times = self._near[key] = [t for y in (year - 1, year, year + 1)
                                        if (t := to_epoch(y, mo, d, h, mi, s, None, None, self.tz)) is not None]
         best = min(times, key=lambda t: abs(t - ref), default=None)  # (the earliest of two as near)
-        if best is not None and best < ref and (later := self._later(best)) is not None \
-                and abs(later - ref) < ref - best:  # the hour that repeats when clocks go back (winter time)
-            best = later
+        if best is not None:
+            best = self._fold(best)
         return best if best is not None and abs(best - ref) < _YEAR else None
