@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from logmetrics.app import reload as reloading
+from logmetrics.app.backlog import Backlog
 from logmetrics.app.options import Options, wanted
 from logmetrics.app.procs import ProcessWatcher
 from logmetrics.app.progress import Progress
@@ -37,6 +38,7 @@ LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and sh
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
 COALESCE_SECONDS = 0.1  # after a wake-up, a pass waits until this long after the last one began
 COALESCE_CHUNKS = 4  # ... times the chunks the last one fed over this many (a pass over many busy files)
+COALESCE_KEPT = 100  # ... or over this many, where its chunks were kept for a batch (their read alone)
 CATCH_UP_SECONDS = 10.0  # after a restart, read at most this long before serving (what was written while down)
 
 log = logging.getLogger(__name__)
@@ -155,6 +157,8 @@ class Runner:
         self._registry: CollectorRegistry | None = None
         self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config
         self.waker = Waker()
+        self.backlog = Backlog(self.engine.feed)  # chunks read and not parsed yet, while following
+        self.deferring = False
         self.stop = threading.Event()
         self._polled_at = time.time()
         self._polled_mono = time.monotonic()  # when the last poll began
@@ -230,26 +234,35 @@ class Runner:
         return source_samples(self.stats, self.engine.source_label) + cpu + mem + own
 
     def poll(self) -> int:
-        """One pass over every source; returns how many chunks it fed."""
+        """One pass over every source; returns how many chunks it read. While following, they are
+        kept in the backlog (parsed in batches, ``logmetrics.app.backlog``), else fed at once."""
         chunks: list[Chunk] = []
         gone: list[str] = []
+        started: list[tuple[str, int]] = []
         self._polled_at = time.time()
         self._polled_mono = time.monotonic()
         if self.tailer is not None:
             chunks += self.tailer.poll()
             gone = self.tailer.vanished()
             started = self.tailer.started_at_end()
+        if self.stdin is not None:
+            chunks += self.stdin.poll()
+        with self.backlog.lock:  # (a scrape's thread may feed the backlog meanwhile)
             size = max(LEARN_MIN_BYTES, min(LEARN_BYTES, LEARN_TOTAL_BYTES // (2 * len(started) or 1)))
             for path, offset in started:  # thousands of big files must not mean gigabytes read at start
                 self.engine.learn(path, read_before(path, offset, size))
-        if self.stdin is not None:
-            chunks += self.stdin.poll()
-        for chunk in chunks:
-            self.engine.feed(chunk)
-        for path in gone:
-            self.engine.vanished(path)
-        if self.engine.orphans and self.opts.expire_after is not None:
-            self._expire(self.opts.expire_after)
+            if self.deferring:
+                self.backlog.put(chunks)
+                due = self.backlog.due()
+                if due is not None and (not chunks or gone or time.monotonic() >= due):
+                    self.backlog.flush()  # (a file gone: what it held back counts, after what it said)
+            else:
+                for chunk in chunks:
+                    self.engine.feed(chunk)
+            for path in gone:
+                self.engine.vanished(path)
+            if self.engine.orphans and self.opts.expire_after is not None:
+                self._expire(self.opts.expire_after)
         if len(self.stats.lines_truncated) > len(self._cut_warned):
             self._warn_cut()
         return len(chunks)
@@ -331,40 +344,55 @@ class Runner:
         self._warn_cut()
 
     def follow(self) -> None:
-        """Poll until asked to stop; quiet periods complete held-back records."""
+        """Poll until asked to stop, what is read kept in the backlog for a batch (or a scrape)
+        unless there is a state file; quiet periods complete held-back records."""
         stdin_done = False
+        # With a state file every pass is parsed and committed at once, as before: a commit holds
+        # what the tailer decided (a rotated file's copy, say) with the lines parsed up to it.
+        self.deferring = self.keeper is None
         while not self.stop.is_set():
-            if self.reload_wanted:
-                self.reload_wanted = False
-                self.reload()
-            fed = self.poll()
-            if fed:
+            with self.backlog.lock:
+                if self.reload_wanted:
+                    self.reload_wanted = False
+                    self.backlog.flush()  # the streams it drops count what they read first
+                    self.reload()
+                fed = self.poll()
+                if fed:
+                    self.save_state()
+                    if self.waker.wait(0.0, events=False):  # a file left with more to read (or stdin, a
+                        continue  # signal): read on at once
+                if self.stdin is not None and self.stdin.eof and not stdin_done:
+                    stdin_done = True
+                    self.backlog.flush()
+                    for chunk in self.stdin.flush():
+                        self.engine.feed(chunk)
+                    self.engine.finish(self.stdin.stream)  # the files go on
+                self.engine.hold = self.hold()
+                if not self.backlog:  # (a stream's next chunk, kept, may continue the record it holds)
+                    self.engine.idle()
                 self.save_state()
-                if self.waker.wait(0.0, events=False):  # a file left with more to read (or stdin, a
-                    continue  # signal): read on at once
-            if self.stdin is not None and self.stdin.eof and not stdin_done:
-                stdin_done = True
-                for chunk in self.stdin.flush():
-                    self.engine.feed(chunk)
-                self.engine.finish(self.stdin.stream)  # the files go on
-            self.engine.hold = self.hold()
-            self.engine.idle()
-            self.save_state()
-            timeout = self.opts.poll_interval
-            if (due := self.engine.due()) is not None:  # a held-back record counts when due, not at the
-                timeout = min(timeout, max(0.0, due - time.monotonic()))  # next poll interval
+                timeout = self.opts.poll_interval
+                # the backlog is parsed when due, then a held-back record counts when due, not at
+                # the next poll interval
+                due = self.backlog.due() if self.backlog else self.engine.due()
+                if due is not None:
+                    timeout = min(timeout, max(0.0, due - time.monotonic()))
             if self.waker.wait(timeout) and not (self.tailer is not None and self.tailer.urgent()):
                 # Woken by a write: let the writes of the next moments gather (the kernel merges
                 # their events), so that a busy file costs one pass per COALESCE_SECONDS, not one
                 # per write; and longer when many files are written to at once (up to the poll
-                # interval), as each chunk fed costs about as much as 30 lines in it. A file
-                # created, renamed or deleted is looked at at once (what a crash then loses is less).
-                gap = COALESCE_SECONDS * max(1.0, fed / COALESCE_CHUNKS)
+                # interval), as each chunk fed costs about as much as 30 lines in it (kept for a
+                # batch, its read alone). A file created, renamed or deleted is looked at at once
+                # (what a crash then loses is less).
+                gap = COALESCE_SECONDS * max(1.0, fed / (COALESCE_KEPT if self.deferring else COALESCE_CHUNKS))
                 rest = self._polled_mono + min(gap, self.opts.poll_interval) - time.monotonic()
                 if rest > 0:
                     self.waker.wait(rest, events=False)
-        self.poll()  # what was written up to the stop, a file deleted since the last poll included:
-        self.save_state()  # after a restart nothing would lead to it
+        with self.backlog.lock:
+            self.backlog.flush()
+            self.deferring = False
+            self.poll()  # what was written up to the stop, a file deleted since the last poll included:
+            self.save_state()  # after a restart nothing would lead to it
 
     def hold(self) -> float:
         """How long a stream's last record is held back: until a read would have come, that is at

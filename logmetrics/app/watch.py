@@ -57,7 +57,7 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
         web = LiveWebConfig(opts.web_config, on_failure=_say) if opts.web_config else None
         runner.web = web
         try:
-            server = MetricsServer(host, port, runner.registry, web)
+            server = MetricsServer(host, port, runner.registry, web, unparsed=runner.backlog)
         except OSError as exc:
             raise UserError(f"cannot listen on {host_port(host, port)}: {exc.strerror or exc}") from exc
 

@@ -104,8 +104,9 @@ class Engine:
         unwrapper = self._unwrapper(chunk.stream)
         # The last record of a read is held until its stream is quiet for ``hold`` seconds: counted
         # from the file's last write, so that a backlog read long after it was written (a burst
-        # read in several passes) is not held on top of the time it took to read.
-        quiet = 0.0 if chunk.written is None else min(self.hold, max(0.0, chunk.time - chunk.written))
+        # read in several passes, or kept a while before its batch is parsed) is not held on top
+        # of the time it took to read or to keep.
+        quiet = 0.0 if chunk.written is None else min(self.hold, max(0.0, time.time() - chunk.written))
         fed_at = time.monotonic() - quiet
         for piece in unwrapper.feed(chunk.data, chunk.time):
             self._piece(chunk.stream, piece, fed_at)

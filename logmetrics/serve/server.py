@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -56,6 +56,15 @@ def _candidates(host: str, port: int) -> list[tuple[socket.AddressFamily, tuple[
         return [(socket.AF_INET6, (host, port), ipaddress.ip_address(host.split("%", 1)[0]).is_unspecified)]
     family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     return [(family, (str(address[0]), port), False)]
+
+
+class Unparsed(Protocol):
+    """Lines read and not parsed yet (``logmetrics.app.backlog``): parsed before a scrape renders."""
+
+    reads: int  # moves when lines are kept: a render shared before then is not shared after
+
+    def flush_for_scrape(self) -> None:
+        """Parse them now, unless the engine is busy for long."""
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -95,9 +104,10 @@ class MetricsServer:
     """
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, web: LiveWebConfig | None = None,
-                 workers: int = 4) -> None:
+                 workers: int = 4, unparsed: Unparsed | None = None) -> None:
         self.registry = registry
         self.web = web
+        self.unparsed = unparsed
         self._lock = threading.Lock()
         self._failing: dict[str, str] = {}  # content type -> an Accept header that failed to render
         self._logged: set[str] = set()
@@ -119,6 +129,8 @@ class MetricsServer:
     def scrape(self, accept: str) -> Answer:
         """(status, content type, body) of ``/metrics`` for an ``Accept`` header."""
         try:
+            if self.unparsed is not None:
+                self.unparsed.flush_for_scrape()
             body, ctype = render(self.registry, accept)
         except Exception as exc:  # a scrape that fails must not take the next ones down
             return 500, TEXT, self._failed(exc, accept)
@@ -148,8 +160,10 @@ class MetricsServer:
         return (reason + "\n").encode("utf-8", "backslashreplace")
 
     def _version(self) -> int:
-        """The store's version, where the registry renders one (``Store.version``)."""
-        return self.registry.view.store.version if isinstance(self.registry, StoreRegistry) else 0
+        """The store's version, where the registry renders one (``Store.version``), plus the reads
+        kept unparsed (a scrape parses them first: its store moves)."""
+        version = self.registry.view.store.version if isinstance(self.registry, StoreRegistry) else 0
+        return version + (self.unparsed.reads if self.unparsed is not None else 0)
 
     def _scrape_encoded(self, accept: str, gz: bool) -> tuple[int, str, bytes, bytes]:
         """A scrape, gzipped if asked: (status, content type, body, content encoding)."""
