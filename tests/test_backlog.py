@@ -56,14 +56,23 @@ def test_the_chunks_of_a_stream_are_fed_as_one_in_read_order() -> None:
 
 
 def test_kept_chunks_are_due_after_the_defer_time_or_at_once_when_large(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Due DEFER_SECONDS after the first chunk kept (not the last), and at once past DEFER_BYTES."""
+    """Due DEFER_SECONDS after the first chunk kept (not the last), and at once past DEFER_BYTES
+    in all or STREAM_BYTES in one stream."""
     clock = iter([100.0, 100.6])
-    b = Backlog(lambda chunk: None, lambda: next(clock))
+    b = Backlog(lambda chunk: None, clock=lambda: next(clock))
     b.put([Chunk("a", b"1\n", 1.0)])
     b.put([Chunk("a", b"2\n", 1.6)])
     assert b.due() == 100.0 + DEFER_SECONDS
     monkeypatch.setattr("logmetrics.app.backlog.DEFER_BYTES", 4)
     assert b.due() == 0.0
+    monkeypatch.setattr("logmetrics.app.backlog.DEFER_BYTES", 1 << 20)
+    monkeypatch.setattr("logmetrics.app.backlog.STREAM_BYTES", 4)
+    b.put([Chunk("b", b"1\n", 2.0)])
+    assert b.due() == 100.0 + DEFER_SECONDS  # (stream a was put under the larger cap)
+    b.put([Chunk("b", b"2\n", 2.1)])
+    assert b.due() == 0.0  # one stream holds STREAM_BYTES: a file read behind its writer
+    b.flush()
+    assert b.due() is None
 
 
 def test_a_busy_file_is_parsed_once_its_writes_pause(runner: Runner, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """What a serving ``watch`` has read and not parsed yet: its chunks, kept per stream and parsed in
 one batch per stream when a scrape comes, when the oldest is ``DEFER_SECONDS`` old, when they hold
-``DEFER_BYTES``, or when a pass reads nothing more (the files went quiet). As a custom collector of
+``DEFER_BYTES`` (or a stream ``STREAM_BYTES``, as a file read behind its writer does), or when a
+pass reads nothing more (the files went quiet). As a custom collector of
 ``prometheus_client`` reads its state at scrape time, a scrape shows everything read before it.
 
 Why: a parser pays a cost per call and the processor's caches are cold after each pause, so many
@@ -20,22 +21,29 @@ from logmetrics.sources.chunks import Chunk
 
 DEFER_SECONDS = 1.0  # the oldest chunk kept is parsed this long after its read at the latest
 DEFER_BYTES = 16 << 20  # ... or at once when the backlog holds this much
+STREAM_BYTES = 4 << 20  # ... or one stream this much (a backlog being read)
 SCRAPE_WAIT = 1.0  # a scrape waits this long at most for the poll loop to let go of the engine
 
 
 class Backlog:
     """Chunks kept for ``feed``, per stream in the order of their reads."""
 
-    __slots__ = ("_chunks", "_clock", "_feed", "_since", "_size", "lock", "reads")
+    __slots__ = ("_chunks", "_clock", "_feed", "_full", "_scraped", "_since", "_size", "_sizes", "_wake", "lock",
+                 "reads")
 
-    def __init__(self, feed: Callable[[Chunk], None], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, feed: Callable[[Chunk], None], wake: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.lock = threading.RLock()
         #: chunks kept so far: a scrape that finds it moved renders afresh (its store may move)
         self.reads = 0
         self._feed = feed
+        self._wake = wake  # the poll loop's: a scrape parsed the backlog
+        self._scraped = False
         self._clock = clock
         self._chunks: dict[str, list[Chunk]] = {}
+        self._sizes: dict[str, int] = {}  # bytes kept per stream
         self._size = 0
+        self._full = False  # a stream holds STREAM_BYTES
         self._since = 0.0  # when the oldest chunk kept was put (monotonic)
 
     def __bool__(self) -> bool:
@@ -49,6 +57,8 @@ class Backlog:
             self._since = self._clock()
         for chunk in chunks:
             self._chunks.setdefault(chunk.stream, []).append(chunk)
+            size = self._sizes[chunk.stream] = self._sizes.get(chunk.stream, 0) + len(chunk.data)
+            self._full = self._full or size >= STREAM_BYTES
             self._size += len(chunk.data)
         self.reads += len(chunks)
 
@@ -56,12 +66,12 @@ class Backlog:
         """When the chunks kept must be parsed (monotonic; 0.0: now), or None if none are."""
         if not self._chunks:
             return None
-        return self._since + DEFER_SECONDS if self._size < DEFER_BYTES else 0.0
+        return 0.0 if self._full or self._size >= DEFER_BYTES else self._since + DEFER_SECONDS
 
     def flush(self) -> None:
         """Feed every chunk kept, those of a stream joined into one (lock held). A joined chunk
         has the time of its last read and the file's last write as that read saw it."""
-        kept, self._chunks, self._size = self._chunks, {}, 0
+        kept, self._chunks, self._sizes, self._size, self._full = self._chunks, {}, {}, 0, False
         for chunks in kept.values():
             last = chunks[-1]
             self._feed(last if len(chunks) == 1 else
@@ -73,5 +83,15 @@ class Backlog:
         if self._chunks and self.lock.acquire(timeout=SCRAPE_WAIT):
             try:
                 self.flush()
+                self._scraped = True
             finally:
                 self.lock.release()
+            if self._wake is not None:
+                self._wake()
+
+    def scraped(self) -> bool:
+        """Whether a scrape parsed the backlog since the last call: the poll loop reads at once
+        (the records the streams hold back are complete if they are quiet, which only a read can
+        tell)."""
+        scraped, self._scraped = self._scraped, False
+        return scraped

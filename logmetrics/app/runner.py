@@ -157,7 +157,7 @@ class Runner:
         self._registry: CollectorRegistry | None = None
         self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config
         self.waker = Waker()
-        self.backlog = Backlog(self.engine.feed)  # chunks read and not parsed yet, while following
+        self.backlog = Backlog(self.engine.feed, self.waker.wake)  # chunks read and not parsed yet, while following
         self.deferring = False
         self.stop = threading.Event()
         self._polled_at = time.time()
@@ -377,13 +377,15 @@ class Runner:
                 due = self.backlog.due() if self.backlog else self.engine.due()
                 if due is not None:
                     timeout = min(timeout, max(0.0, due - time.monotonic()))
-            if self.waker.wait(timeout) and not (self.tailer is not None and self.tailer.urgent()):
+            if self.waker.wait(timeout) and not (self.tailer is not None and self.tailer.urgent()) \
+                    and not self.backlog.scraped():
                 # Woken by a write: let the writes of the next moments gather (the kernel merges
                 # their events), so that a busy file costs one pass per COALESCE_SECONDS, not one
                 # per write; and longer when many files are written to at once (up to the poll
                 # interval), as each chunk fed costs about as much as 30 lines in it (kept for a
                 # batch, its read alone). A file created, renamed or deleted is looked at at once
-                # (what a crash then loses is less).
+                # (what a crash then loses is less), and so are the files after a scrape parsed
+                # the backlog (the records they hold back may be complete: only a read tells).
                 gap = COALESCE_SECONDS * max(1.0, fed / (COALESCE_KEPT if self.deferring else COALESCE_CHUNKS))
                 rest = self._polled_mono + min(gap, self.opts.poll_interval) - time.monotonic()
                 if rest > 0:
