@@ -2,7 +2,8 @@
 one batch per stream when a scrape comes, when the oldest is ``DEFER_SECONDS`` old, when they hold
 ``DEFER_BYTES`` (or a stream ``STREAM_BYTES``, as a file read behind its writer does), or when a
 pass reads nothing more (the files went quiet). As a custom collector of
-``prometheus_client`` reads its state at scrape time, a scrape shows everything read before it.
+``prometheus_client`` reads its state at scrape time, a scrape first reads what was written (the
+``read`` it is given: a pass over the files) and parses it, so it shows everything written before it.
 
 Why: a parser pays a cost per call and the processor's caches are cold after each pause, so many
 small batches cost more than one large one. Over 100 busy files a pass every 0.25 s hands each
@@ -28,16 +29,19 @@ SCRAPE_WAIT = 1.0  # a scrape waits this long at most for the poll loop to let g
 class Backlog:
     """Chunks kept for ``feed``, per stream in the order of their reads."""
 
-    __slots__ = ("_chunks", "_clock", "_feed", "_full", "_scraped", "_since", "_size", "_sizes", "_wake", "lock",
-                 "reads")
+    __slots__ = ("_chunks", "_clock", "_feed", "_full", "_read", "_scraped", "_since", "_size", "_sizes", "_wake",
+                 "lock", "reading", "reads")
 
     def __init__(self, feed: Callable[[Chunk], None], wake: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, read: Callable[[], bool] | None = None) -> None:
         self.lock = threading.RLock()
         #: chunks kept so far: a scrape that finds it moved renders afresh (its store may move)
         self.reads = 0
         self._feed = feed
-        self._wake = wake  # the poll loop's: a scrape parsed the backlog
+        self._wake = wake  # the poll loop's: a scrape parsed the backlog it did not read to the end
+        self._read = read  # a pass over the sources that puts what it reads here (lock held): whether it ran
+        #: a scrape reads the sources first: what it shows may have moved since the last one
+        self.reading = read is not None
         self._scraped = False
         self._clock = clock
         self._chunks: dict[str, list[Chunk]] = {}
@@ -78,20 +82,26 @@ class Backlog:
                        Chunk(last.stream, b"".join([c.data for c in chunks]), last.time, last.written))
 
     def flush_for_scrape(self) -> None:
-        """A scrape's turn: parse what is kept, unless the poll loop holds the engine longer than
-        ``SCRAPE_WAIT`` (a large backlog being read): then the scrape shows what is parsed."""
-        if self._chunks and self.lock.acquire(timeout=SCRAPE_WAIT):
-            try:
+        """A scrape's turn: read what was written (``read``) and parse it with what is kept, unless
+        the poll loop holds the engine longer than ``SCRAPE_WAIT`` (a large backlog being read):
+        then the scrape shows what is parsed."""
+        if not (self._chunks or self._read is not None) or not self.lock.acquire(timeout=SCRAPE_WAIT):
+            return
+        behind = False
+        try:
+            read = self._read is not None and self._read()
+            if self._chunks:
                 self.flush()
-                self._scraped = True
-            finally:
-                self.lock.release()
-            if self._wake is not None:
-                self._wake()
+                # Read by a pass of the poll loop, not this one: the poll loop reads on at once.
+                self._scraped = behind = not read
+        finally:
+            self.lock.release()
+        if behind and self._wake is not None:
+            self._wake()
 
     def scraped(self) -> bool:
-        """Whether a scrape parsed the backlog since the last call: the poll loop reads at once
-        (the records the streams hold back are complete if they are quiet, which only a read can
-        tell)."""
+        """Whether a scrape parsed a backlog it did not read itself since the last call: the poll
+        loop reads at once (the files may be read behind their writers; and the records the
+        streams hold back are complete if they are quiet, which only a read can tell)."""
         scraped, self._scraped = self._scraped, False
         return scraped

@@ -38,7 +38,6 @@ LEARN_MIN_BYTES = 64 << 10  # ... at least, when many files start at once and sh
 LEARN_TOTAL_BYTES = 128 << 20  # read at most about this much in all for the files of one poll
 COALESCE_SECONDS = 0.1  # after a wake-up, a pass waits until this long after the last one began
 COALESCE_CHUNKS = 4  # ... times the chunks the last one fed over this many (a pass over many busy files)
-COALESCE_KEPT = 100  # ... or over this many, where its chunks were kept for a batch (their read alone)
 CATCH_UP_SECONDS = 10.0  # after a restart, read at most this long before serving (what was written while down)
 
 log = logging.getLogger(__name__)
@@ -157,7 +156,8 @@ class Runner:
         self._registry: CollectorRegistry | None = None
         self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config
         self.waker = Waker()
-        self.backlog = Backlog(self.engine.feed, self.waker.wake)  # chunks read and not parsed yet, while following
+        # chunks read and not parsed yet, while following; a scrape reads before it parses them
+        self.backlog = Backlog(self.engine.feed, self.waker.wake, read=self._read_for_scrape)
         self.deferring = False
         self.stop = threading.Event()
         self._polled_at = time.time()
@@ -266,6 +266,17 @@ class Runner:
         if len(self.stats.lines_truncated) > len(self._cut_warned):
             self._warn_cut()
         return len(chunks)
+
+    def _read_for_scrape(self) -> bool:
+        """A scrape's pass (on its thread, the backlog's lock held): what was written before the
+        scrape is in it, read and parsed, not only what the last pass read. Not while the files are
+        read behind their writers (a backlog: the poll loop reads on and the scrape shows what is
+        parsed, without waiting for a pass of a megabyte a file), nor with a state file (its passes
+        are parsed and committed by the poll loop), nor once stopping. Whether it read."""
+        if not self.deferring or self.stop.is_set() or any(self.stats.lag_bytes.values()):
+            return False
+        self.poll()
+        return True
 
     def _expire(self, after: float) -> None:
         """Forget the series of the sources whose files went away ``after`` seconds ago or more:
@@ -377,16 +388,21 @@ class Runner:
                 due = self.backlog.due() if self.backlog else self.engine.due()
                 if due is not None:
                     timeout = min(timeout, max(0.0, due - time.monotonic()))
-            if self.waker.wait(timeout) and not (self.tailer is not None and self.tailer.urgent()) \
-                    and not self.backlog.scraped():
+            if self.waker.wait(timeout) and not self._urgent() and not self.backlog.scraped():
                 # Woken by a write: let the writes of the next moments gather (the kernel merges
                 # their events), so that a busy file costs one pass per COALESCE_SECONDS, not one
                 # per write; and longer when many files are written to at once (up to the poll
-                # interval), as each chunk fed costs about as much as 30 lines in it (kept for a
-                # batch, its read alone). A file created, renamed or deleted is looked at at once
-                # (what a crash then loses is less), and so are the files after a scrape parsed
-                # the backlog (the records they hold back may be complete: only a read tells).
-                gap = COALESCE_SECONDS * max(1.0, fed / (COALESCE_KEPT if self.deferring else COALESCE_CHUNKS))
+                # interval), as each chunk fed costs about as much as 30 lines in it. While the
+                # passes are kept for a batch, a pass per poll interval as long as they read (a
+                # scrape reads the files itself before it parses: what a pass reads only waits for
+                # its batch), but COALESCE_SECONDS after one that read nothing (a burst after a
+                # pause). A file created, renamed or deleted is looked at at once (what a crash
+                # then loses is less), and so are the files after a scrape parsed a backlog it did
+                # not read (the files may be behind; the records they hold back may be complete:
+                # only a read tells).
+                gap = COALESCE_SECONDS * max(1.0, fed / COALESCE_CHUNKS)
+                if self.deferring and fed:
+                    gap = self.opts.poll_interval
                 rest = self._polled_mono + min(gap, self.opts.poll_interval) - time.monotonic()
                 if rest > 0:
                     self.waker.wait(rest, events=False)
@@ -395,6 +411,12 @@ class Runner:
             self.deferring = False
             self.poll()  # what was written up to the stop, a file deleted since the last poll included:
             self.save_state()  # after a restart nothing would lead to it
+
+    def _urgent(self) -> bool:
+        """Whether the file system named a file created, renamed or deleted (the inotify events are
+        read under the lock: a scrape's pass may read them too)."""
+        with self.backlog.lock:
+            return self.tailer is not None and self.tailer.urgent()
 
     def hold(self) -> float:
         """How long a stream's last record is held back: until a read would have come, that is at

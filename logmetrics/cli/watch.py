@@ -148,7 +148,8 @@ PROCESS_HELP = (
               metavar="SECONDS",
               help="How often files are checked for new data, rotation and truncation where no file system "
                    "notification comes from (no inotify, a directory that cannot be watched); with inotify, "
-                   "files are read when they change, at most every 0.1 s.")  # runner.COALESCE_SECONDS, held by a test
+                   "files are read when they change, at most every 0.1 s; when serving without --state-file, at "
+                   "every scrape and at most every SECONDS between.")  # runner.COALESCE_SECONDS, held by a test
 @click.option("--rescan-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True,
               callback=_finite,
               metavar="SECONDS",

@@ -62,9 +62,10 @@ class Unparsed(Protocol):
     """Lines read and not parsed yet (``logmetrics.app.backlog``): parsed before a scrape renders."""
 
     reads: int  # moves when lines are kept: a render shared before then is not shared after
+    reading: bool  # a scrape reads the files first: a render done before it is not shared
 
     def flush_for_scrape(self) -> None:
-        """Parse them now, unless the engine is busy for long."""
+        """Read what was written, if ``reading``, and parse it now, unless the engine is busy for long."""
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -319,15 +320,16 @@ class MetricsServer:
 
     async def _metrics(self, accept: str, gz: bool) -> tuple[int, str, bytes, bytes]:
         """A scrape, shared with identical ones whose render started less than SHARE_WINDOW ago
-        (once done, only while the store has not moved since it started: what was counted
-        meanwhile is shown at once)."""
+        (once done, only while the store has not moved since it started, and never where a scrape
+        reads the files first: what was counted or written meanwhile is shown at once)."""
         loop = asyncio.get_running_loop()
         key = (choose_encoder(accept)[1], gz)
         now = loop.time()
         version = self._version()
         shared = self._renders.get(key)
+        reading = self.unparsed is not None and self.unparsed.reading
         if shared is None or now - shared[0] > SHARE_WINDOW or (shared[2].done() and (
-                shared[1] != version or shared[2].result()[0] != 200)):
+                reading or shared[1] != version or shared[2].result()[0] != 200)):
             fut = loop.run_in_executor(self._pool, self._scrape_encoded, accept, gz)
             self._renders[key] = shared = (now, version, fut)
         try:
