@@ -118,24 +118,35 @@ def test_a_scrape_shows_the_lines_read_before_it(runner: Runner, tmp_path: Path)
     assert not runner.backlog
 
 
-def test_a_scrape_reads_what_was_written_before_it(runner: Runner, tmp_path: Path) -> None:
+def test_a_scrape_reads_what_was_written_before_it(runner: Runner, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Lines written and not read by any pass yet are in the next scrape, even one right after
-    another (a finished render is not shared): it reads the files, then parses; unless the files
-    are read behind their writers, where it shows what is parsed."""
+    another (a finished render is not shared): it reads the files, then parses. Not before the
+    first pass, nor while the files are read behind their writers, and a read that finds more
+    than SCRAPE_BYTES is left to the poll loop: the scrape shows what is parsed."""
     log = tmp_path / "api.log"
-    runner.poll()
+    log.write_text(access_line(0))
     srv = MetricsServer("127.0.0.1", 0, runner.registry, unparsed=runner.backlog)
     srv.start()
     try:
-        for n in (1, 2):
+        assert scraped_lines(runner, srv) == 0  # no pass yet: what the files hold is not known
+        runner.poll()
+        for n in (2, 3):
             with log.open("a") as f:
                 f.write(access_line(n))
             assert scraped_lines(runner, srv) == n
         with log.open("a") as f:
-            f.write(access_line(3))
-        runner.stats.lag_bytes = {str(log): 1 << 30}  # as a pass far behind its writer leaves it
-        assert scraped_lines(runner, srv) == 2
-        runner.stats.lag_bytes = {}
+            f.write(access_line(4))
+        runner.backlog.reading = False  # as a pass far behind its writer leaves it
         assert scraped_lines(runner, srv) == 3
+        runner.poll()  # (it read the line and the files went on: kept)
+        assert scraped_lines(runner, srv) == 4  # the scrape parsed what the pass kept
+        monkeypatch.setattr("logmetrics.app.backlog.SCRAPE_BYTES", 10)
+        with log.open("a") as f:
+            f.write(access_line(5))
+        assert scraped_lines(runner, srv) == 4  # its own read found "a backlog": kept for the poll loop
+        assert runner.backlog.scraped()  # which reads (and parses) at once
+        runner.poll()
+        assert scraped_lines(runner, srv) == 5
     finally:
         srv.stop()

@@ -24,6 +24,7 @@ DEFER_SECONDS = 1.0  # the oldest chunk kept is parsed this long after its read 
 DEFER_BYTES = 16 << 20  # ... or at once when the backlog holds this much
 STREAM_BYTES = 4 << 20  # ... or one stream this much (a backlog being read)
 SCRAPE_WAIT = 1.0  # a scrape waits this long at most for the poll loop to let go of the engine
+SCRAPE_BYTES = DEFER_BYTES  # a scrape parses at most about this much (more, read by its own pass, is the poll loop's)
 
 
 class Backlog:
@@ -40,8 +41,10 @@ class Backlog:
         self._feed = feed
         self._wake = wake  # the poll loop's: a scrape parsed the backlog it did not read to the end
         self._read = read  # a pass over the sources that puts what it reads here (lock held): whether it ran
-        #: a scrape reads the sources first: what it shows may have moved since the last one
-        self.reading = read is not None
+        #: a scrape reads the sources first (set by the poll loop, where ``read`` is given: not before
+        #: its first pass, nor while the files are read behind their writers): what it shows may
+        #: have moved since the last scrape
+        self.reading = False
         self._scraped = False
         self._clock = clock
         self._chunks: dict[str, list[Chunk]] = {}
@@ -83,20 +86,23 @@ class Backlog:
 
     def flush_for_scrape(self) -> None:
         """A scrape's turn: read what was written (``read``) and parse it with what is kept, unless
-        the poll loop holds the engine longer than ``SCRAPE_WAIT`` (a large backlog being read):
-        then the scrape shows what is parsed."""
-        if not (self._chunks or self._read is not None) or not self.lock.acquire(timeout=SCRAPE_WAIT):
+        the poll loop holds the engine longer than ``SCRAPE_WAIT`` or the read found more than
+        ``SCRAPE_BYTES`` (a large backlog being read): then the scrape shows what is parsed."""
+        if not (self._chunks or self.reading) or not self.lock.acquire(timeout=SCRAPE_WAIT):
             return
-        behind = False
+        wake = False
         try:
-            read = self._read is not None and self._read()
-            if self._chunks:
+            read = self.reading and self._read is not None and self._read()
+            if read and self._size > SCRAPE_BYTES:
+                # its own pass found a backlog: the poll loop parses it at once, the scrape shows what is parsed
+                self._scraped = wake = True
+            elif self._chunks:
                 self.flush()
                 # Read by a pass of the poll loop, not this one: the poll loop reads on at once.
-                self._scraped = behind = not read
+                self._scraped = wake = not read
         finally:
             self.lock.release()
-        if behind and self._wake is not None:
+        if wake and self._wake is not None:
             self._wake()
 
     def scraped(self) -> bool:

@@ -233,9 +233,10 @@ class Runner:
                     ("logmetrics_web_config_reloads_total", ("failure",), float(self.web.failures))]
         return source_samples(self.stats, self.engine.source_label) + cpu + mem + own
 
-    def poll(self) -> int:
+    def poll(self, flush: bool = True) -> int:
         """One pass over every source; returns how many chunks it read. While following, they are
-        kept in the backlog (parsed in batches, ``logmetrics.app.backlog``), else fed at once."""
+        kept in the backlog (parsed in batches, ``logmetrics.app.backlog``), else fed at once;
+        the backlog is parsed when due, unless not ``flush`` (a scrape's pass: the scrape decides)."""
         chunks: list[Chunk] = []
         gone: list[str] = []
         started: list[tuple[str, int]] = []
@@ -254,7 +255,7 @@ class Runner:
             if self.deferring:
                 self.backlog.put(chunks)
                 due = self.backlog.due()
-                if due is not None and (not chunks or gone or time.monotonic() >= due):
+                if due is not None and (gone or (flush and (not chunks or time.monotonic() >= due))):
                     self.backlog.flush()  # (a file gone: what it held back counts, after what it said)
             else:
                 for chunk in chunks:
@@ -263,6 +264,8 @@ class Runner:
                 self.engine.vanished(path)
             if self.engine.orphans and self.opts.expire_after is not None:
                 self._expire(self.opts.expire_after)
+            # a scrape reads the files itself unless they are read behind their writers
+            self.backlog.reading = self.deferring and not any(self.stats.lag_bytes.values())
         if len(self.stats.lines_truncated) > len(self._cut_warned):
             self._warn_cut()
         return len(chunks)
@@ -271,11 +274,12 @@ class Runner:
         """A scrape's pass (on its thread, the backlog's lock held): what was written before the
         scrape is in it, read and parsed, not only what the last pass read. Not while the files are
         read behind their writers (a backlog: the poll loop reads on and the scrape shows what is
-        parsed, without waiting for a pass of a megabyte a file), nor with a state file (its passes
-        are parsed and committed by the poll loop), nor once stopping. Whether it read."""
-        if not self.deferring or self.stop.is_set() or any(self.stats.lag_bytes.values()):
+        parsed, without waiting for a pass of a megabyte a file; and before the first pass, which
+        tells), nor with a state file (its passes are parsed and committed by the poll loop), nor
+        once stopping. Whether it read."""
+        if not self.backlog.reading or self.stop.is_set():
             return False
-        self.poll()
+        self.poll(flush=False)
         return True
 
     def _expire(self, after: float) -> None:
