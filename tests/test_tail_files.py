@@ -1474,3 +1474,32 @@ def test_two_copytruncates_in_a_row_then_a_third(tmp_path: Path, tail: Tail) -> 
     got += drain(t)
     assert streams(got) == {str(log)}
     assert sorted(data(got).splitlines()) == sorted(lines(0, 300).splitlines())
+
+
+def test_a_file_replaced_between_its_look_and_its_open_is_placed_by_the_next_look(
+        tmp_path: Path, tail: Tail, monkeypatch: pytest.MonkeyPatch) -> None:
+    """x.log found by a listing, then renamed to x.log.1 and a new x.log made before it is opened
+    (a writer rotating every few milliseconds): each file's lines are read once. Followed under
+    the identity the listing saw, the new file's lines were read twice (again when found as
+    itself) and the renamed one's never."""
+    log = tmp_path / "x.log"
+    t = tail(tmp_path)
+    assert drain(t) == []
+    append(log, lines(0, 3))
+    followed = t._followed  # (the registry the placement opens files through)
+    real = followed.open_fd
+    raced: list[str] = []
+
+    def racing(path: str) -> int | None:
+        if path == str(log) and not raced:
+            raced.append(path)
+            os.rename(log, tmp_path / "x.log.1")
+            append(log, lines(3, 5))
+        return real(path)
+
+    monkeypatch.setattr(followed, "open_fd", racing)
+    got = drain(t)
+    time.sleep(0.05)
+    got += drain(t)
+    assert raced
+    assert sorted(data(got).splitlines(keepends=True)) == sorted(lines(0, 5).splitlines(keepends=True))

@@ -90,14 +90,20 @@ class Followed:
             drain(f)
         self.changes.add_target(path)
 
-    def open(self, path: str) -> tuple[int, int, bytes] | None:
-        """Open ``path`` within the budget: (fd, size, head), or None if gone, unreadable or waiting."""
+    def open(self, path: str, ident: Ident | None = None) -> tuple[int, int, bytes] | None:
+        """Open ``path`` within the budget: (fd, size, head), or None if gone, unreadable or waiting,
+        or (given the ``ident`` a stat of ``path`` found) if another file took its place since: a
+        file renamed between the stat and the open is the next look's to place, by what it is then
+        (else its successor's lines would be followed under its identity, and read again as a new
+        file when found under its own)."""
         fd = self.open_fd(path)
         if fd is None:
             return None
         try:
             st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode):
+            if ident is not None and (st.st_dev, st.st_ino) != ident:
+                log.debug("%s was replaced between a look and its open: placed at the next look", path)
+            elif stat.S_ISREG(st.st_mode):
                 return fd, st.st_size, read_head(fd)
         except OSError as err:
             self.report(path, err)

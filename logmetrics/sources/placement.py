@@ -188,7 +188,7 @@ class Placement:
                 return  # retired, and unchanged since it was last found the same
         if followed.first:
             followed.start_at_end[ident] = size
-        opened = followed.open(path)
+        opened = followed.open(path, ident)
         if opened is None:
             if path in followed.waiting:  # out of descriptors: where it will be read from goes in the state
                 followed.unopened[ident] = self._unread(path, ident, size, mtime, proven_new)

@@ -44,7 +44,7 @@ class Resumed:
         followed = self.followed
         if p.real is None or ident_at(p.real) != (p.dev, p.ino):
             return False
-        opened = followed.open(p.real)
+        opened = followed.open(p.real, (p.dev, p.ino))
         if opened is None:
             return False
         fd, size, head = opened
@@ -74,7 +74,7 @@ class Resumed:
                     return False
             except OSError:
                 return False
-        opened = followed.open(path)
+        opened = followed.open(path, ident)
         if opened is None:
             if path in followed.waiting:  # out of descriptors: placed by the saved positions later
                 followed.resume.later.add(ident)
