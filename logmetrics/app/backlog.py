@@ -106,8 +106,9 @@ class Backlog:
             self._wake()
 
     def scraped(self) -> bool:
-        """Whether a scrape parsed a backlog it did not read itself since the last call: the poll
-        loop reads at once (the files may be read behind their writers; and the records the
-        streams hold back are complete if they are quiet, which only a read can tell)."""
+        """Whether, since the last call, a scrape parsed a backlog it did not read itself, or left
+        one its read found to the poll loop: the poll loop reads (and parses) at once (the files
+        may be read behind their writers; and the records the streams hold back are complete if
+        they are quiet, which only a read can tell)."""
         scraped, self._scraped = self._scraped, False
         return scraped
