@@ -264,20 +264,20 @@ class Runner:
                 self.engine.vanished(path)
             if self.engine.orphans and self.opts.expire_after is not None:
                 self._expire(self.opts.expire_after)
-            # a scrape reads the files itself unless they are read behind their writers
+            # A scrape reads the files itself, unless they are read behind their writers (a
+            # backlog: the poll loop reads on and the scrape shows what is parsed, without waiting
+            # for a pass of a megabyte a file; and before the first pass, which tells) or there is
+            # a state file (its passes are parsed and committed by the poll loop).
             self.backlog.reading = self.deferring and not any(self.stats.lag_bytes.values())
         if len(self.stats.lines_truncated) > len(self._cut_warned):
             self._warn_cut()
         return len(chunks)
 
     def _read_for_scrape(self) -> bool:
-        """A scrape's pass (on its thread, the backlog's lock held): what was written before the
-        scrape is in it, read and parsed, not only what the last pass read. Not while the files are
-        read behind their writers (a backlog: the poll loop reads on and the scrape shows what is
-        parsed, without waiting for a pass of a megabyte a file; and before the first pass, which
-        tells), nor with a state file (its passes are parsed and committed by the poll loop), nor
-        once stopping. Whether it read."""
-        if not self.backlog.reading or self.stop.is_set():
+        """A scrape's pass (on its thread, the backlog's lock held), where ``poll`` left the backlog
+        ``reading``: what was written before the scrape is in it, read and parsed, not only what
+        the last pass read. Not once stopping. Whether it read."""
+        if self.stop.is_set():
             return False
         self.poll(flush=False)
         return True
