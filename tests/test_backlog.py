@@ -140,6 +140,9 @@ def test_a_scrape_reads_what_was_written_before_it(runner: Runner, tmp_path: Pat
         runner.backlog.reading = False  # as a pass far behind its writer leaves it
         assert scraped_lines(runner, srv) == 3
         runner.poll()  # (it read the line and the files went on: kept)
+        runner.backlog.reading = False  # behind: what the pass kept is the poll loop's to parse when due
+        assert scraped_lines(runner, srv) == 3 and runner.backlog
+        runner.backlog.reading = True
         assert scraped_lines(runner, srv) == 4  # the scrape parsed what the pass kept
         monkeypatch.setattr("logmetrics.app.backlog.SCRAPE_BYTES", 10)
         with log.open("a") as f:

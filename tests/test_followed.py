@@ -15,6 +15,7 @@ from logmetrics.sources.followed import Followed
 from logmetrics.sources.placement import Placement
 from logmetrics.sources.reading import Reader
 from logmetrics.sources.tailfile import Ident
+from logmetrics.sources.waker import Waker
 
 
 def registry(errors: list[str] | None = None) -> Followed:
@@ -76,6 +77,38 @@ def test_the_reader_hands_out_whole_lines_and_retires_an_idle_drained_file(tmp_p
     assert ident not in followed.files
     assert followed.copies.known[ident].offset == len("one\ntwo\nthr")
     assert followed.vanished == [str(log)]
+
+
+def test_a_pass_reads_its_budget_and_the_next_one_begins_with_the_files_left(tmp_path: Path) -> None:
+    """A pass that has read its budget over all files leaves the rest for the next pass, which
+    comes at once (the waker) and begins with them; the files left count as lag meanwhile, and
+    every line is read once."""
+    followed = registry()
+    reader = Reader(followed, read_size=4096, budget=1 << 20, rotate_wait=60.0, pass_budget=1500)
+    waker = reader.waker = Waker()
+    body = "".join(f"line {i:04d}\n" for i in range(100))  # 1,000 bytes
+    logs = [tmp_path / f"{name}.log" for name in "abc"]
+    for log in logs:
+        log.write_text(body)
+        follow(followed, log)
+    first = reader.read(None)
+    assert [c.stream for c in first] == [str(logs[0]), str(logs[1])]
+    assert followed.stats.lag_bytes[str(logs[2])] == 1000
+    assert waker.wait(0.0, events=False)
+    logs[0].write_text(body + "line 0100\n")
+    followed.files[follow_ident(logs[0])].size += 10
+    second = reader.read(None)
+    assert [c.stream for c in second] == [str(logs[2]), str(logs[0])]
+    assert not any(followed.stats.lag_bytes.values())
+    assert not waker.wait(0.0, events=False)
+    lines = b"".join(c.data for c in first + second).count(b"\n")
+    assert lines == 301
+
+
+def follow_ident(path: Path) -> Ident:
+    """The identity of the file at ``path``."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def test_placement_reads_a_new_file_at_a_streams_path_as_its_rotation(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 Files are read stream by stream, a stream's older (draining) file before its newer one: while the
 older has more to read, the newer waits. A file reads at most ``read_size`` bytes a call and
-``budget`` bytes a pass, so that one busy file does not starve the others; a parked file (closed
+``budget`` bytes a pass, so that one busy file does not starve the others; a pass reads at most
+about ``pass_budget`` bytes over all files, the next one beginning with the stream it stopped at,
+so that a first pass over thousands of big files (``--from-beginning``, or a restart after a long
+stop) does not keep ``/metrics`` waiting while gigabytes are read and parsed. A parked file (closed
 for want of descriptors) waits for a descriptor. A drained file idle for ``rotate_wait`` seconds is
 retired: closed, and remembered (``CopyTracker.known``) so that its new name is not read as a new
 file.
@@ -12,12 +15,16 @@ from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_left
 
 from logmetrics.sources.chunks import Chunk
 from logmetrics.sources.copies import Known
 from logmetrics.sources.followed import Followed
 from logmetrics.sources.tailfile import TailFile
 from logmetrics.sources.waker import Waker
+
+#: Bytes read in one pass over all the files (then the files left wait for the next pass, at once).
+PASS_BUDGET = 16 << 20
 
 
 def _written(f: TailFile) -> float | None:
@@ -31,10 +38,13 @@ def _written(f: TailFile) -> float | None:
 class Reader:
     """Reads the followed files of a tailer and retires the drained ones."""
 
-    def __init__(self, followed: Followed, *, read_size: int, budget: int, rotate_wait: float) -> None:
+    def __init__(self, followed: Followed, *, read_size: int, budget: int, rotate_wait: float,
+                 pass_budget: int = PASS_BUDGET) -> None:
         self.followed = followed
         self.read_size = read_size
         self.budget = budget
+        self.pass_budget = pass_budget
+        self._resume = ""  # the stream the last pass stopped at, its budget spent: the next one begins there
         self.rotate_wait = rotate_wait
         self.waker: Waker | None = None  # woken when a file has more to read than one pass takes
         self.busy: set[str] = set()  # streams read at every pass: a file draining, parked, behind or held
@@ -55,6 +65,11 @@ class Reader:
         now = time.monotonic()
         if len(files) > 1:
             files.sort(key=lambda f: (f.stream, not f.draining, f.seq))
+            if self._resume:  # (at a stream's first file: a stream's files stay in their order)
+                at = bisect_left(files, self._resume, key=lambda f: f.stream)
+                files = files[at:] + files[:at]
+        total = 0
+        resume = ""
         for f in files:
             stream = f.stream
             if f.draining or f.fd < 0:
@@ -66,6 +81,9 @@ class Reader:
                 elif f.draining and now - f.idle_since >= self.rotate_wait:
                     self.retire(f, chunks)
                     continue
+            elif total >= self.pass_budget and stream not in held:  # the pass read its share
+                held.add(stream)
+                resume = resume or stream
             elif stream not in held:
                 try:
                     data, nbytes, at_end = f.read(self.read_size, self.budget)
@@ -73,6 +91,7 @@ class Reader:
                     followed.report(f.path, err)
                     data, nbytes, at_end = b"", 0, True
                 if nbytes:
+                    total += nbytes
                     stats.bytes_read[stream] = stats.bytes_read.get(stream, 0) + nbytes
                     f.idle_since = now
                     f.size = max(f.size, f.offset)
@@ -93,6 +112,9 @@ class Reader:
                 busy.add(stream)
             lag[stream] = lag.get(stream, 0) + max(0, behind)
         self.busy = busy | held
+        self._resume = resume
+        if resume and self.waker is not None:
+            self.waker.wake()  # the files left wait for the next pass, at once
         stats.lag_bytes = lag
         stats.open_files = len(followed.files)
         stats.files_waiting = len(followed.waiting)

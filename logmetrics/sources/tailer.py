@@ -33,7 +33,7 @@ from logmetrics.sources.descriptors import out_of_descriptors
 from logmetrics.sources.discovery import covers, discover, is_glob, validate, watch_root
 from logmetrics.sources.followed import Followed
 from logmetrics.sources.placement import Placement
-from logmetrics.sources.reading import Reader
+from logmetrics.sources.reading import PASS_BUDGET, Reader
 from logmetrics.sources.tailfile import Ident, TailFile
 from logmetrics.sources.waker import Waker
 
@@ -71,6 +71,7 @@ class FileTailer:
         rotate_wait: float = ROTATE_WAIT,
         copy_wait: float = COPY_WAIT,
         poll_budget: int = POLL_BUDGET,
+        pass_budget: int = PASS_BUDGET,
         max_open: int | None = None,
         wait_for_missing: bool = False,
         strict: bool = False,
@@ -95,7 +96,7 @@ class FileTailer:
                                   report=self._report)
         self._placement = Placement(self._followed)
         self._reader = Reader(self._followed, read_size=read_size, budget=max(poll_budget, read_size),
-                              rotate_wait=rotate_wait)
+                              rotate_wait=rotate_wait, pass_budget=pass_budget)
 
     @property
     def rescan_interval(self) -> float:
