@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import errno
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from logmetrics.sources.descriptors import Descriptors
+from logmetrics.sources.descriptors import Descriptors, budget_for, low_limit_warning
 from logmetrics.sources.tailfile import LineCutter, TailFile
+from tests.helpers import Server, access_line, total
 
 # The tailer in a process of its own under a low open-file limit, driven line by line from stdin:
 # "poll N" polls N times, "drain" polls until 5 polls in a row read nothing; each answers with what
@@ -112,3 +114,31 @@ def test_a_newer_file_held_behind_its_waiting_older_one_gives_up_its_descriptor(
     fds.new_poll()  # (the next turn)
     old_a.fd = fds.open_path(old_a.path)
     assert new_a.fd < 0 and new_b.fd >= 0 and old_a.fd >= 0 and fds.evicted == [new_a.path]
+
+
+@pytest.mark.parametrize("limit", [16, 20])
+def test_a_serving_watch_under_a_very_low_limit_answers_and_says_why_it_may_not(tmp_path: Path, limit: int) -> None:
+    """Under an open-file limit of 16 or 20 (soft and hard), a watch of 200 files leaves room for the
+    endpoint: scrapes answer, the total is exact, and a warning at start names the limit. (With the
+    old budget of 8 log files at least, the endpoint had no descriptor left for a connection.)"""
+    for i in range(200):
+        (tmp_path / f"f{i:03d}.log").write_text("".join(access_line(i * 10 + j) for j in range(10)))
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    srv = Server("--from-beginning", "--parser", "vllm", str(tmp_path), preexec_fn=low)
+    try:
+        assert any(f"the open-file limit is {limit}" in line for line in srv.startup), srv.startup
+        got = srv.wait_for(lambda s: total(s, "http_requests_total") >= 2000, timeout=60)
+        assert total(got, "http_requests_total") == 2000
+        assert srv.get("/healthz")[0] == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_the_budget_leaves_the_endpoint_room_under_a_low_limit() -> None:
+    """Most of a large limit goes to log files; a low one leaves SERVING_MIN for the rest first."""
+    assert [budget_for(n) for n in (16, 20, 24, 28, 32, 64, 100, 1024)] == [1, 1, 1, 4, 8, 8, 36, 768]
+    assert low_limit_warning(1024) is None and low_limit_warning(32) is None
+    assert "ulimit -n" in (low_limit_warning(20) or "")

@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -379,3 +380,30 @@ def test_direct_render_is_byte_identical_to_prometheus_client() -> None:
                    "application/openmetrics-text"):
         encoder, ctype = choose_encoder(accept)
         assert render(registry, accept) == (encoder(registry), ctype), accept
+
+
+def test_a_server_not_opened_yet_answers_health_at_once_and_holds_scrapes_until_opened() -> None:
+    """Started not opened (a restart reading what was written while down), the endpoint answers
+    ``/healthz`` with 503 at once, not after the read; a scrape waits, and shows the counters as
+    they stand when the server is opened."""
+    store = Store()
+    store.counters[("logmetrics_lines_read_total", ("a.log",))] = 1.0
+    srv = MetricsServer("127.0.0.1", 0, make_registry(store))
+    srv.start(opened=False)
+    try:
+        port = srv.address[1]
+        began = time.monotonic()
+        status, _, body = request("127.0.0.1", port, "/healthz")
+        assert status == 503 and b"starting" in body and time.monotonic() - began < 2
+        got: list[tuple[int, bytes]] = []
+        scrape = threading.Thread(target=lambda: got.append(request("127.0.0.1", port, "/metrics")[::2]))
+        scrape.start()
+        time.sleep(0.5)
+        assert not got  # held
+        store.counters[("logmetrics_lines_read_total", ("a.log",))] = 5.0
+        srv.open()
+        scrape.join(10)
+        assert got and got[0][0] == 200 and b'logmetrics_lines_read_total{source="a.log"} 5.0' in got[0][1]
+        assert request("127.0.0.1", port, "/healthz")[0] == 200
+    finally:
+        srv.stop()

@@ -4,6 +4,7 @@ reads the ``--config`` file again."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from collections.abc import Callable
@@ -15,9 +16,11 @@ from logmetrics.app.progress import Progress
 from logmetrics.app.runner import Runner, settle_collector, tune_allocator
 from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry
-from logmetrics.sources.descriptors import raise_open_file_limit
+from logmetrics.sources.descriptors import low_limit_warning, raise_open_file_limit
 from logmetrics.sources.discovery import left_out
 from logmetrics.store.render import text
+
+log = logging.getLogger(__name__)
 
 
 def _say(line: str) -> None:
@@ -30,7 +33,9 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
     reads the --config file again (``reloader``)."""
     tune_allocator()
     settle_collector()
-    raise_open_file_limit()
+    warning = low_limit_warning(raise_open_file_limit())
+    if warning is not None and opts.listen is not None:
+        log.warning("%s", warning)
     if opts.listen is None:
         # (SIGINT or SIGTERM before the end of the inputs: nothing printed, and the command line's
         # own handling of an interrupted command, exit code 130)
@@ -75,12 +80,15 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
         for src in (runner.tailer, runner.stdin):
             if src is not None:
                 src.watch(runner.waker)
-        runner.poll()  # the first scan fixes which files existed at start before anyone is told we run
-        runner.catch_up()
-        runner.save_state()  # the first commit: a crash from now on restarts from these positions
-        server.start()
-        print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
+        # Serving at once: /healthz answers (503) while what was written while logmetrics was down
+        # is read, and a scrape waits for the counters, which must not show lower than before.
+        server.start(opened=False)
         try:
+            runner.poll()  # the first scan fixes which files existed at start before anyone is told we run
+            runner.catch_up()
+            runner.save_state()  # the first commit: a crash from now on restarts from these positions
+            server.open()
+            print(f"logmetrics: serving metrics at {server.url}", file=sys.stderr, flush=True)
             runner.follow()
         finally:
             server.stop()

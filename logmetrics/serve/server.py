@@ -43,6 +43,8 @@ HANDSHAKE_TIMEOUT = 10.0  # seconds for a TLS handshake
 WRITE_TIMEOUT = 30.0  # seconds for a client to take a response
 RENDER_TIMEOUT = 30.0  # seconds a request waits for its render before a 503
 SHARE_WINDOW = 0.1  # seconds during which a render in progress is shared by identical scrapes
+OPEN_WAIT = 30.0  # seconds a scrape waits for the server to be opened (a restart reading its backlog)
+OPEN_POLL = 0.05  # ... looking this often
 HEALTH_PATHS = ("/healthz", "/-/healthy")
 Answer = tuple[int, str, bytes]
 
@@ -122,6 +124,9 @@ class MetricsServer:
         self._renders: dict[tuple[str, bool], tuple[float, int, asyncio.Future[tuple[int, str, bytes, bytes]]]] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self._started = threading.Event()
+        #: set once the counters may be shown (after a restart, once what was written while down is
+        #: read): until then ``/healthz`` answers 503 at once and ``/metrics`` waits
+        self.opened = threading.Event()
         self._ticker: asyncio.Task[None] | None = None  # held here: the loop keeps only a weak reference
         self.thread = threading.Thread(target=self._run, name="http", daemon=True)
 
@@ -187,10 +192,17 @@ class MetricsServer:
         shown = "localhost" if host in ("0.0.0.0", "::", "") else host.replace("%", "%25")
         return f"{'https' if self.tls else 'http'}://{host_port(shown, port)}/metrics"
 
-    def start(self) -> None:
-        """Serve in the background."""
+    def start(self, opened: bool = True) -> None:
+        """Serve in the background; not ``opened``: ``/metrics`` waits for ``open`` (up to
+        ``OPEN_WAIT``) and ``/healthz`` answers 503 meanwhile."""
+        if opened:
+            self.opened.set()
         self.thread.start()
         self._started.wait(10)
+
+    def open(self) -> None:
+        """Show the counters from now on (see ``start``)."""
+        self.opened.set()
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
@@ -292,7 +304,9 @@ class MetricsServer:
         loop = asyncio.get_running_loop()
         extra: list[tuple[str, str]] = []
         encoding = b""
-        if path in HEALTH_PATHS and method in ("GET", "HEAD"):
+        if path in HEALTH_PATHS and method in ("GET", "HEAD") and not self.opened.is_set():
+            code, ctype, body = 503, TEXT, b"starting: reading what was written while logmetrics was down\n"
+        elif path in HEALTH_PATHS and method in ("GET", "HEAD"):
             code, ctype, body = await self._wait(loop.run_in_executor(self._pool, self.health))
         elif not await self._authorized(headers.get("authorization", "")):
             code, ctype, body = 401, TEXT, b"unauthorized\n"
@@ -323,6 +337,10 @@ class MetricsServer:
         (once done, only while the store has not moved since it started, and never where a scrape
         reads the files first: what was counted or written meanwhile is shown at once)."""
         loop = asyncio.get_running_loop()
+        waited = 0.0
+        while not self.opened.is_set() and waited < OPEN_WAIT:  # (a restart reading its backlog)
+            await asyncio.sleep(OPEN_POLL)
+            waited += OPEN_POLL
         key = (choose_encoder(accept)[1], gz)
         now = loop.time()
         version = self._version()

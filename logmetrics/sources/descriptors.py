@@ -23,6 +23,11 @@ from logmetrics.sources.tailfile import TailFile
 log = logging.getLogger(__name__)
 
 RESERVED = 64  # descriptors left for everything but log files
+#: Under a very low limit, fewer are left, but never less than this: the endpoint's socket and its
+#: connections, the event loop, inotify, the wake-up pipe, the state file and its journal, a
+#: directory being listed. Below it a scrape may find no descriptor for its connection.
+SERVING_MIN = 24
+SMALL_BUDGET = 8  # log files open at once under a low limit, where it leaves room for them
 HEADROOM = 8  # descriptors left free when the process ran out of them below the budget
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -46,11 +51,25 @@ def raise_open_file_limit() -> int:
 
 
 def budget() -> int:
-    """How many log files may be open at once under the current soft limit."""
+    """How many log files may be open at once under the current soft limit (see ``budget_for``)."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 16
-    return max(8, min(soft * 3 // 4, soft - RESERVED))
+    return 1 << 16 if soft == resource.RLIM_INFINITY else budget_for(soft)
+
+
+def budget_for(soft: int) -> int:
+    """How many log files may be open at once under a soft limit of ``soft``: most of it, leaving
+    ``RESERVED``; under a low limit up to ``SMALL_BUDGET``, leaving ``SERVING_MIN``; at least one
+    (a tailer holds two all the same: ``Descriptors``)."""
+    return max(1, min(soft * 3 // 4, soft - RESERVED), min(SMALL_BUDGET, soft - SERVING_MIN))
+
+
+def low_limit_warning(soft: int) -> str | None:
+    """What to say at start when the open-file limit leaves logmetrics too few descriptors."""
+    if soft == resource.RLIM_INFINITY or soft >= SERVING_MIN + SMALL_BUDGET:
+        return None
+    return (f"the open-file limit is {soft} (ulimit -n), and could not be raised: logmetrics needs about "
+            f"{SERVING_MIN} descriptors besides the log files it holds open (at most {budget_for(soft)} now, "
+            "the others taking turns), and with fewer /metrics may not answer; raise it to 1024 or more")
 
 
 def _parkable(f: TailFile) -> bool:
