@@ -87,10 +87,11 @@ class Backlog:
     def flush_for_scrape(self) -> None:
         """A scrape's turn: read what was written (``read``) and parse it with what is kept, unless
         the poll loop holds the engine longer than ``SCRAPE_WAIT`` or the read found more than
-        ``SCRAPE_BYTES`` (a large backlog being read): then the scrape shows what is parsed. Not
-        while the poll loop does not leave the backlog ``reading`` (the files are read behind their
-        writers: the passes follow one another, each parsed when due, and a scrape that waited for
-        the engine between them would wait its ``SCRAPE_WAIT``; or before the first pass)."""
+        ``SCRAPE_BYTES`` (a large backlog being read): then the scrape shows what is parsed. Only
+        where the poll loop left the backlog ``reading``: before its first pass, or while the files
+        are read behind their writers, the scrape shows what is parsed at once (then the passes
+        follow one another, each parsed when due: a scrape that waited for the engine between
+        them would wait its whole ``SCRAPE_WAIT``)."""
         if not self.reading or not self.lock.acquire(timeout=SCRAPE_WAIT):
             return
         wake = False

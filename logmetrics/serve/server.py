@@ -101,7 +101,7 @@ class MetricsServer:
 
     A scrape that cannot be rendered answers 500 with a one-line reason (logged once per kind of
     error) and the next one is tried afresh; ``/healthz`` renders too and answers 503 while
-    ``/metrics`` cannot be served. HEAD answers like GET, without the body. Other paths answer
+    ``/metrics`` cannot be served, and at once before the server is opened (``start``). HEAD answers like GET, without the body. Other paths answer
     404, other methods 405. With users in the web config, everything but the health check needs
     their credentials (401 otherwise).
     """
@@ -124,8 +124,8 @@ class MetricsServer:
         self._renders: dict[tuple[str, bool], tuple[float, int, asyncio.Future[tuple[int, str, bytes, bytes]]]] = {}
         self._writers: set[asyncio.StreamWriter] = set()
         self._started = threading.Event()
-        #: set once the counters may be shown (after a restart, once what was written while down is
-        #: read): until then ``/healthz`` answers 503 at once and ``/metrics`` waits
+        #: set once the counters may be shown (after the first pass; after a restart, once what was
+        #: written while down is read): until then ``/healthz`` answers 503 at once and ``/metrics`` waits
         self.opened = threading.Event()
         self._ticker: asyncio.Task[None] | None = None  # held here: the loop keeps only a weak reference
         self.thread = threading.Thread(target=self._run, name="http", daemon=True)
@@ -305,7 +305,7 @@ class MetricsServer:
         extra: list[tuple[str, str]] = []
         encoding = b""
         if path in HEALTH_PATHS and method in ("GET", "HEAD") and not self.opened.is_set():
-            code, ctype, body = 503, TEXT, b"starting: reading what was written while logmetrics was down\n"
+            code, ctype, body = 503, TEXT, b"starting: reading the logs before the counters are shown\n"
         elif path in HEALTH_PATHS and method in ("GET", "HEAD"):
             code, ctype, body = await self._wait(loop.run_in_executor(self._pool, self.health))
         elif not await self._authorized(headers.get("authorization", "")):
