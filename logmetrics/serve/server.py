@@ -101,9 +101,9 @@ class MetricsServer:
 
     A scrape that cannot be rendered answers 500 with a one-line reason (logged once per kind of
     error) and the next one is tried afresh; ``/healthz`` renders too and answers 503 while
-    ``/metrics`` cannot be served, and at once before the server is opened (``start``). HEAD answers like GET, without the body. Other paths answer
-    404, other methods 405. With users in the web config, everything but the health check needs
-    their credentials (401 otherwise).
+    ``/metrics`` cannot be served, and at once before the server is opened (``start``). HEAD
+    answers like GET, without the body. Other paths answer 404, other methods 405. With users in
+    the web config, everything but the health check needs their credentials (401 otherwise).
     """
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, web: LiveWebConfig | None = None,
