@@ -304,10 +304,11 @@ class MetricsServer:
         loop = asyncio.get_running_loop()
         extra: list[tuple[str, str]] = []
         encoding = b""
-        if path in HEALTH_PATHS and method in ("GET", "HEAD") and not self.opened.is_set():
-            code, ctype, body = 503, TEXT, b"starting: reading the logs before the counters are shown\n"
-        elif path in HEALTH_PATHS and method in ("GET", "HEAD"):
-            code, ctype, body = await self._wait(loop.run_in_executor(self._pool, self.health))
+        if path in HEALTH_PATHS and method in ("GET", "HEAD"):
+            if self.opened.is_set():
+                code, ctype, body = await self._wait(loop.run_in_executor(self._pool, self.health))
+            else:  # (at once: a probe is not left waiting for the first pass or a restart's backlog)
+                code, ctype, body = 503, TEXT, b"starting: reading the logs before the counters are shown\n"
         elif not await self._authorized(headers.get("authorization", "")):
             code, ctype, body = 401, TEXT, b"unauthorized\n"
             extra.append(("WWW-Authenticate", 'Basic realm="logmetrics"'))
