@@ -14,14 +14,23 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import ClassVar
 
-from logmetrics.events import UNKNOWN_MODEL, Event
+from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
 from logmetrics.records.shapes import EXCEPTION_LINE
 
 from .common import PROC_PREFIX, PY_DEFAULT_LINE, UVICORN, UVICORN_ACCESS, RouteLabels, access_labels, access_line
-from .errors import CHAINS, COMMON_CAUSES, TRACEBACK_HEAD, Phrases, is_traceback, python_exception, restarts_and_errors
+from .errors import (
+    CHAINS,
+    COMMON_CAUSES,
+    TRACEBACK_HEAD,
+    ErrorEnd,
+    Phrases,
+    is_traceback,
+    python_exception,
+    restarts_and_errors,
+)
 from .leapfrog import leapfrog_line
 
 PHRASES = Phrases(
@@ -78,16 +87,19 @@ class ApiParser(Parser):
         self._routes = RouteLabels(fixed=("/healthz", "/docs", "/metrics"),
                                    prefixes=("/openai/v1/", "/leapfrogai/v1/"))
         self._classes: set[str] = set()
+        self._error_end = ErrorEnd()
 
     def state(self) -> dict[str, object]:
-        """Readiness and the model, the routes learned and the exception classes counted as error
-        types, kept across a restart of logmetrics."""
-        return {**super().state(), "routes": self._routes.dump(), "classes": sorted(self._classes)}
+        """Readiness and the model, the routes learned, the exception classes counted as error
+        types and an error record under way, kept across a restart of logmetrics."""
+        return {**super().state(), "routes": self._routes.dump(), "classes": sorted(self._classes),
+                "error_end": self._error_end.dump()}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` gave; what is missing or malformed starts afresh."""
         super().restore(state)
         self._routes.load(state.get("routes"))
+        self._error_end.load(state.get("error_end"))
         classes = state.get("classes")
         if isinstance(classes, list):
             self._classes = {c for c in classes[:MAX_EXCEPTION_TYPES] if isinstance(c, str)}
@@ -112,8 +124,17 @@ class ApiParser(Parser):
     # -- records -----------------------------------------------------------------------------
 
     def parse(self, record: Record) -> Iterable[Event]:
-        """Events of one record: an access line, a log line of the server's life, or an error."""
+        """Events of one record: an access line, a log line of the server's life, or an error (the
+        rest of the error record before, cut off by a read pause, counts with it)."""
         text = record.text
+        if self._error_end.rest(text):
+            self._error_end.after(text, True)
+            return [SEEN]
+        events = self._events(text)
+        self._error_end.after(text, any(e.metric == "backend_errors_total" for e in events))
+        return events
+
+    def _events(self, text: str) -> list[Event]:
         events: list[Event] = []
         labels = access_labels(text)
         if labels is not None:
@@ -131,6 +152,7 @@ class ApiParser(Parser):
 
     def parse_run(self, run: Run) -> tuple[list[Event], int]:
         """A run of access lines: ``http_requests_total`` once per label set, as ``parse`` counts them."""
+        self._error_end.clear()
         counts = Counter(map(self._routes.labels, _REQUESTS.findall(run.text, run.start, run.end)))
         return ([Event("http_requests_total", labels, n, rule="access") for labels, n in counts.items()],
                 sum(counts.values()))

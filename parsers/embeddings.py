@@ -25,7 +25,7 @@ from .common import PY_DEFAULT_LINE, UVICORN, RouteLabels, access_answer, access
 from .embeddings_batch import FREQUENT, Requests, read_run
 from .embeddings_tei import CLIENT_TYPES, PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .embeddings_tei import MARK as TEI_MARK
-from .errors import is_traceback, restarts_and_errors
+from .errors import ErrorEnd, is_traceback, restarts_and_errors
 from .leapfrog import leapfrog_line
 
 PHASE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -97,17 +97,18 @@ class EmbeddingsParser(Parser):
         self._starting = False  # a start-up was counted and the server has not been ready since
         self._routes = RouteLabels()
         self._infinity = False  # the stream is infinity's (it logs no embeddings count)
+        self._error_end = ErrorEnd()
 
     # -- across a restart of logmetrics ------------------------------------------------------
 
     def state(self) -> dict[str, object]:
         """What a restart of logmetrics must go on with, so that it counts what one run would: the
         model and readiness, the kind of stream, a start-up under way, the requests in flight
-        (their durations) and the routes learned."""
+        (their durations), the routes learned and an error record under way."""
         requests = self._requests
         return {**super().state(), "flags": [self._is_tei, self._starting, self._infinity],
                 "open": requests.pairs.dump(), "seq": requests.seq, "offset": requests.offset,
-                "routes": self._routes.dump()}
+                "routes": self._routes.dump(), "error_end": self._error_end.dump()}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` returned; what is missing or malformed starts afresh."""
@@ -123,6 +124,7 @@ class EmbeddingsParser(Parser):
         if isinstance(offset, (int, float)) and math.isfinite(offset):
             requests.offset = float(offset)
         self._routes.load(state.get("routes"))
+        self._error_end.load(state.get("error_end"))
 
     # -- what came before reading began ----------------------------------------------------
 
@@ -155,20 +157,25 @@ class EmbeddingsParser(Parser):
     # -- records -----------------------------------------------------------------------------
 
     def parse(self, record: Record) -> Iterable[Event]:
-        """Events of one record: a TEI line, a LeapfrogAI line, an access line or an error."""
+        """Events of one record: a TEI line, a LeapfrogAI line, an access line or an error (the
+        rest of the error record before, cut off by a read pause, counts with it)."""
         text = record.text
+        if self._error_end.rest(text):
+            self._error_end.after(text, True)
+            return [SEEN]
         events: list[Event] = []
-        if TEI_MARK in text:
-            tei = tei_line(text)
-            if tei is not None:
-                self._is_tei = True
-                self._tei(tei, text, events)
-                return events
-        self._other(record, events)
+        tei = tei_line(text) if TEI_MARK in text else None
+        if tei is not None:
+            self._is_tei = True
+            self._tei(tei, text, events)
+        else:
+            self._other(record, events)
+        self._error_end.after(text, any(e.metric == "backend_errors_total" for e in events))
         return events
 
     def parse_run(self, run: Run) -> tuple[list[Event], int]:
         """A run of frequent lines at once (``embeddings_batch.read_run``): what ``parse`` gives on each."""
+        self._error_end.clear()
         got = read_run(run, self.model, self._requests)
         if got is None:
             return super().parse_run(run)

@@ -8,6 +8,8 @@
   by ``    at ...`` frames).
 - ``Phrases``: a backend's table of phrases that decide an ``error_type``; each parser keeps its
   own (vLLM's live in the vLLM parser), built on ``COMMON_CAUSES``.
+- ``ErrorEnd``: the end of the error record before, so that its rest, cut off by a read pause,
+  counts with it and not as an error of its own.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 from logmetrics.plugins import ZeroSeries
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
+from logmetrics.records.shapes import PYTHON_TRACEBACK
 
 from .common import PROC_PREFIX_OPT
+from .pairs import MAX_SAVED_LINE
 
 TRACEBACK_HEAD = "Traceback (most recent call last)"
 #: Lines that chain two tracebacks of one record.
@@ -124,3 +128,49 @@ def restarts_and_errors(model: str, error_types: Iterable[str]) -> list[ZeroSeri
 def _alternation(table: Table) -> Callable[[str], re.Match[str] | None] | None:
     phrases = [p for _, ps in table for p in ps]
     return re.compile("|".join(re.escape(p) for p in phrases)).search if phrases else None
+
+
+#: A record's first line that continues the record above it whatever that is (``lines`` of the
+#: traceback and indented shapes), and one that continues it after such a line only (``ends``).
+_CONTINUES = re.compile(rf"(?:{PYTHON_TRACEBACK.lines})|[ \t]")
+_ENDS = re.compile(rf"(?:{PYTHON_TRACEBACK.ends})")
+
+
+def continues(text: str, last: str) -> bool:
+    """Whether the record ``text`` continues the one whose last line is ``last``: it begins with a
+    line that the record shapes would have joined to it, had a read pause not cut the record in two."""
+    return _CONTINUES.match(text) is not None or (_ENDS.match(text) is not None and _CONTINUES.match(last) is not None)
+
+
+class ErrorEnd:
+    """The last line of a stream's record before, if that record was an error (or the rest of one).
+    A record that continues it (``continues``) is its rest, which a read pause longer than the engine
+    holds a record cut off (an error line, then its traceback): it counts with it, no error of its own.
+    A record can only begin so where a batch begins, so a parser's fast path for runs of one-line
+    records forgets the end (``clear``)."""
+
+    __slots__ = ("line",)
+
+    def __init__(self) -> None:
+        self.line: str | None = None
+
+    def rest(self, text: str) -> bool:
+        """Whether the record ``text`` is the rest of the error record before."""
+        return self.line is not None and continues(text, self.line)
+
+    def after(self, text: str, error: bool) -> None:
+        """The record ``text`` was parsed: an error (or the rest of one, ``error``) or not."""
+        self.line = text.rpartition("\n")[2] if error else None
+
+    def clear(self) -> None:
+        """Records that cannot continue an error were read."""
+        self.line = None
+
+    def dump(self) -> str | None:
+        """For a parser's ``state`` (a line too long to keep is not kept)."""
+        return self.line if self.line is None or len(self.line) <= MAX_SAVED_LINE else None
+
+    def load(self, value: object) -> None:
+        """From a parser's ``restore``: what ``dump`` gave; anything else is ignored."""
+        if isinstance(value, str):
+            self.line = value

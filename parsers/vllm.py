@@ -31,7 +31,15 @@ from .common import RouteLabels
 from .pairs import MAX_SAVED
 from .vllm_crashes import Crashes
 from .vllm_kinds import Control, Fatal, Item, Kind, Mark
-from .vllm_lines import Records, access_and_errors, ends_in_error, headless, record_head
+from .vllm_lines import (
+    Records,
+    access_and_errors,
+    ends_after_exception,
+    ends_in_error,
+    headless,
+    record_head,
+    starts_with_rest,
+)
 from .vllm_outcomes import ROUTES, Generation, OkSource, access_outcomes
 from .vllm_rare import RareLines, tally
 from .vllm_requests import Requests
@@ -69,7 +77,8 @@ class VllmParser(Parser):
         self._rare_lines = RareLines(self._records, self._caps, self._requests, self._stats)
         #: the last record read was an error record: lines that continue a record at the start of the
         #: next text are its rest (its writer paused longer than a record is held), not a new error
-        self._error_open = False
+        self._error_open = False  # the last text ended in an error record (more of it may come)
+        self._after_exception = False  # ... with an exception line (a traceback next is another error)
 
     def state(self) -> dict[str, object]:
         """What a restart of logmetrics must go on with, so that it counts what one run would: the
@@ -82,7 +91,7 @@ class VllmParser(Parser):
                 "ok_source": self._ok.source, "generation": self._generation.dump(),
                 "started": list(self._started.items())[-MAX_SAVED:], "preempt_total": self._preempt_total,
                 "caps": sorted(self._caps.caps), "models": self._caps.counted.dump(),
-                "error_open": self._error_open}
+                "error_open": self._error_open, "after_exception": self._after_exception}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what ``state`` gave in an earlier run; what is missing or malformed starts afresh."""
@@ -105,6 +114,7 @@ class VllmParser(Parser):
         if type(max_log_len) is int:
             self._requests.max_log_len = max_log_len
         self._error_open = state.get("error_open") is True
+        self._after_exception = state.get("after_exception") is True
         caps = state.get("caps")
         if isinstance(caps, list):
             self._caps.can(*(cap for cap in caps if isinstance(cap, str) and cap in ZERO_SERIES))
@@ -172,11 +182,13 @@ class VllmParser(Parser):
                 self._routes.learn(path)
         fatal: list[Fatal] = []
         errors: Counter[str] = Counter()
-        joined, self._error_open = self._error_open, ends_in_error(t)
+        joined = self._error_open and not (self._after_exception and P.TRACEBACK_FIRST.match(t))
+        self._error_open = ends_in_error(t, joined)
+        self._after_exception = self._error_open and ends_after_exception(t)
         matched = access_and_errors(t, events, records, self._routes, fatal, errors, joined)
         ok, client = access_outcomes(events)
-        if P.HEADLESS.match(t):  # the rest of a record: of the error record that ended the text before
-            error_type, more = headless(t)  # (``joined``), else of one whose start was not read
+        if starts_with_rest(t, joined):  # the rest of a record: of the error record that ended the text
+            error_type, more = headless(t)  # before (``joined``), else of one whose start was not read
             self._more_lines += more
             if not joined and error_type in P.FATAL_TYPES:  # counted once per crash, as any fatal error
                 fatal.append(Fatal(0, error_type, True))

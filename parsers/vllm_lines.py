@@ -219,14 +219,17 @@ def error_records(t: str, counts: Counter[str], records: Records, fatal: list[Fa
     ended the text before (counted then: its writer paused longer than a record is held), and
     count no error of their own."""
     matched = 0
-    covered = 0
+    covered = rest_end(t) if starts_with_rest(t, joined) else 0  # (that rest: counted by the parser)
+    lead = P.EMPTY_FIRST.match(t) if joined else None
+    first = lead.end() if lead is not None else -1  # where the first line that is not empty begins
     for m in P.ERROR_START.finditer(t):
         start = m.start()
         if start < covered:  # inside the record of an earlier error
             continue
         source, inside, raw, text, more = m.groups()
-        if joined and start == 0 and inside is not None:
+        if start == first and (inside is not None or raw is not None):
             covered = record_end(t, start, m.end()) if more is not None else m.end()
+            records.more_lines += t.count("\n", m.end(), covered)  # (its lines, as when read at once)
             records.place(start, False)  # (a line of a record counted before: matched, no error)
             continue
         traceback = raw is not None or P.TRACEBACK_TEXT in text
@@ -280,18 +283,38 @@ def always_events(t: str, pos: int) -> bool:
                 or any(rx.search(line) for rx in (P.FINISHED_AT, P.ABORTED_LIST, P.REQUEST_ENDED, P.V0_PREFIX)))
 
 
-def ends_in_error(t: str) -> bool:
-    """Whether the last record of ``t`` holds an error (more lines of it may come later)."""
-    return P.ERROR_START.search(t, record_head(t, t.rfind("\n", 0, len(t) - 1))) is not None
+def ends_in_error(t: str, joined: bool = False) -> bool:
+    """Whether the last record of ``t`` holds an error (more lines of it may come later); with
+    ``joined`` (``t`` begins with the rest of an error record), also where that rest fills ``t``."""
+    head = record_head(t, t.rfind("\n", 0, len(t) - 1))
+    if P.ERROR_START.search(t, head) is not None:
+        return True
+    return joined and head == 0 and P.CONTINUATION.match(t, 1) is not None
+
+
+def ends_after_exception(t: str) -> bool:
+    """Whether the last line of ``t`` that is not empty names an exception: a traceback that comes
+    right after it is another error (``record_end``)."""
+    pos = t.rfind("\n", 0, len(t) - 1)
+    while pos > 0 and P.EMPTY_AT.match(t, pos + 1):
+        pos = t.rfind("\n", 0, pos)
+    return pos >= 0 and P.EXCEPTION_AT.match(t, pos + 1) is not None
+
+
+def starts_with_rest(t: str, joined: bool) -> bool:
+    """Whether ``t`` begins with the rest of a record whose first lines came before it, which no
+    scan of errors finds: a raw traceback's (its frames, its exception line), or with ``joined``
+    (an error record ended the text before) any line that continues a record."""
+    return P.HEADLESS.match(t) is not None or (joined and P.REST.match(t) is not None)
+
+
+def rest_end(t: str) -> int:
+    """Where the rest of a record at the start of ``t`` (``starts_with_rest``) ends."""
+    return record_end(t, 0, t.find("\n", 1))
 
 
 def headless(t: str) -> tuple[str, int]:
-    """The rest of a raw traceback at the start of ``t`` (after its leading newline), whose lines
-    continue the record so that the scan finds no head for it: its error type, and its lines
-    after the first."""
-    end = t.find("\n", 1)
-    cont = P.CONTINUATION.match
-    while 0 <= end < len(t) - 1 and cont(t, end + 1):
-        end = t.find("\n", end + 1)
-    record = t[1:end if end >= 0 else len(t)]
+    """The rest of a record at the start of ``t`` (``starts_with_rest``): its error type, and its
+    lines after the first."""
+    record = t[1:rest_end(t)]
     return P.classify_error(record, traceback=True), record.count("\n")

@@ -246,6 +246,11 @@ TRACEBACK_TEXT = "Traceback (most recent call last)"
 TRACEBACK_AT = re.compile(rf"{PFXO}(?:{HDR} )?Traceback \(most recent call last\)", re.ASCII)
 EXCEPTION_AT = re.compile(rf"{PFXO}(?:{HDR} )?{EXCEPTION_NAME}(?::|(?=\n))", re.ASCII)
 EMPTY_AT = re.compile(rf"{PFXO}(?:{HDR} ?)?(?=\n)", re.ASCII)
+#: A text that begins with a traceback, after empty lines or none: right after an exception line,
+#: another error.
+TRACEBACK_FIRST = re.compile(rf"\n(?:{EMPTY_AT.pattern}\n)*{TRACEBACK_AT.pattern}", re.ASCII)
+#: The empty lines a text begins with (its first line that is not empty begins where they end).
+EMPTY_FIRST = re.compile(rf"(?:\n{EMPTY_AT.pattern})*", re.ASCII)
 
 #: Lines that say this is vLLM (sniffing).
 SNIFF_STRONG = (
@@ -257,6 +262,10 @@ SNIFF_HEADER = r"(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-
 #: it, or a rotation cut it): it starts with a frame or with the final exception line. It can only
 #: be a batch's first record: further on, such lines continue the record above them.
 HEADLESS = re.compile(rf"\n{PFXO}(?:  File \"|{EXCEPTION_NAME}(?::|(?=\n)))", re.ASCII)
+#: After an error record that a read pause cut off, the lines of its rest that no scan of errors
+#: finds (without a vLLM header): indented, or chaining another traceback to it.
+REST = re.compile(rf"\n(?:{PFXO}\n)*{PFXO}(?:[ \t]|During handling of the above exception"
+                  r"|The above exception was the direct cause)", re.ASCII)
 
 # --- error phrases ----------------------------------------------------------------------------
 

@@ -26,8 +26,7 @@ from logmetrics.records.shapes import DEFAULT_SHAPES, Shape
 
 from . import whisper_patterns as P
 from .common import UVICORN, RouteLabels, access_answer, access_labels, model_label
-from .errors import is_traceback, restarts_and_errors
-from .pairs import MAX_SAVED_LINE
+from .errors import ErrorEnd, is_traceback, restarts_and_errors
 from .whisper_audio import AUDIO, Audio
 from .whisper_requests import DURATION, LFAI_OUTCOMES, REQUESTS, LfaiRequests, Outcomes
 
@@ -69,7 +68,7 @@ class WhisperParser(Parser):
         self._pending = False  # a whisper.cpp server request whose outcome is not logged yet
         self._audio = Audio()
         self._lfai_requests = LfaiRequests(self._outcomes)
-        self._error_end: str | None = None  # the last line of the record before, if it was an error's
+        self._error_end = ErrorEnd()
         self._routes = RouteLabels(P.HTTP_ROUTES)
         self._http = False  # the stream logs HTTP access lines: they count the requests
 
@@ -79,10 +78,9 @@ class WhisperParser(Parser):
         """What a restart of logmetrics must go on with, so that it counts what one run would: the
         model, readiness and the kind of stream; a start-up, a request or an error record under way;
         the requests in flight (their durations), the outcomes shown and the routes learned."""
-        error_end = self._error_end
         return {**super().state(), "server": self._server, "explicit": self._audio.explicit, "lfai": self._lfai,
                 "flags": [self._starting, self._pending, self._http],
-                "error_end": error_end if error_end is None or len(error_end) <= MAX_SAVED_LINE else None,
+                "error_end": self._error_end.dump(),
                 "audio": self._audio.dump(), "outcomes": self._outcomes.dump(),
                 "lfai_requests": self._lfai_requests.dump(), "routes": self._routes.dump()}
 
@@ -95,9 +93,7 @@ class WhisperParser(Parser):
         flags = state.get("flags")
         if isinstance(flags, list) and len(flags) == 3:
             self._starting, self._pending, self._http = (flag is True for flag in flags)
-        error_end = state.get("error_end")
-        if isinstance(error_end, str):
-            self._error_end = error_end
+        self._error_end.load(state.get("error_end"))
         self._audio.load(state.get("audio"))
         self._outcomes.load(state.get("outcomes"))
         self._lfai_requests.load(state.get("lfai_requests"))
@@ -148,12 +144,12 @@ class WhisperParser(Parser):
             self._timings(text, out)
         elif not self._lines(text, msg.text, out) and not self._lfai:
             self._audio.line(msg.text, self.model, out)
-        rest = self._error_end is not None and P.continues(text, self._error_end)
+        rest = self._error_end.rest(text)
         if rest:  # the rest of the error record before it, which a read pause cut in two: counted there
             out.append(SEEN)
         elif not any(e.metric == ERRORS for e in out):
             self._error(text, msg, out)
-        self._error_end = text.rpartition("\n")[2] if rest or any(e.metric == ERRORS for e in out) else None
+        self._error_end.after(text, rest or any(e.metric == ERRORS for e in out))
         if not out and P.INFO.search(msg.text):  # the stream is a working server's: its zero series
             out.append(SEEN)
         return out
@@ -172,7 +168,7 @@ class WhisperParser(Parser):
         lfai = text.find(P.LFAI_MARK, a, b) >= 0  # every line in a LeapfrogAI stream's runs, none else
         if lfai:
             self._lfai = True
-        self._error_end = None
+        self._error_end.clear()
         n = 0
         durations = P.DURATIONS.findall(text, a, b)
         if durations:

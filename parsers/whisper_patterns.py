@@ -16,7 +16,7 @@ import re
 from typing import NamedTuple
 
 from logmetrics.records.shapes import EXCEPTION_LINE as EXCEPTION_NAME_LINE
-from logmetrics.records.shapes import PYTHON_TRACEBACK, Shape
+from logmetrics.records.shapes import Shape
 
 from .common import PY_DEFAULT_LINE, remember
 from .errors import COMMON_CAUSES, Phrases
@@ -144,18 +144,6 @@ UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE = "unsupported_task", "unsupported_langua
 ERROR_TYPES: tuple[str, ...] = (*PHRASES.types, UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE)
 #: An exception line on its own (the end of a traceback whose start was not read).
 EXCEPTION_LINE = re.compile(rf"^(?:{EXCEPTION_NAME_LINE})", re.M)
-
-#: A record's first line that continues the record above it whatever that is (``lines`` of the
-#: traceback and indented shapes), and one that continues it after such a line only (``ends``).
-_CONTINUES = re.compile(rf"(?:{PYTHON_TRACEBACK.lines})|[ \t]")
-_ENDS = re.compile(rf"(?:{PYTHON_TRACEBACK.ends})")
-
-
-def continues(text: str, last: str) -> bool:
-    """Whether the record ``text`` continues the one whose last line is ``last``: it begins with a
-    line that the record shapes would have joined to it, had a read pause not cut the record in two."""
-    return _CONTINUES.match(text) is not None or (_ENDS.match(text) is not None and _CONTINUES.match(last) is not None)
-
 
 # --- the frequent lines -----------------------------------------------------------------------
 # One-line records whose events do not depend on the order of the lines among themselves

@@ -40,6 +40,11 @@ SNIFF_MAX_CHARS = 1 << 20  # an unrecognised stream holds at most this much text
 #: timing block line by line is not cut in two by a read that falls between its lines (as Vector's
 #: and Fluent Bit's multi-line time-outs), while the delay to visible stays well under a second.
 HOLD_SECONDS = 0.25
+#: ... but a record that ends inside a Python traceback, before its exception line
+#: (``records.shapes.ends_in_traceback``), is held this long: the rest of it is sure to come, and a
+#: writer that pauses inside it (a log shipper's batch ending there, a process stalled) must not
+#: make one error count twice.
+UNFINISHED_HOLD_SECONDS = 10.0
 IDLE_SLACK = 0.005  # a wait of ``hold`` seconds may end a hair early: its records are due all the same
 #: A stream whose best sniff is weak (``Route.weak``) is held until a line tells which backend it is,
 #: for at most this long and this many lines, then routed on what was seen (a busy vLLM server's
@@ -106,7 +111,8 @@ class Engine:
         # from the file's last write, so that a backlog read long after it was written (a burst
         # read in several passes, or kept a while before its batch is parsed) is not held on top
         # of the time it took to read or to keep.
-        quiet = 0.0 if chunk.written is None else min(self.hold, max(0.0, time.time() - chunk.written))
+        quiet = 0.0 if chunk.written is None else \
+            min(max(self.hold, UNFINISHED_HOLD_SECONDS), max(0.0, time.time() - chunk.written))
         fed_at = time.monotonic() - quiet
         for piece in unwrapper.feed(chunk.data, chunk.time):
             self._piece(chunk.stream, piece, fed_at)
@@ -132,7 +138,8 @@ class Engine:
             if stream.weak and not stream.routed and mono - stream.held_since >= WEAK_HOLD_SECONDS:
                 self._route(stream, final=False)  # waited long enough for a telling line
                 self._changed.add(key)
-            if stream.assembler.pending and (force or stream.fed_at <= quiet):
+            if stream.assembler.pending and (force or (stream.fed_at <= quiet and (
+                    not stream.assembler.unfinished() or stream.fed_at <= quiet - self._unfinished_extra()))):
                 self.applier.records(stream, *stream.assembler.flush())
                 self._changed.add(key)
             parser = stream.parser
@@ -150,8 +157,14 @@ class Engine:
 
     def due(self) -> float | None:
         """When (monotonic) the first held-back record is due to count, if one is held."""
-        fed = [s.fed_at for s in self.streams.values() if s.assembler.pending]
+        extra = self._unfinished_extra()
+        fed = [s.fed_at + (extra if s.assembler.unfinished() else 0.0) for s in self.streams.values()
+               if s.assembler.pending]
         return min(fed) + self.hold - IDLE_SLACK if fed else None
+
+    def _unfinished_extra(self) -> float:
+        """How much longer than ``hold`` a record cut inside a traceback is held."""
+        return max(0.0, UNFINISHED_HOLD_SECONDS - self.hold)
 
     def holding(self) -> bool:
         """Whether a routed stream holds back a record that ``idle()`` will let out once it is quiet."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from logmetrics.records.shapes import DEFAULT_SHAPES, Shapes, compiled
+from logmetrics.records.shapes import DEFAULT_SHAPES, Shapes, compiled, ends_in_traceback
 
 #: How records are told apart: a parser's shapes, compiled.
 Rule = Shapes
@@ -65,13 +65,21 @@ class RecordAssembler:
     follows it continues as records of their own.
     """
 
-    __slots__ = ("max_chars", "pending", "pending_lines", "rule")
+    __slots__ = ("_looked_at", "_unfinished", "max_chars", "pending", "pending_lines", "rule")
 
     def __init__(self, rule: Rule = DEFAULT_RULE, max_chars: int = MAX_RECORD_CHARS) -> None:
         self.rule = rule
         self.max_chars = max_chars
         self.pending = ""
         self.pending_lines = 0
+        self._looked_at = ""  # the held-back text ``unfinished`` last looked at, and what it found
+        self._unfinished = False
+
+    def unfinished(self) -> bool:
+        """Whether the held-back record ends inside a Python traceback (more of it must come)."""
+        if self._looked_at is not self.pending:
+            self._looked_at, self._unfinished = self.pending, ends_in_traceback(self.pending)
+        return self._unfinished
 
     def feed(self, text: str, lines: int | None = None) -> tuple[str, int]:
         """Take whole lines (``lines`` of them, if known); return the complete records among them.

@@ -39,6 +39,33 @@ TRACEBACK_LINES = (r"Traceback \(most recent call last\)|During handling of the 
 #: A line that names a Python exception: ``KeyError: 'x'``, ``SystemExit``.
 EXCEPTION_LINE = EXCEPTION_NAME + r"(?::|" + EOL + ")"
 
+#: How the lines end that open or chain a Python traceback: more of the record follows them.
+TRACEBACK_OPENERS = ("Traceback (most recent call last):",
+                     "During handling of the above exception, another exception occurred:",
+                     "The above exception was the direct cause of the following exception:")
+#: A traceback's frame line, ``  File "x.py", line 1, in f``, behind a logger's header or not.
+FRAME = '  File "'
+
+
+def ends_in_traceback(text: str) -> bool:
+    """Whether ``text`` (whole lines) ends inside a Python traceback, before its exception line: its
+    last line opens or chains one, or is a frame, or a frame's source (and 3.11's carets) indented
+    under it. A record that ends so is not complete: its writer paused in the middle of it."""
+    end = len(text) - 1 if text.endswith("\n") else len(text)
+    start = end
+    for _ in range(4):  # the last line and up to three above it (a frame, its source, its carets)
+        start = text.rfind("\n", 0, start - 1) if start > 0 else -1
+        if start < 0:
+            break
+    tail = text[start + 1:end].split("\n")
+    if tail[-1].rstrip("\r").endswith(TRACEBACK_OPENERS):
+        return True
+    for i in range(len(tail) - 1, -1, -1):
+        col = tail[i].find(FRAME)
+        if col >= 0 and '", line ' in tail[i]:  # the lines below it, if any, are its source, indented
+            return all(line[col:col + 4] == "    " for line in tail[i + 1:])
+    return False
+
 
 @dataclass(frozen=True)
 class Shape:
