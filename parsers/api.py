@@ -139,6 +139,8 @@ class ApiParser(Parser):
         labels = access_labels(text)
         if labels is not None:
             events.append(Event("http_requests_total", self._routes.fold(labels), 1, rule="access"))
+            if "\n" in text and is_traceback(text):  # a bare traceback after it, joined to its record
+                events.append(Event("backend_errors_total", (self.model, self._kind(text, True)), 1, rule="error"))
             return events
         level, msg, gunicorn = _header(text)
         self._life(msg, gunicorn, level, events)

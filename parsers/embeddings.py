@@ -253,6 +253,8 @@ class EmbeddingsParser(Parser):
             elif rich is not None:
                 level, msg = rich
             elif self._uvicorn(text, events):
+                if "\n" in text and is_traceback(text):  # a bare traceback after it, joined to its record
+                    self._error(text, True, record.time, events)
                 return
         engines = _ENGINES.search(msg) if "engine" in msg else None
         if engines is not None:  # infinity's start-up names the models it serves (the first is the label)
@@ -284,6 +286,8 @@ class EmbeddingsParser(Parser):
                 labels = self._routes.fold(access)
                 events.append(Event("http_requests_total", labels, 1, rule="access"))
                 self._answer(access[2], labels[1], events)
+                if "\n" in text and is_traceback(text):  # a bare traceback after it, joined to its record
+                    self._error(text, True, t, events)
                 return
         traceback = is_traceback(text)
         if level in ("ERROR", "CRITICAL") or traceback or (not level and _EXC_FIRST.match(text)) \

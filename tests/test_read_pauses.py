@@ -37,7 +37,10 @@ CASES = [
     ("vllm", ACCESS + "".join(VLLM_HEADER + line + "\n" for line in ["Error in x.", *TB.splitlines()]) + ACCESS),
     ("api", ACCESS + "ERROR:    Exception in ASGI application\n" + CHAINED + ACCESS),
     ("api", "INFO:     Application startup complete.\n" + TB + ACCESS),
+    ("api", ACCESS + TB + ACCESS),
     ("embeddings", ACCESS + "ERROR:    Exception in ASGI application\n" + TB + ACCESS),
+    ("embeddings", "INFO:     Application startup complete.\n" + TB + ACCESS),
+    ("embeddings", ACCESS + TB + ACCESS),
     ("whisper", "INFO:app:start\nERROR:app:failed\n" + CHAINED + "INFO:app:done\n"),
     ("whisper", "INFO:app:start\n" + TB + "INFO:app:done\n"),
 ]
