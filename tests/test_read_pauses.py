@@ -28,6 +28,16 @@ TB = ('Traceback (most recent call last):\n  File "/app/x.py", line 1, in f\n   
 CHAINED = (TB + "\nDuring handling of the above exception, another exception occurred:\n\n"
            + TB.replace("ValueError: bad", "KeyError: 'k'"))
 TWICE = TB + TB.replace("ValueError: bad", "KeyError: 'k'")
+#: An exception group as Python 3.11 prints it, its last member an OOM.
+GROUP = ("  + Exception Group Traceback (most recent call last):\n"
+         '  |   File "/app/x.py", line 1, in f\n'
+         '  |     raise ExceptionGroup("eg", [ValueError(1), OSError(2)])\n'
+         "  | ExceptionGroup: eg (2 sub-exceptions)\n"
+         "  +-+---------------- 1 ----------------\n"
+         "    | ValueError: 1\n"
+         "    +---------------- 2 ----------------\n"
+         "    | torch.OutOfMemoryError: CUDA out of memory.\n"
+         "    +------------------------------------\n")
 ACCESS = 'INFO:     127.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
 VLLM_HEADER = "ERROR 06-19 15:40:29 [serving_chat.py:240] "
 CASES = [
@@ -115,6 +125,16 @@ def test_a_traceback_written_line_by_line_is_one_record_typed_by_its_exception_l
     assert by_type("vllm", text.splitlines(keepends=True), clock, UNFINISHED_HOLD_SECONDS + 1) != whole  # (cut)
 
 
+@pytest.mark.parametrize("parser", ["api", "whisper"])
+def test_an_exception_group_written_line_by_line_is_one_record_typed_by_its_members(clock: Clock, parser: str) -> None:
+    """Its lines a second apart (after the error line and the group's first, written at once), an
+    exception group is held until its closing rule: typed as when read at once."""
+    lines = ("ERROR:app:transcription failed\n" + GROUP + "INFO:app:done\n").splitlines(keepends=True)
+    whole = by_type(parser, ["".join(lines)], clock, 1.0)
+    assert whole == {"oom": 1}
+    assert by_type(parser, ["".join(lines[:2]), *lines[2:]], clock, 1.0) == whole
+
+
 def test_two_tracebacks_written_a_minute_apart_are_two_errors(clock: Clock) -> None:
     """The rest of an error record is only what continues it: a traceback after a whole one is another error."""
     assert errors("vllm", [TB, TB], clock, 60.0) == 2
@@ -150,6 +170,9 @@ def test_a_record_cut_inside_a_traceback_is_held_until_its_rest_comes(clock: Clo
     ('ERROR 06-19 15:40:29 [x.py:1]   File "a.py", line 1, in f\nERROR 06-19 15:40:29 [x.py:1] ValueError: x\n', False),
     ("ValueError: x\n\nDuring handling of the above exception, another exception occurred:\n", True),
     ('INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200 OK\n', False),
+    (GROUP[:GROUP.index("  +-+")], True),  # (after the group's own exception line: its members follow)
+    (GROUP[:GROUP.index("    +--------------------")], True),
+    (GROUP, False),
     ("", False),
 ])
 def test_a_record_ends_inside_a_traceback_before_its_exception_line(text: str, unfinished: bool) -> None:

@@ -45,12 +45,17 @@ TRACEBACK_OPENERS = ("Traceback (most recent call last):",
                      "The above exception was the direct cause of the following exception:")
 #: A traceback's frame line, ``  File "x.py", line 1, in f``, behind a logger's header or not.
 FRAME = '  File "'
+#: Python 3.11's exception group: its tracebacks and sub-exceptions are drawn in ``|`` and ``+-``
+#: lines, the last of which is a rule of dashes (``    +------------------------------------``).
+GROUP_OPENER = "Exception Group Traceback (most recent call last):"
+_GROUP_END = re.compile(r"\+-{10,}[ \t\r]*$")
 
 
 def ends_in_traceback(text: str) -> bool:
     """Whether ``text`` (whole lines) ends inside a Python traceback, before its exception line: its
     last line opens or chains one, or is a frame, or a frame's source (and 3.11's carets) indented
-    under it. A record that ends so is not complete: its writer paused in the middle of it."""
+    under it; or inside an exception group, before the rule that closes it. A record that ends so
+    is not complete: its writer paused in the middle of it."""
     end = len(text) - 1 if text.endswith("\n") else len(text)
     start = end
     for _ in range(4):  # the last line and up to three above it (a frame, its source, its carets)
@@ -59,6 +64,8 @@ def ends_in_traceback(text: str) -> bool:
             break
     tail = text[start + 1:end].split("\n")
     if tail[-1].rstrip("\r").endswith(TRACEBACK_OPENERS):
+        return True
+    if GROUP_OPENER in text and not _GROUP_END.search(tail[-1]):  # (an inner group's end is taken for its own)
         return True
     for i in range(len(tail) - 1, -1, -1):
         col = tail[i].find(FRAME)
