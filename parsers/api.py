@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from functools import partial
 from typing import ClassVar
 
-from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
+from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.plugins.fastpath import Run
 from logmetrics.records import Record
@@ -126,13 +127,7 @@ class ApiParser(Parser):
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record: an access line, a log line of the server's life, or an error (the
         rest of the error record before, cut off by a read pause, counts with it)."""
-        text = record.text
-        if self._error_end.rest(text):
-            self._error_end.after(text, True)
-            return [SEEN]
-        events = self._events(text)
-        self._error_end.after(text, any(e.metric == "backend_errors_total" for e in events))
-        return events
+        return self._error_end.parse(record.text, partial(self._events, record.text))
 
     def _events(self, text: str) -> list[Event]:
         events: list[Event] = []

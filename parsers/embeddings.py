@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from functools import partial
 from typing import ClassVar
 
 from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
@@ -159,10 +160,10 @@ class EmbeddingsParser(Parser):
     def parse(self, record: Record) -> Iterable[Event]:
         """Events of one record: a TEI line, a LeapfrogAI line, an access line or an error (the
         rest of the error record before, cut off by a read pause, counts with it)."""
+        return self._error_end.parse(record.text, partial(self._events, record))
+
+    def _events(self, record: Record) -> list[Event]:
         text = record.text
-        if self._error_end.rest(text):
-            self._error_end.after(text, True)
-            return [SEEN]
         events: list[Event] = []
         tei = tei_line(text) if TEI_MARK in text else None
         if tei is not None:
@@ -170,7 +171,6 @@ class EmbeddingsParser(Parser):
             self._tei(tei, text, events)
         else:
             self._other(record, events)
-        self._error_end.after(text, any(e.metric == "backend_errors_total" for e in events))
         return events
 
     def parse_run(self, run: Run) -> tuple[list[Event], int]:

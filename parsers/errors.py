@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from logmetrics.events import SEEN, Event
 from logmetrics.plugins import ZeroSeries
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
 from logmetrics.records.shapes import PYTHON_TRACEBACK
@@ -157,6 +158,16 @@ class ErrorEnd:
     def rest(self, text: str) -> bool:
         """Whether the record ``text`` is the rest of the error record before."""
         return self.line is not None and continues(text, self.line)
+
+    def parse(self, text: str, events: Callable[[], list[Event]]) -> list[Event]:
+        """The events of the record ``text`` (``events()``), or only ``SEEN`` if it is the rest of
+        the error record before; and whether it was an error remembered for the next."""
+        if self.rest(text):
+            self.after(text, True)
+            return [SEEN]
+        out = events()
+        self.after(text, any(e.metric == "backend_errors_total" for e in out))
+        return out
 
     def after(self, text: str, error: bool) -> None:
         """The record ``text`` was parsed: an error (or the rest of one, ``error``) or not."""
