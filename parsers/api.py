@@ -31,6 +31,7 @@ from .errors import (
     is_traceback,
     python_exception,
     restarts_and_errors,
+    traceback_after,
 )
 from .leapfrog import leapfrog_line
 
@@ -134,15 +135,14 @@ class ApiParser(Parser):
         labels = access_labels(text)
         if labels is not None:
             events.append(Event("http_requests_total", self._routes.fold(labels), 1, rule="access"))
-            if "\n" in text and is_traceback(text):  # a bare traceback after it, joined to its record
-                events.append(Event("backend_errors_total", (self.model, self._kind(text, True)), 1, rule="error"))
-            return events
-        level, msg, gunicorn = _header(text)
-        self._life(msg, gunicorn, level, events)
-        traceback = is_traceback(text)
-        if level in _ERROR_LEVELS or (level == "WARNING" and "was terminated due to signal" in msg) \
-                or (not level and _headless_error(text)) \
-                or (level and traceback):
+            traceback = error = traceback_after(text)
+        else:
+            level, msg, gunicorn = _header(text)
+            self._life(msg, gunicorn, level, events)
+            traceback = is_traceback(text)
+            error = level in _ERROR_LEVELS or (level == "WARNING" and "was terminated due to signal" in msg) \
+                or (not level and _headless_error(text)) or (bool(level) and traceback)
+        if error:
             events.append(Event("backend_errors_total", (self.model, self._kind(text, traceback)), 1,
                                 rule="error"))
         return events

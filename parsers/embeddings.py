@@ -26,7 +26,7 @@ from .common import PY_DEFAULT_LINE, UVICORN, RouteLabels, access_answer, access
 from .embeddings_batch import FREQUENT, Requests, read_run
 from .embeddings_tei import CLIENT_TYPES, PHRASES, REQUEST_SPANS, TeiLine, duration, model_from_args, tei_line
 from .embeddings_tei import MARK as TEI_MARK
-from .errors import ErrorEnd, is_traceback, restarts_and_errors
+from .errors import ErrorEnd, is_traceback, restarts_and_errors, traceback_after
 from .leapfrog import leapfrog_line
 
 PHASE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -253,7 +253,7 @@ class EmbeddingsParser(Parser):
             elif rich is not None:
                 level, msg = rich
             elif self._uvicorn(text, events):
-                if "\n" in text and is_traceback(text):  # a bare traceback after it, joined to its record
+                if traceback_after(text):
                     self._error(text, True, record.time, events)
                 return
         engines = _ENGINES.search(msg) if "engine" in msg else None
@@ -286,7 +286,7 @@ class EmbeddingsParser(Parser):
                 labels = self._routes.fold(access)
                 events.append(Event("http_requests_total", labels, 1, rule="access"))
                 self._answer(access[2], labels[1], events)
-                if "\n" in text and is_traceback(text):  # a bare traceback after it, joined to its record
+                if traceback_after(text):
                     self._error(text, True, t, events)
                 return
         traceback = is_traceback(text)

@@ -53,6 +53,12 @@ def is_traceback(text: str) -> bool:
     return TRACEBACK_HEAD in text or any(c in text for c in CHAINS) or _FRAME.search(text) is not None
 
 
+def traceback_after(text: str) -> bool:
+    """Whether a bare traceback follows the first line of the record ``text`` (an access line, say):
+    the records stage joins one to the record above it, whatever that is."""
+    return "\n" in text and is_traceback(text)
+
+
 def node_error(text: str) -> tuple[str, str] | None:
     """``(name, message)`` of a Node error record: an ``XError: message`` line with ``at`` frames."""
     m = _NODE_HEAD.search(text)
