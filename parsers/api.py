@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import ClassVar
 
+from logmetrics import lazyre
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.plugins.fastpath import Run
@@ -56,16 +57,16 @@ PHRASES = Phrases(
 #: At most this many exception class names become an ``error_type``; later ones are ``exception``.
 MAX_EXCEPTION_TYPES = 32
 
-_GUNICORN = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{4}\] \[\d+\] \[([A-Z]+)\] ([^\n]*)")
+_GUNICORN = lazyre.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{4}\] \[\d+\] \[([A-Z]+)\] ([^\n]*)")
 #: A time a logging config puts before uvicorn's ``LEVEL:`` (``2026-09-09 12:20:52 +0200 ``,
 #: ``2026-09-09T12:20:52.123Z ``, ``[2026-09-09 12:20:52,120] ``).
-_TIME_PREFIX = re.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]? +")
+_TIME_PREFIX = lazyre.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?\]? +")
 #: The lines of a busy gateway: uvicorn's access line, after an optional time or process prefix
 #: (``Parser.frequent``), and what reads a run of them: each request's ``UVICORN_ACCESS`` capture.
 FREQUENT = rf"(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}[^\n]*"
-_REQUESTS = re.compile(rf"^(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}", re.MULTILINE)
-_UVICORN = re.compile(r"(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+([^\n]*)")
-_EXC_FIRST = re.compile(EXCEPTION_LINE)
+_REQUESTS = lazyre.compile(rf"^(?:{_TIME_PREFIX.pattern}|{PROC_PREFIX})?{UVICORN_ACCESS}", re.MULTILINE)
+_UVICORN = lazyre.compile(r"(TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+([^\n]*)")
+_EXC_FIRST = lazyre.compile(EXCEPTION_LINE)
 _SNIFF_STRONG = r'"[A-Z]+ /(?:openai|leapfrogai)/v1/|leapfrogai_api[\w.]*: \d{4}-'
 _SNIFF_SOME = r"Exception in ASGI application|Using worker: uvicorn|\] \[[A-Z]+\] Booting worker"
 _SNIFF_WEAK = r"httpx\.ConnectError|httpcore\.|starlette\.|fastapi\."
@@ -201,7 +202,7 @@ def _header(text: str) -> tuple[str, str, bool]:
     return "", text.split("\n", 1)[0], False
 
 
-_QUOTED = re.compile(r"(?:^|[\s)])[A-Za-z_][\w.]*(?:Error|Exception): ")
+_QUOTED = lazyre.compile(r"(?:^|[\s)])[A-Za-z_][\w.]*(?:Error|Exception): ")
 
 
 def _headless_error(text: str) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, TypeVar
 
+from logmetrics import lazyre
 from logmetrics.records.shapes import EOL, EXCEPTION_LINE, INDENTED, TRACEBACK_LINES
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported for the parsers
 from logmetrics.store.guard import NOT_FOUND as NOT_FOUND  # the engine's fold values, one definition,
@@ -37,7 +38,7 @@ PROC_PREFIX = rf"(?:\[[\w.-]{{1,40}}\] {_PROC}?|{_PROC_FORMS})"
 #: is not tried again from its start (a tenth of a scan of a log whose every line has a prefix).
 PROC_PREFIX_OPT = rf"(?>\[[\w.-]{{1,40}}\] {_PROC}?|{_PROC_FORMS}|)"
 
-_PREFIX = re.compile(PROC_PREFIX)
+_PREFIX = lazyre.compile(PROC_PREFIX)
 
 
 def strip_prefix(line: str) -> str:
@@ -50,7 +51,7 @@ def strip_prefix(line: str) -> str:
 
 #: ``logging.basicConfig()``'s default format ``LEVEL:logger:message`` (``INFO:faster_whisper:...``),
 #: matched at a line's start: groups level, logger, message.
-PY_DEFAULT_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):([^\n]*)")
+PY_DEFAULT_LINE = lazyre.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.]+):([^\n]*)")
 
 
 
@@ -75,7 +76,7 @@ UVICORN_ACCESS = r'INFO: +[^ \n]+ - "([^ "\n]+ [^ "\n]+ HTTP/[0-9.]+" \d{3})'
 
 #: uvicorn's access line at the start of its line (after an optional process prefix): the form
 #: whole-chunk scans count; ``access_line`` reads every other form too.
-UVICORN_LINE = re.compile(rf"{PROC_PREFIX_OPT}{UVICORN_ACCESS}")
+UVICORN_LINE = lazyre.compile(rf"{PROC_PREFIX_OPT}{UVICORN_ACCESS}")
 
 
 #: An access line wherever it starts in its line: uvicorn's (``CLIENT - "REQUEST" CODE``, the
@@ -83,7 +84,7 @@ UVICORN_LINE = re.compile(rf"{PROC_PREFIX_OPT}{UVICORN_ACCESS}")
 #: level however a logging config prints it (``INFO:``, ``INFO``, ``[INFO]``, ``INFO -``), and
 #: gunicorn's Apache-style one (``HOST - USER [TIME] "REQUEST" CODE SIZE``). Groups: the level,
 #: then method, path and code of either form.
-_ACCESS_ANY = re.compile(
+_ACCESS_ANY = lazyre.compile(
     r"(?:(?<=[\s|\]:])|^)"
     r"(?:\[?((?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)|(?:debug|info|warning|warn|error|critical))"
     r"\]?(?::| -)?[ \t]+)?"
@@ -95,26 +96,26 @@ _ACCESS_ANY = re.compile(
 #: or a time (``12:20:52``, ``2026-09-09T12:20:52.1Z``, a zone offset ``+0200``, a zone name after
 #: the time: ``12:20:52 UTC``, ``12:20:52.123 CEST``).
 _ZONE = r"(?<=\d )(?!GET\b)(?:UTC|GMT|Z|[A-Z]{1,3}[SD]?T)\b"
-_PREFIX_END = re.compile(rf"(?:[|\]]|[\])]:|(?=[\d:.,TZ+-]*\d)[\d:.,TZ+-]+|{_ZONE})\s*\Z")
+_PREFIX_END = lazyre.compile(rf"(?:[|\]]|[\])]:|(?=[\d:.,TZ+-]*\d)[\d:.,TZ+-]+|{_ZONE})\s*\Z")
 #: A logging config's ``asctime - name - `` before the level: a prefix that starts with a time may
 #: end in `` - ``.
-_TIME_FIRST = re.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
+_TIME_FIRST = lazyre.compile(r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
 #: A level word anywhere in a prefix: the line's level came before, so what follows is its message.
-_LEVEL_WORD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE)\b", re.IGNORECASE)
+_LEVEL_WORD = lazyre.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|TRACE)\b", re.IGNORECASE)
 #: What a prefix is made of, token by token: times and dates (``2026-09-09``, ``12:20:52,123``,
 #: ``+0200``, ``Sep``), bracketed or parenthesised tags (``[12]``, ``(APIServer pid=1)``), pm2's
 #: ``0|worker``, a name before ``|`` (compose, honcho), journald's ``host prog[pid]:``, a logger
 #: name between `` - `` separators, and the separators. A word of a message is none of these.
 #: A run of time characters is one token, taken whole (possessive): split in every possible way, a
 #: date and time that is no prefix after all took exponential time to turn away.
-_PREFIX_TOKENS = re.compile(
+_PREFIX_TOKENS = lazyre.compile(
     rf"\s*(?:(?:(?=[\d:.,TZ+/-]*\d)[\d:.,TZ+/-]++|{_ZONE}|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r"|\[[^\]\n]*\]:?|\([^)\n]*\):?|\d+\|[\w.@-]+|[|-]|[\w.@/-]+\[\d+\]:"
     r"|[\w.@-]+(?=\s*\||\s+[\w.@/-]+\[\d+\]:|\s+-(?:\s|$)))\s*)+")
 #: Python's default format on uvicorn's own access logger: ``INFO:uvicorn.access:`` is no message.
-_PY_UVICORN = re.compile(r"INFO:uvicorn(?:\.access)?:")
+_PY_UVICORN = lazyre.compile(r"INFO:uvicorn(?:\.access)?:")
 #: Process prefixes at the end of a prefix (``_prefix_ok``).
-_PROC_AT_END = re.compile(rf"(?:{_PROC_FORMS})+\Z")
+_PROC_AT_END = lazyre.compile(rf"(?:{_PROC_FORMS})+\Z")
 #: The longest prefix taken before an access line that does not start its line.
 MAX_ACCESS_PREFIX = 160
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
@@ -181,7 +182,7 @@ def access_labels(line: str) -> tuple[str, str, str] | None:
     got = access_line(line)
     return None if got is None else (got[0], route_template(got[1]), got[2])
 
-_ID_SEGMENT = re.compile(
+_ID_SEGMENT = lazyre.compile(
     r"\d+"                                                     # 42
     r"|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"  # UUID
     r"|[0-9a-fA-F]{16,}"                                       # long hex
@@ -297,7 +298,7 @@ def access_answer(code: str, route: str, served: bool, not_found: str = "") -> t
 
 
 #: What no model id or file name holds, and typed text (an e-mail, a query string, a sentence) does.
-_NOT_MODEL = re.compile(r"[\s@?=&'\"<>{}|\\]")
+_NOT_MODEL = lazyre.compile(r"[\s@?=&'\"<>{}|\\]")
 
 
 def model_label(value: str) -> str | None:
@@ -351,7 +352,7 @@ class Counted:
 
 MAX_KNOWN_ROUTES = 1024
 MAX_UNKNOWN_ROUTES = 64
-_PARAM = re.compile(r"\{[^/{}]*\}")
+_PARAM = lazyre.compile(r"\{[^/{}]*\}")
 
 
 class RouteLabels:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import ClassVar
 
+from logmetrics import lazyre
 from logmetrics.events import SEEN, UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser, ZeroSeries
 from logmetrics.plugins.fastpath import Run
@@ -38,11 +39,11 @@ PHASES = (("queue_time", "embeddings_queue_duration_seconds"),
 #: causes, maybe a backtrace) and a panic's note: one record with the line above them. (A bare
 #: ``Error:`` is no Python exception line: it starts a record of its own.)
 RUST_ERROR = Shape("rust_error", lines=r"Caused by:|[Ss]tack backtrace:|note: run with `RUST_BACKTRACE")
-_EXC_FIRST = re.compile(EXCEPTION_LINE)
-_START = re.compile(r"processing CreateEmbedding request: char-length: \d+")
-_DONE = re.compile(r"finished processing CreateEmbedding request, created (\d+) embeddings")
-_ST_MODEL = re.compile(r"Load pretrained SentenceTransformer: (\S+)")
-_FATAL = re.compile(r"Error: |thread '[^'\n]*' panicked at ")
+_EXC_FIRST = lazyre.compile(EXCEPTION_LINE)
+_START = lazyre.compile(r"processing CreateEmbedding request: char-length: \d+")
+_DONE = lazyre.compile(r"finished processing CreateEmbedding request, created (\d+) embeddings")
+_ST_MODEL = lazyre.compile(r"Load pretrained SentenceTransformer: (\S+)")
+_FATAL = lazyre.compile(r"Error: |thread '[^'\n]*' panicked at ")
 _SNIFF_TEI = r"\s(?:INFO|WARN|ERROR|DEBUG)\s.*text_embeddings_(?:router|core|backend)|\"target\":\"text_embeddings_"
 _SNIFF_LFAI = r"CreateEmbedding request|load INSTRUCTOR_Transformer|Load pretrained SentenceTransformer"
 
@@ -51,11 +52,11 @@ EMBEDDINGS_ROUTES = ("/embeddings", "/embed")
 
 #: A line of Python's ``rich`` log handler (infinity): ``INFO     2024-05-02 09:14:03,101 <message>``
 #: then, right-aligned, ``file.py:84``; a long message goes on over indented lines (one record).
-_RICH = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
-_RICH_SOURCE = re.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
+_RICH = lazyre.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
+_RICH_SOURCE = lazyre.compile(r"\s{2,}[\w.-]+\.py:\d+\s*$")
 #: infinity: ``infinity_emb INFO: Creating 1 engines: ['bge-small']``: the served model names.
-_ENGINES = re.compile(r"Creating \d+ engines?: \[([^\]]*)\]")
-_UVICORN_LIFE = re.compile("INFO: +({})".format("|".join(
+_ENGINES = lazyre.compile(r"Creating \d+ engines?: \[([^\]]*)\]")
+_UVICORN_LIFE = lazyre.compile("INFO: +({})".format("|".join(
     map(re.escape, (UVICORN.started, UVICORN.ready[0], *UVICORN.stopping)))))
 
 

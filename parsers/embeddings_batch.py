@@ -21,8 +21,8 @@ records, in several batch sizes)."""
 from __future__ import annotations
 
 import calendar
-import re
 
+from logmetrics import lazyre
 from logmetrics.events import Event
 from logmetrics.plugins.fastpath import Run
 from logmetrics.records.shapes import EXCEPTION_LINE
@@ -54,14 +54,14 @@ _TEI = (rf'[0-9]{{4}}-[0-9][0-9]-[0-9][0-9]T[0-9:.,+Z-]++ ++INFO ++{_NAME}\{{'
 _PAIR = rf"{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE}"
 #: In a run of lines the pattern found: each TEI line's durations (number and unit), each
 #: LeapfrogAI line's minute, second, millisecond and (finish lines) embeddings made.
-_TEI_ROW = re.compile(r'\{total_time="([0-9.]++)([^"]++)" tokenization_time="([0-9.]++)([^"]++)" '
-                      r'queue_time="([0-9.]++)([^"]++)" inference_time="([0-9.]++)([^"]++)"')
+_TEI_ROW = lazyre.compile(r'\{total_time="([0-9.]++)([^"]++)" tokenization_time="([0-9.]++)([^"]++)" '
+                          r'queue_time="([0-9.]++)([^"]++)" inference_time="([0-9.]++)([^"]++)"')
 _LFAI_ROW_AT = (r"[\w.]++: ([0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]):([0-9][0-9]),([0-9]{3}) [^>]++>>> "
                 r"(?:p|f[^\n]+created ([0-9]+))")
 #: (The first line of a text, then every line after a newline: a pattern that begins with the
 #: newline is searched for it in a tight loop, where ``^`` of ``MULTILINE`` is tried at every position.)
-_LFAI_FIRST = re.compile(_LFAI_ROW_AT)
-_LFAI_ROW = re.compile("\n" + _LFAI_ROW_AT)
+_LFAI_FIRST = lazyre.compile(_LFAI_ROW_AT)
+_LFAI_ROW = lazyre.compile("\n" + _LFAI_ROW_AT)
 
 
 #: The frequent lines (``Parser.frequent``), each a record of its own.

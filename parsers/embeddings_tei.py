@@ -20,18 +20,20 @@ from typing import NamedTuple
 
 import orjson
 
+from logmetrics import lazyre
+
 from .errors import COMMON_CAUSES, Phrases
 
 #: ANSI colour codes (``\x1b[2m``), removed before anything else when a line holds one.
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LINE = re.compile(
+ANSI = lazyre.compile(r"\x1b\[[0-9;]*m")
+LINE = lazyre.compile(
     r"(?P<ts>\d{4}-\d{2}-\d{2}T\S+)\s+(?P<level>TRACE|DEBUG|INFO|WARN|ERROR)\s+"
     r"(?:(?P<spans>\w+(?:\{[^}\n]*\})?(?::\w+(?:\{[^}\n]*\})?)*): )?"
     r"(?P<target>[A-Za-z_][\w]*(?:::\w+)*): (?:[^\s:]+:\d+: )?(?P<msg>[^\n]*)"
 )
-_SPAN = re.compile(r"(\w+)(?:\{([^}\n]*)\})?")
-_FIELD = re.compile(r'(\w+)=(?:"([^"\n]*)"|([^\s"}]+))')
-_DURATION = re.compile(r"(\d+(?:[.,]\d+)?(?:[eE][+-]?\d+)?)(ns|µs|μs|us|ms|s|m|h)\Z")
+_SPAN = lazyre.compile(r"(\w+)(?:\{([^}\n]*)\})?")
+_FIELD = lazyre.compile(r'(\w+)=(?:"([^"\n]*)"|([^\s"}]+))')
+_DURATION = lazyre.compile(r"(\d+(?:[.,]\d+)?(?:[eE][+-]?\d+)?)(ns|µs|μs|us|ms|s|m|h)\Z")
 #: Seconds per unit of a Rust ``Duration`` Debug text.
 UNITS = {"ns": 1e-9, "µs": 1e-6, "μs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: Marks of a TEI text line or JSON record (their targets are the crates ``text_embeddings_*``).

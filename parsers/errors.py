@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from logmetrics import lazyre
 from logmetrics.events import SEEN, Event
 from logmetrics.plugins import ZeroSeries
 from logmetrics.records.shapes import EXCEPTION_NAME as EXCEPTION_NAME  # one definition, re-exported
@@ -31,11 +32,11 @@ CHAINS = ("During handling of the above exception", "The above exception was the
 
 # A line that names the exception: optional process prefix and log header are the caller's to strip;
 # here the line starts with the name (``KeyError: 'x'``, ``torch.OutOfMemoryError: CUDA ...``).
-_EXC_LINE = re.compile(rf"^{PROC_PREFIX_OPT}({EXCEPTION_NAME})(?:: ?(.*))?$", re.M)
+_EXC_LINE = lazyre.compile(rf"^{PROC_PREFIX_OPT}({EXCEPTION_NAME})(?:: ?(.*))?$", re.M)
 # Anywhere in a line, for error lines that quote an exception: ``Error in x: ValueError: bad``.
-_EXC_ANY = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:Error|Exception))\b(?::[ ]?([^\n]*))?")
-_FRAME = re.compile(r'^(?:[^\n]*?)  File "[^"\n]+", line \d+', re.M)
-_NODE_HEAD = re.compile(r"^(?:[^\n]*?\b)?((?:[A-Z]\w*)?Error)(?:: ?([^\n]*))?\n(?:[^\n]*\n)*?\s+at ", re.M)
+_EXC_ANY = lazyre.compile(r"(?<![\w.])([A-Za-z_][\w.]*(?:Error|Exception))\b(?::[ ]?([^\n]*))?")
+_FRAME = lazyre.compile(r'^(?:[^\n]*?)  File "[^"\n]+", line \d+', re.M)
+_NODE_HEAD = lazyre.compile(r"^(?:[^\n]*?\b)?((?:[A-Z]\w*)?Error)(?:: ?([^\n]*))?\n(?:[^\n]*\n)*?\s+at ", re.M)
 
 
 def python_exception(text: str) -> tuple[str, str] | None:
@@ -139,8 +140,8 @@ def _alternation(table: Table) -> Callable[[str], re.Match[str] | None] | None:
 
 #: A record's first line that continues the record above it whatever that is (``lines`` of the
 #: traceback and indented shapes), and one that continues it after such a line only (``ends``).
-_CONTINUES = re.compile(rf"(?:{PYTHON_TRACEBACK.lines})|[ \t]")
-_ENDS = re.compile(rf"(?:{PYTHON_TRACEBACK.ends})")
+_CONTINUES = lazyre.compile(rf"(?:{PYTHON_TRACEBACK.lines})|[ \t]")
+_ENDS = lazyre.compile(rf"(?:{PYTHON_TRACEBACK.ends})")
 
 
 def continues(text: str, last: str) -> bool:

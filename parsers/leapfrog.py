@@ -9,10 +9,11 @@ a traceback logged with ``logger.exception`` is that line followed by the traceb
 from __future__ import annotations
 
 import calendar
-import re
 from typing import NamedTuple
 
-LINE = re.compile(
+from logmetrics import lazyre
+
+LINE = lazyre.compile(
     r"(?P<logger>[\w.]+): (?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,(?P<ms>\d{3}))? "
     r"\| (?P<level>[A-Z]+) \| (?P<file>[^:|\n]+):(?P<line>\d+) >>> (?P<msg>[^\n]*)"
 )

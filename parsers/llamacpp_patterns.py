@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from logmetrics import lazyre
 from logmetrics.records.shapes import DEFAULT_SHAPES, Shape, unconditional
 
 from .errors import COMMON_CAUSES, Phrases
@@ -20,17 +21,17 @@ from .errors import COMMON_CAUSES, Phrases
 # --- prefixes ----------------------------------------------------------------------------------
 
 #: Router mode's ``[ 8081] `` child port, Era E's ``0.08.526.747 I `` time since start and level.
-PREFIX = re.compile(r"(?:\[ *\d{1,5}\] )?(?:\d+\.\d{2}\.\d{3}\.\d{3} (?P<lvl>[IWEDT]) )?\r?")
+PREFIX = lazyre.compile(r"(?:\[ *\d{1,5}\] )?(?:\d+\.\d{2}\.\d{3}\.\d{3} (?P<lvl>[IWEDT]) )?\r?")
 #: Era D/E module prefixes: ``slot print_timing: id  0 | task 5 | msg``, ``srv  update_slots: msg``.
-SLOT = re.compile(r"slot +(?P<func>[\w()~ ]{1,12}?): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?(?P<msg>.*)")
-SRV = re.compile(r"(?:srv|que) +(?P<func>[\w() ]{1,40}?): (?P<msg>.*)")
+SLOT = lazyre.compile(r"slot +(?P<func>[\w()~ ]{1,12}?): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?(?P<msg>.*)")
+SRV = lazyre.compile(r"(?:srv|que) +(?P<func>[\w() ]{1,40}?): (?P<msg>.*)")
 #: Era C text: ``INFO [           print_timings] msg | tid="1" timestamp=1 id_slot=0 id_task=0``.
-ERA_C = re.compile(
+ERA_C = lazyre.compile(
     r"(?P<lvl>INFO|WARN|WARNING|ERR|ERROR|VERB|DEBUG) \[ *(?P<func>[\w:~]+)\] (?P<msg>.*?)(?: \| (?P<kv>.*))?"
 )
-KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+KV = lazyre.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 #: Library timing lines: ``llama_print_timings: prompt eval time = ...``; Era B ``print_timings: ...``.
-LIB_TIMING = re.compile(
+LIB_TIMING = lazyre.compile(
     r"(?:llama_print_timings|llama_perf_context_print|llama_perf_print|print_timings): *(?P<msg>.*)"
 )
 
@@ -38,7 +39,7 @@ LIB_TIMING = re.compile(
 
 NUM = r"(?:[\d.,]+|[-+]?nan(?:\(ind\))?|[-+]?inf)"
 #: A timing line: prompt or generation (``kind``), or the block's ``total`` time.
-TIMING = re.compile(
+TIMING = lazyre.compile(
     rf"(?P<kind>prompt eval|generation eval|eval) time *= *(?P<ms>{NUM}) ms(?: */ *(?P<n>\d+) (?:tokens|runs))?"
     rf"(?: *\( *(?P<per>{NUM}) ms per (?:token|run))?|total time *= *(?P<total>{NUM}) ms"
 )
@@ -46,77 +47,77 @@ TIMING = re.compile(
 #: The timing block's continuation lines (Era D prints them under one ``slot print_timing`` line;
 #: Sep - Dec 2024 builds start each with ``\r``), added to the default shapes' lines (an exception
 #: line continues any record above it).
-CONTINUATION_LLAMA = re.compile(rf"(?:{unconditional(DEFAULT_SHAPES)})|\r|prompt eval time")
+CONTINUATION_LLAMA = lazyre.compile(rf"(?:{unconditional(DEFAULT_SHAPES)})|\r|prompt eval time")
 #: The same lines as the parser's record shape.
 SHAPE = Shape("llamacpp", lines=CONTINUATION_LLAMA.pattern)
 
 # --- requests in flight, cache, HTTP -----------------------------------------------------------
 
 #: Era B's slot taking a task, or (group 2) released: group 1 the slot.
-SLOT_B = re.compile(r"slot (\d+) (?:is processing \[task id: \d+\]|(released) \()")
+SLOT_B = lazyre.compile(r"slot (\d+) (?:is processing \[task id: \d+\]|(released) \()")
 #: Prompt tokens found in the cache (the one group that matched: a count, or ``p0``, a key of the
 #: line): Era B's, llama-cpp-python's prefix-match hit, the server's cache removal from N on.
-CACHED = re.compile(r"slot \d+ : in cache: (\d+) tokens|Llama\.generate: (\d+) prefix-match hit"
-                    r"|(?:kv cache rm|memory_seq_rm) \[(\d+|p0), end\)")
-REQUEST = re.compile(r"(?:done )?request: (?P<method>[A-Z]+) (?P<path>\S+) \S+ (?P<code>\d{3})\s*$")
+CACHED = lazyre.compile(r"slot \d+ : in cache: (\d+) tokens|Llama\.generate: (\d+) prefix-match hit"
+                        r"|(?:kv cache rm|memory_seq_rm) \[(\d+|p0), end\)")
+REQUEST = lazyre.compile(r"(?:done )?request: (?P<method>[A-Z]+) (?P<path>\S+) \S+ (?P<code>\d{3})\s*$")
 #: llama-box (a fork): ``log_server_response: rid 1 | POST /v1/embeddings 1.2.3.4:5 | status 500 | ...``.
-RESPONSE_BOX = re.compile(
+RESPONSE_BOX = lazyre.compile(
     r"log_server_response: rid \S+ \| (?P<method>[A-Z]+) (?P<path>\S+) \S+ \| status (?P<code>\d{3})"
 )
 
 # --- model, life, errors ---------------------------------------------------------------------
 
-MODEL_PATH = re.compile(
+MODEL_PATH = lazyre.compile(
     r"loaded meta data with \d+ key-value pairs and \d+ tensors from (?P<m>.+?) \(version"
     r"|loading model '(?P<q>[^']+)'|llama\.cpp: loading model from (?P<g>\S+)|model_path=\"(?P<c>[^\"]+)\""
 )
-GENERAL_NAME = re.compile(r"general\.name +(?:str +)?= +(?P<name>\S.*?)\s*$")
+GENERAL_NAME = lazyre.compile(r"general\.name +(?:str +)?= +(?P<name>\S.*?)\s*$")
 #: Ready: the model is loaded (llama-server's "HTTP server listening" comes before the model loads).
 #: A start-up: the build line of every era, uvicorn's first line (llama-cpp-python).
 #: 2026 builds print no build line at the default level: ``srv  llama_server: initializing ...``
 #: opens every start-up (``-lv 4`` adds ``common_params_print_info: build N (...)`` before it).
-STARTUP = re.compile(
+STARTUP = lazyre.compile(
     r"^build: \d+ \(|^main: build = \d+|\] build info|\"(?:message|msg)\":\"build info\"|Started server process \["
     r"|^common_params_print_info: build \d+ |^srv +llama_server: initializing \.\.\."
 )
-READY = re.compile(
+READY = lazyre.compile(
     r"server is listening on|: listening on http|Application startup complete|(?:: |\] |\")model loaded(?:$|\"| )"
 )
-SHUTDOWN = re.compile(
+SHUTDOWN = lazyre.compile(
     r"cleaning up before exit|Shutting down|Finished server process|exiting due to model loading error"
 )
 #: A failed model load prints several lines (gguf, loader, server); it counts once per start-up.
 #: The first four are llama.cpp's own lines; llama-cpp-python raises the last.
 LOAD_PHRASES = ("error loading model", "failed to load model", "exiting due to model loading error",
                 "invalid magic characters", "Model path does not exist")
-LOAD_FAILED = re.compile("|".join(LOAD_PHRASES))
+LOAD_FAILED = lazyre.compile("|".join(LOAD_PHRASES))
 #: Library lines about a failed decode: the server's own ``failed to decode the batch`` line follows.
-LIB_DECODE = re.compile(r"(?:llama_decode|llama_prepare_sbatch|decode|llama_batch_allocr\w*): ")
+LIB_DECODE = lazyre.compile(r"(?:llama_decode|llama_prepare_sbatch|decode|llama_batch_allocr\w*): ")
 #: Lines that are errors without a level (llama-server without ``--log-prefix``, the library).
-ERROR_LINE = re.compile("|".join(map(re.escape, (
+ERROR_LINE = lazyre.compile("|".join(map(re.escape, (
     "send_error: ", "failed to decode the batch", "decode() failed", "got exception: ", "got another exception: ",
     "couldn't bind HTTP server", "error: invalid argument", "CUDA error", "cudaMalloc failed", "GGML_ASSERT",
     "Segmentation fault", "core dumped", *LOAD_PHRASES[:4], "failed to allocate", "unable to allocate backend buffer",
     "Unhandled exception", "Exception in ASGI application"))))
 #: A record that begins with a Python exception (llama-cpp-python's ``Exception: ...`` + traceback).
-EXCEPTION_START = re.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
-SEND_ERROR = re.compile(r"send_error: |\] task error|\"(?:msg|message)\":\"task error\"")
+EXCEPTION_START = lazyre.compile(r"(?:ERROR: +)?[A-Za-z_][\w.]*(?:Error|Exception): ")
+SEND_ERROR = lazyre.compile(r"send_error: |\] task error|\"(?:msg|message)\":\"task error\"")
 
 # --- client errors (HTTP 4xx): counted apart from the backend's own errors ----------------------
 
 #: The HTTP layer's answer to a request it refused: ``got exception: {"error":{"code":400,...}}``
 #: (2026; ``{"code":500,...}`` without the ``error`` wrapper before): its JSON.
-GOT_EXCEPTION = re.compile(r"got exception: (?P<json>\{.*\})\s*$")
+GOT_EXCEPTION = lazyre.compile(r"got exception: (?P<json>\{.*\})\s*$")
 #: A JSON error body that ``orjson`` could not read (a cut line): its code, message and type.
-ERROR_FIELDS = re.compile(
+ERROR_FIELDS = lazyre.compile(
     r'"code": *(?P<code>\d{3}).*?(?:"message": *(?P<msg>"(?:[^"\\]|\\.)*"))?.*?"type": *"(?P<type>\w+)"'
 )
 #: ``send_error`` / ``task error`` messages of requests refused for the client's fault (the server
 #: answers them with a 4xx; the log line carries the message only), by client error type.
 CLIENT_SEND: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("context_length", re.compile(r"exceeds? the available context size|is larger than the max context size")),
-    ("invalid_request", re.compile(r"Invalid slot ID|Prompt contains invalid tokens|Failed to format input"
-                                   r"|Cannot run multiple aLoRAs|Unable to restore slot")),
+    ("context_length", lazyre.compile(r"exceeds? the available context size|is larger than the max context size")),
+    ("invalid_request", lazyre.compile(r"Invalid slot ID|Prompt contains invalid tokens|Failed to format input"
+                                       r"|Cannot run multiple aLoRAs|Unable to restore slot")),
 )
 #: The JSON error types of llama-server's 4xx answers, as ``llm_client_errors_total`` types.
 CLIENT_KINDS = {"invalid_request_error": "invalid_request", "exceed_context_size_error": "context_length",
@@ -218,10 +219,10 @@ _CLIENT = (r'(?:[0-9]+\.[0-9][0-9]\.[0-9]{3}\.[0-9]{3} W )?srv +operator\(\): go
 #: Any other record: a line and the lines that continue it (group 27).
 _OTHER = rf"([^\n]*\n(?:\n*{_CONT}[^\n]*\n)*)"
 #: One match per record that counts (the records that say nothing are skipped inside the match).
-SCAN = re.compile(
+SCAN = lazyre.compile(
     rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_PREFIXED}|{_CLIENT}){_ENDS}"
     rf"|{_OTHER}|\Z)",
     re.M,
 )
 #: The first record of a text.
-FIRST_RECORD = re.compile(_OTHER)
+FIRST_RECORD = lazyre.compile(_OTHER)

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import re
 
+from logmetrics import lazyre
 from logmetrics.records.shapes import Shape
 
 from . import supabase_patterns as P
 
 #: What comes before ``[level]``: a date, a time and ``key=value`` metadata, each optional.
 PREFIX = r"(?:\d{4}-\d{2}-\d{2} )?(?:\d{2}:\d{2}:\d{2}\.\d{3} )?(?:\w+=\S+ )*"
-LINE = re.compile(PREFIX + r"\[(?P<level>debug|info|notice|warning|warn|error|critical|alert|emergency)\] ?"
-                  r"(?P<msg>[^\n]*)")
+LINE = lazyre.compile(PREFIX + r"\[(?P<level>debug|info|notice|warning|warn|error|critical|alert|emergency)\] ?"
+                      r"(?P<msg>[^\n]*)")
 #: An Elixir exception printed on its own: ``** (DBConnection.ConnectionError) message``.
-RAISE = re.compile(r"\*\* \([\w.]+\) ")
+RAISE = lazyre.compile(r"\*\* \([\w.]+\) ")
 #: An application's exit, at any level: ``Application realtime exited: <reason>``.
 _EXIT = "Application "
 _EXITED = " exited: "
@@ -45,16 +46,16 @@ CRASH = Shape(
          r"|Start Call|Start Module|Restart|Shutdown|Type|Pid)\b)(?P=elixir_crash)",
 )
 #: The report's fields that hold data (a process's state, a message, a query), not what went wrong.
-DATA = re.compile(r"^[ \t]*(?:Last message|State|Args|Parent|Client #PID|Start Call|Pid|query:)[^\n]*\n?", re.M)
+DATA = lazyre.compile(r"^[ \t]*(?:Last message|State|Args|Parent|Client #PID|Start Call|Pid|query:)[^\n]*\n?", re.M)
 #: The exception of a report: ``** (Postgrex.Error)``; not ``** (stop)``, ``** (exit)``, ``** (EXIT)``.
-_CLASS = re.compile(r"\*\* \((?!EXIT\))([A-Z]\w*(?:\.[A-Z]\w*)*)\)")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_CLASS = lazyre.compile(r"\*\* \((?!EXIT\))([A-Z]\w*(?:\.[A-Z]\w*)*)\)")
+_CAMEL = lazyre.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: At most this many exception classes of a stream become an ``error_type``; later ones are ``exception``.
 MAX_CLASSES = 16
 #: A service named by a record: a module (``Realtime.Tenants.Connect``, ``LogflareWeb.Endpoint``, also as
 #: Erlang's ``'Elixir.Supavisor.X'``), a frame's application (``(realtime 2.30.14) lib/...``), or an
 #: application that failed (``{application_start_failure,logflare,...}``, ``Application supavisor exited``).
-_SERVICE = re.compile(
+_SERVICE = lazyre.compile(
     r"(?<!\w)(Realtime|Logflare|Supavisor)(?:Web)?\.[A-Z]"
     r"|\((realtime|logflare|supavisor) \d"
     r"|(?:application_start_failure,|Application )(realtime|logflare|supavisor)\b")

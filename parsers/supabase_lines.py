@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import NamedTuple
 
 import orjson
+
+from logmetrics import lazyre
 
 from . import supabase_elixir as E
 from . import supabase_patterns as P
@@ -164,7 +165,7 @@ def _fields(text: str) -> dict[str, object]:
     return obj
 
 
-_FIELD = re.compile(r'([ \t]+)("(?:[^"\\]|\\.)*")[ \t]*:[ \t]*(.*?),?[ \t]*\Z')
+_FIELD = lazyre.compile(r'([ \t]+)("(?:[^"\\]|\\.)*")[ \t]*:[ \t]*(.*?),?[ \t]*\Z')
 
 
 def _object(obj: object) -> Line | None:

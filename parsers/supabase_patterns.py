@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from logmetrics import lazyre
+
 from .errors import COMMON_CAUSES, Phrases
 
 KONG = "supabase-kong"
@@ -26,11 +28,11 @@ KONG_PREFIXES = ("/rest/v1/", "/auth/v1/", "/storage/v1/", "/realtime/v1/", "/fu
                  "/pg/", "/analytics/v1/")
 
 #: Apache/nginx combined access line (Kong, PostgREST); the request may be ``-`` or junk.
-CLF = re.compile(r'[^\s"]+ \S+ (?P<user>\S+) \[[^\]\n]+\] "(?P<req>[^"\n]*)" (?P<status>[0-9]{3}) (?:\d+|-)'
-                 r'(?P<rest>[^\n]*)')
-REQUEST = re.compile(r"(?P<method>[A-Z]{3,10}) (?P<path>\S+)(?: HTTP/[\d.]+)?\Z")
-PGRST = re.compile(r"\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: (?P<msg>[^\n]*)")
-POSTGRES = re.compile(
+CLF = lazyre.compile(r'[^\s"]+ \S+ (?P<user>\S+) \[[^\]\n]+\] "(?P<req>[^"\n]*)" (?P<status>[0-9]{3}) (?:\d+|-)'
+                     r'(?P<rest>[^\n]*)')
+REQUEST = lazyre.compile(r"(?P<method>[A-Z]{3,10}) (?P<path>\S+)(?: HTTP/[\d.]+)?\Z")
+PGRST = lazyre.compile(r"\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}: (?P<msg>[^\n]*)")
+POSTGRES = lazyre.compile(
     r"[^\w\n]*(?:(?:[0-9A-Fa-f.:]+|\[local\]) )?\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?"
     r" (?:[A-Z]{2,5}|[+-]\d{2}(?::?\d{2})?) \[\d+\] (?:[^@\s]*@\S* )?"
     r"(?P<sev>DEBUG\d?|INFO|NOTICE|WARNING|ERROR|LOG|FATAL|PANIC):  (?P<msg>[^\n]*)")
@@ -52,29 +54,29 @@ class TextFormat(NamedTuple):
 #: The text formats with a level, tried in this order.
 TEXT_FORMATS = (
     # the nginx error log (Kong)
-    TextFormat(re.compile(r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<level>[a-z]+)\] \d+#\d+: (?P<msg>[^\n]*)"),
+    TextFormat(lazyre.compile(r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[(?P<level>[a-z]+)\] \d+#\d+: (?P<msg>[^\n]*)"),
                KONG, "nginx_error"),
     # GoTrue's logrus text, and pop's lines
-    TextFormat(re.compile(r'time="[^"\n]*" level=(?P<level>\w+) msg="(?P<msg>(?:[^"\\\n]|\\.)*)"'), AUTH, "logrus",
+    TextFormat(lazyre.compile(r'time="[^"\n]*" level=(?P<level>\w+) msg="(?P<msg>(?:[^"\\\n]|\\.)*)"'), AUTH, "logrus",
                "GoTrue API started"),
-    TextFormat(re.compile(r"\[POP\] \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (?P<level>\w+) - (?P<msg>[^\n]*)"), AUTH,
+    TextFormat(lazyre.compile(r"\[POP\] \d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (?P<level>\w+) - (?P<msg>[^\n]*)"), AUTH,
                "logrus", "GoTrue API started"),
     # Bitnami's init-script lines: the component is the one their module names
-    TextFormat(re.compile(r"(?P<module>[a-z][\w-]*) \d{2}:\d{2}:\d{2}\.\d{2} (?:(?P<level>INFO|WARN|ERROR|DEBUG) +)?==>"
-                          r"(?P<msg>[^\n]*)"), "", "bitnami"),
+    TextFormat(lazyre.compile(r"(?P<module>[a-z][\w-]*) \d{2}:\d{2}:\d{2}\.\d{2} "
+                              r"(?:(?P<level>INFO|WARN|ERROR|DEBUG) +)?==>(?P<msg>[^\n]*)"), "", "bitnami"),
     # pino-pretty (Storage): ``[time] LEVEL (pid on host): msg``; the time as epoch ms, ``HH:MM:ss.l``,
     # ``yyyy-mm-dd HH:MM:ss.l o`` (``SYS:standard``) or ISO; ``(pid)``, ``(pid on host)``,
     # ``(name/pid on host)`` or none
-    TextFormat(re.compile(
+    TextFormat(lazyre.compile(
         r"\[(?:\d{10,13}|\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?"
         r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?: ?(?:Z|[+-]\d{2}:?\d{2}|[A-Z]{2,5}))?)\] "
         r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR|FATAL|USERLVL)(?: \((?:[^\s/()]+/)?\d+(?: on [^)\n]+)?\))?"
         r": (?P<msg>[^\n]*)"), STORAGE, "pino", "Server listening at"),
 )
 #: A log viewer's copy prefix (Docker Desktop): ``2024-06-03 16:12:18 `` before the component's line.
-VIEWER = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?: [+-]\d{4})? (?=\S)")
+VIEWER = lazyre.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?: [+-]\d{4})? (?=\S)")
 #: ``docker compose logs``' prefix, ``service   | ``, where the envelope layer did not take it off.
-COMPOSE = re.compile(r"(?P<service>[A-Za-z0-9][\w.-]*) +\| ?")
+COMPOSE = lazyre.compile(r"(?P<service>[A-Za-z0-9][\w.-]*) +\| ?")
 
 #: Levels of every format, folded into the few of ``supabase_log_records_total``.
 LEVELS = {
@@ -118,7 +120,7 @@ SQLSTATE_CLASSES = {
     "08": "connection_refused", "28": "auth_failed", "40": "deadlock", "53": "resources", "57": "shutdown",
     "58": "system", "42": "sql", "23": "constraint", "22": "data", "XX": "internal",
 }
-_SQLSTATE = re.compile(r'"code": ?"(?P<a>[0-9A-Z]{5})"|\b(?:FATAL|ERROR|SQLSTATE) (?P<b>[0-9A-Z]{5})\b')
+_SQLSTATE = lazyre.compile(r'"code": ?"(?P<a>[0-9A-Z]{5})"|\b(?:FATAL|ERROR|SQLSTATE) (?P<b>[0-9A-Z]{5})\b')
 ERROR_TYPES = (*PHRASES.types[:-3], *dict.fromkeys(SQLSTATE_CLASSES.values()), "error")
 
 

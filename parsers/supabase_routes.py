@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from logmetrics import lazyre
+
 from .common import remember, route_template
 
 Part = frozenset[str] | str  # fixed words, or a placeholder
@@ -92,9 +94,9 @@ MOUNTS: tuple[tuple[str, Rules], ...] = (
     ("/rest/v1", REST_RULES), ("/auth/v1", AUTH_RULES), ("/storage/v1", STORAGE_RULES),
     ("/realtime/v1", REALTIME_RULES), ("/functions/v1", FUNCTION_RULES), ("/graphql/v1", GRAPHQL_RULES),
     ("/pg", PG_RULES), ("/analytics/v1", ANALYTICS_RULES))
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
+_NAME = lazyre.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
 #: A character that never reaches a label: control, space, non-ASCII, ``@``, ``=``, quotes.
-UNSAFE = re.compile(r"[^\x21-\x7e]|[@=\"'`<>\\]")
+UNSAFE = lazyre.compile(r"[^\x21-\x7e]|[@=\"'`<>\\]")
 _cache: dict[tuple[str, str], str] = {}
 _CACHE_MAX = 4096
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import ClassVar
 
+from logmetrics import lazyre
 from logmetrics.events import UNKNOWN_MODEL, Event
 from logmetrics.plugins import Parser
 from logmetrics.records import Record
@@ -24,18 +25,18 @@ from .common import strip_prefix
 from .errors import COMMON_CAUSES, Phrases, node_error
 from .ui_lines import logged
 
-_LISTENING = re.compile(r"Listening on (?:https?://)?\S")
+_LISTENING = lazyre.compile(r"Listening on (?:https?://)?\S")
 #: 404s: the line on its own (the scanners' many, checked first), and inside a logger's message.
 _NOT_FOUND_LINES = ("SvelteKitError: Not found: /", "Error: Not found: /")
-_NOT_FOUND = re.compile(r"(?<![\w.])(?:SvelteKitError|Error): Not found: /")
-_WARNING = re.compile(r"\(node:\d+\) (?:\[\w+\] )?(\w*Warning): ")
+_NOT_FOUND = lazyre.compile(r"(?<![\w.])(?:SvelteKitError|Error): Not found: /")
+_WARNING = lazyre.compile(r"\(node:\d+\) (?:\[\w+\] )?(\w*Warning): ")
 #: A thrown error printed by Node: the record starts with its class (from code, never from a user).
-_CLASS_FIRST = re.compile(r"(?:Uncaught )?([A-Z][A-Za-z0-9]{0,39}Error)(?::|\s*$|\s*\{)", re.M)
+_CLASS_FIRST = lazyre.compile(r"(?:Uncaught )?([A-Z][A-Za-z0-9]{0,39}Error)(?::|\s*$|\s*\{)", re.M)
 #: The UI's own ``console.error`` lines and other error lines without a stack.
-_ERROR_LINE = re.compile(
+_ERROR_LINE = lazyre.compile(
     r"(?i:(?:caught |uncaught )?[\w.]*error\b|(?:failed|unable) to "
     r"|un(?:caught|handled)[ _]?(?:promise[ _]?)?(?:rejection|exception))|[^\n]*\berror\b|FATAL ERROR: ")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_CAMEL = lazyre.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 #: Error classes of JavaScript, Node and the libraries the UI uses, taken wherever the record names them.
 STANDARD = frozenset({
     "Error", "TypeError", "RangeError", "ReferenceError", "SyntaxError", "URIError", "EvalError",
@@ -43,7 +44,7 @@ STANDARD = frozenset({
     "PostgrestError", "StorageApiError", "StorageUnknownError",
 })
 #: A standard class named inside a line, ``... TypeError: x`` (leftmost first, as ``node_error``).
-_NAMED = re.compile(r"(?<![\w.])(" + "|".join(sorted(STANDARD, key=len, reverse=True)) + r"):")
+_NAMED = lazyre.compile(r"(?<![\w.])(" + "|".join(sorted(STANDARD, key=len, reverse=True)) + r"):")
 PHRASES = Phrases((
     ("connection", ("ECONNREFUSED", "ECONNRESET", "ENOTFOUND", "EAI_AGAIN", "fetch failed", "socket hang up")),
     *COMMON_CAUSES,

@@ -8,10 +8,11 @@ levels, winston's, pino-pretty's, pino's, bunyan's and winston's JSON): docs/par
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
 import orjson
+
+from logmetrics import lazyre
 
 #: Levels at error or above, in the words of pino, winston (npm and syslog levels), log4js, consola.
 ERROR_LEVELS = frozenset({"error", "err", "fatal", "crit", "critical", "alert", "emerg", "panic"})
@@ -24,9 +25,9 @@ PINO_ERROR = 50
 
 _STAMP = (r"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,\d]*(?: ?Z|[ ]?[+-]\d\d:?\d\d)?\]?[ \t]+"
           r"|\[\d\d:\d\d:\d\d(?:\.\d+)?\][ \t]+)?")
-_HEAD = re.compile(_STAMP + r"(?:\[([A-Za-z]{3,8})\]:?|([a-z]{3,8}):|([A-Z]{4,5})(?: \([^)\n]*\))?:)(?:[ \t]+|$)")
+_HEAD = lazyre.compile(_STAMP + r"(?:\[([A-Za-z]{3,8})\]:?|([a-z]{3,8}):|([A-Z]{4,5})(?: \([^)\n]*\))?:)(?:[ \t]+|$)")
 #: A class name: what a logger's error object says it is (``TypeError``, ``AuthApiError``).
-_CLASS = re.compile(r"[A-Z][A-Za-z0-9]{0,39}Error")
+_CLASS = lazyre.compile(r"[A-Z][A-Za-z0-9]{0,39}Error")
 
 
 class Logged(NamedTuple):

@@ -8,9 +8,9 @@ newline that begins a line in the scanned text (which starts with a newline).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
+from logmetrics import lazyre
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
@@ -26,7 +26,7 @@ ACCESS_START = "\nINFO:     "
 #: own (``INFO:`` at the line's start, the client, ``"METHOD PATH``, reversed), which the scan
 #: counted, and a line that starts with a vLLM header, whose level word no access line's prefix may
 #: hold (``common.access_line``).
-_HTTP_LINE_REVERSED = re.compile(
+_HTTP_LINE_REVERSED = lazyre.compile(
     r'/PTTH (?![^ "\n]+ [^ "\n]+" - [^ \n]+ +:OFNI(?![^\n]))[^\n]*+'
     + "".join(rf"(?<! \d\d-\d\d {level[::-1]})" for level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
+from logmetrics import lazyre
 from logmetrics.events import Event
 
 from . import vllm_patterns as P
@@ -16,10 +15,10 @@ _LIFE_KIND = {UVICORN.ready[0].rstrip("."): Control.READY, **dict.fromkeys(UVICO
 _KIND_BY_START = {"vL": Control.VERSION, "In": Control.ENGINE_INIT, "St": Control.SERVER_START,
                   "ar": Control.MODEL_ONLY, "no": Control.MODEL_ONLY}
 
-SERVED_NAME = re.compile(r"served_model_name(?:=|': )\[?(?:'([^']+)'|(?!None\b)([^\s,'\[\]{}()]+))")
-MODEL_NAME = re.compile(r"(?<![\w])(?:model=|'model': )'([^']+)'")
-SERVING_MODEL = re.compile(r"serving model (\S+)")
-MODEL_TAG = re.compile(r"'model_tag': '([^']+)'")
+SERVED_NAME = lazyre.compile(r"served_model_name(?:=|': )\[?(?:'([^']+)'|(?!None\b)([^\s,'\[\]{}()]+))")
+MODEL_NAME = lazyre.compile(r"(?<![\w])(?:model=|'model': )'([^']+)'")
+SERVING_MODEL = lazyre.compile(r"serving model (\S+)")
+MODEL_TAG = lazyre.compile(r"'model_tag': '([^']+)'")
 
 
 def startup_kind(marker: str) -> Control:

@@ -15,6 +15,7 @@ import calendar
 import re
 from typing import NamedTuple
 
+from logmetrics import lazyre
 from logmetrics.records.shapes import EXCEPTION_LINE as EXCEPTION_NAME_LINE
 from logmetrics.records.shapes import Shape
 
@@ -24,11 +25,11 @@ from .leapfrog import leapfrog_line
 
 # --- wrappers -------------------------------------------------------------------------------
 
-_FLASK = re.compile(r"\[\d{4}-\d{2}-\d{2}[ T][\d:,.]+\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) in [\w.]+: (.*)")
-_LEVEL_PREFIX = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(.*)")
+_FLASK = lazyre.compile(r"\[\d{4}-\d{2}-\d{2}[ T][\d:,.]+\] (DEBUG|INFO|WARNING|ERROR|CRITICAL) in [\w.]+: (.*)")
+_LEVEL_PREFIX = lazyre.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(.*)")
 #: A level word near the start of a line in a format of its own that begins with a time or a
 #: bracket (``2024-05-02 09:14:03,101 - app - ERROR - msg``, ``[ERROR] msg``): not in printed text.
-_LEVEL_WORD = re.compile(r"\b(ERROR|CRITICAL|FATAL)\b")
+_LEVEL_WORD = lazyre.compile(r"\b(ERROR|CRITICAL|FATAL)\b")
 
 
 class Message(NamedTuple):
@@ -57,7 +58,7 @@ def message(line: str) -> Message:
 # --- faster-whisper -------------------------------------------------------------------------
 
 #: ``Processing audio with duration 16:09.828`` (hours only when not 0: ``01:33:59.990``).
-FW_DURATION = re.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)\s*$")
+FW_DURATION = lazyre.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)\s*$")
 
 
 def clock_seconds(text: str) -> float:
@@ -69,7 +70,7 @@ def clock_seconds(text: str) -> float:
 
 
 #: Lines of a whisper server that carry no metric: they show the stream is alive (zero series).
-INFO = re.compile(
+INFO = lazyre.compile(
     r"Detected language '[\w-]+' with probability |VAD filter (?:removed|kept) |Processing segment at "
     r"|Detecting language using up to the first 30 seconds|^Detected language: |^Received request: "
     r"|^Waiting for application (?:startup|shutdown)\.|^Application shutdown complete\."
@@ -81,7 +82,7 @@ INFO = re.compile(
 #: faster-whisper-server (logger ``faster-whisper-server``) loads its model on first use and names it:
 #: ``Loading model from local path: /models/ct2-tiny`` then ``Model ready: /models/ct2-tiny`` (a
 #: local path or a hub id). Groups: ``ready`` for the second, the model.
-FWS_MODEL = re.compile(r"(?:Loading model from local path|Model (ready)): (\S[^\n]*?)\s*$")
+FWS_MODEL = lazyre.compile(r"(?:Loading model from local path|Model (ready)): (\S[^\n]*?)\s*$")
 #: The routes of a speech-to-text request (OpenAI's API; whisper-asr-webservice's ``/asr``): their
 #: answers are ``llm_requests_total`` (2xx/3xx ``ok``, 5xx ``error``).
 SPEECH_ROUTES = ("/audio/transcriptions", "/audio/translations", "/asr")
@@ -95,32 +96,33 @@ CLIENT_ERROR_TYPES = ("invalid_request", "not_found_route", "method_not_allowed"
 # --- whisper.cpp ----------------------------------------------------------------------------
 
 #: ``main: processing 'a.wav' (176000 samples, 11.0 sec), 4 threads, ...`` (CLI and server).
-WCPP_PROCESSING = re.compile(r"^\S+: processing '.*' \((\d+) samples, (\d+(?:[.,]\d+)?) sec\)")
+WCPP_PROCESSING = lazyre.compile(r"^\S+: processing '.*' \((\d+) samples, (\d+(?:[.,]\d+)?) sec\)")
 #: ``whisper_init_from_file_with_params_no_state: loading model from 'models/ggml-base.en.bin'``
-WCPP_MODEL = re.compile(r"^\w+: loading model from '([^'\n]+)'")
+WCPP_MODEL = lazyre.compile(r"^\w+: loading model from '([^'\n]+)'")
 WCPP_LISTENING = "whisper server listening at "
 WCPP_SHUTDOWN = "shutting down gracefully"
 WCPP_FAILED = "failed to process audio"
 WCPP_ABORTED = "client disconnected, aborted processing"
 #: whisper.cpp's error lines: ``error: ...``, ``<func>: failed to ...``, ``WHISPER_ASSERT: ...``.
-WCPP_ERROR = re.compile(r"^(?:[\w./-]+: )?(?:error: |failed to |ERROR |WHISPER_ASSERT)")
+WCPP_ERROR = lazyre.compile(r"^(?:[\w./-]+: )?(?:error: |failed to |ERROR |WHISPER_ASSERT)")
 #: The timings block, one record: its first line (``load time``) starts the record, the others
 #: continue it (see ``TIMINGS_BLOCK``).
 TIMINGS = "whisper_print_timings:"
-TIMING = re.compile(r"^whisper_print_timings:\s+(load|total) time =\s+(\d+(?:[.,]\d+)?) (ms|s)\b", re.M)
+TIMING = lazyre.compile(r"^whisper_print_timings:\s+(load|total) time =\s+(\d+(?:[.,]\d+)?) (ms|s)\b", re.M)
 
 # --- openai-whisper -------------------------------------------------------------------------
 
 #: A segment line ``[00:00.000 --> 00:05.000]  text`` (whisper.cpp CLI: ``[00:00:00.000 --> ...]``).
-SEGMENT = re.compile(r"\[((?:\d+:)?\d{2}:\d{2}\.\d{3}) --> ((?:\d+:)?\d{2}:\d{2}\.\d{3})\]")
+SEGMENT = lazyre.compile(r"\[((?:\d+:)?\d{2}:\d{2}\.\d{3}) --> ((?:\d+:)?\d{2}:\d{2}\.\d{3})\]")
 #: Any transcript segment line a tool or host app prints (``[0.00s -> 4.20s] text`` too): never an error.
-SEGMENT_ANY = re.compile(r"\[[\d:.,]+s? --?> [\d:.,]+s?\]")
+SEGMENT_ANY = lazyre.compile(r"\[[\d:.,]+s? --?> [\d:.,]+s?\]")
 
 # --- LeapfrogAI whisper backend (messages of logger __main__) ---------------------------------
 
 #: A request's steps, by group name: it starts, it is done, its task or language is refused.
-LFAI_STEP = re.compile(r"(?:(?P<start>Task (?:transcribe|translate) is starting)|(?P<done>(?:Transcription|Translation)"
-                       r" complete!)|(?P<task>Task \S* is not supported)|(?P<language>Language \S* is not supported))$")
+LFAI_STEP = lazyre.compile(r"(?:(?P<start>Task (?:transcribe|translate) is starting)"
+                           r"|(?P<done>(?:Transcription|Translation) complete!)"
+                           r"|(?P<task>Task \S* is not supported)|(?P<language>Language \S* is not supported))$")
 LFAI_FAILED = "Error transcribing audio"
 LFAI_INIT = "Initializing LeapfrogAI"
 LFAI_SERVING = "Starting server. Listening on "
@@ -143,7 +145,7 @@ PHRASES = Phrases(
 UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE = "unsupported_task", "unsupported_language"
 ERROR_TYPES: tuple[str, ...] = (*PHRASES.types, UNSUPPORTED_TASK, UNSUPPORTED_LANGUAGE)
 #: An exception line on its own (the end of a traceback whose start was not read).
-EXCEPTION_LINE = re.compile(rf"^(?:{EXCEPTION_NAME_LINE})", re.M)
+EXCEPTION_LINE = lazyre.compile(rf"^(?:{EXCEPTION_NAME_LINE})", re.M)
 
 # --- the frequent lines -----------------------------------------------------------------------
 # One-line records whose events do not depend on the order of the lines among themselves
@@ -175,9 +177,9 @@ FREQUENT_LFAI = (rf"__main__{_LFAI_TAIL}(?:{_QUIET}|{_ALIVE}|{_DURATION}|{_PAIR}
                  rf"|faster_whisper{_LFAI_TAIL}(?:{_QUIET}|{_ALIVE}|{_DURATION})")
 FREQUENT_PY = rf"{_PY_HEAD}(?:{_ALIVE}|{_DURATION})"
 #: In a run: an audio duration; a request's start or completion line, with its time.
-DURATIONS = re.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)(?![^\n])")
+DURATIONS = lazyre.compile(r"Processing audio with duration ((?:\d+:)?\d{1,2}:\d{2}[.,]\d+)(?![^\n])")
 #: (Found by their message; the time is at a fixed place of the line, whose shape was checked.)
-PAIR_LINES = re.compile(r" >>> (?:Task \w+ is starting|(T)ra\w+ complete!)(?![^\n])")
+PAIR_LINES = lazyre.compile(r" >>> (?:Task \w+ is starting|(T)ra\w+ complete!)(?![^\n])")
 #: The mark of a LeapfrogAI line (``parsers.leapfrog.MARK``).
 LFAI_MARK = " >>> "
 

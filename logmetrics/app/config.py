@@ -17,6 +17,7 @@ import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from logmetrics import lazyre
 from logmetrics.envelopes.unwrap import MODES
 from logmetrics.errors import UserError
 from logmetrics.store.guard import LABEL_LIMITS
@@ -114,8 +115,8 @@ def parse_listen(value: str, what: str = "--listen") -> tuple[str, int]:
     return host, int(port)
 
 
-_HEADER = re.compile(r"\s*\[(\[)?([^\[\]]*)\]")
-_SYNTAX_AT = re.compile(r"\(at line (\d+), column (\d+)\)")
+_HEADER = lazyre.compile(r"\s*\[(\[)?([^\[\]]*)\]")
+_SYNTAX_AT = lazyre.compile(r"\(at line (\d+), column (\d+)\)")
 
 
 def line_of(text: str, table: str, index: int | None, key: str | None) -> int:

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
+from logmetrics import lazyre
+
 Sample = tuple[str, tuple[str, ...], float]
 OTHERS_KEEP = 30.0  # seconds a process found to be no backend's is not looked at again (one that execs a
 # backend after a wrapper script ran under its pid is found within that)
@@ -43,12 +45,12 @@ def is_logmetrics(cmdline: Sequence[str]) -> bool:
 
 
 #: Programs that run another one named by their arguments: its script, or ``-m`` module.
-_INTERPRETER = re.compile(r"(?:python|pypy|pythonw)[\d.]*|node(?:js)?|bun|deno")
+_INTERPRETER = lazyre.compile(r"(?:python|pypy|pythonw)[\d.]*|node(?:js)?|bun|deno")
 #: Options of a Python interpreter that take a value (``-W ignore``), and those that end its options.
 _PY_VALUE_OPTIONS = frozenset({"-W", "-X", "-Q"})
 #: ASGI/WSGI servers: the ``module:app`` they serve is their program.
 _RUNNERS = frozenset({"uvicorn", "gunicorn", "hypercorn", "granian", "daphne", "waitress-serve"})
-_APP_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.()]*")
+_APP_SPEC = lazyre.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.()]*")
 
 
 def _name(arg: str) -> str:

@@ -22,6 +22,8 @@ import calendar
 import re
 from datetime import datetime
 
+from logmetrics import lazyre
+
 __all__ = ["EVERY_LINE", "LAYERED", "MODES", "NAMING", "OWN_LINES", "PREFIXES", "STAMPS", "classify", "own_lines",
            "parse_rfc3339"]
 
@@ -52,9 +54,9 @@ _INNER = (STAMPS, "compose", PM2_TIME)  # the layers looked for inside another, 
 _DETECTED = (STAMPS, "pm2", "compose", "journald", "kubectl", PM2_TIME)
 
 _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d+))?(?:Z|[+-]\d\d:?\d\d)"
-TS_PREFIX = re.compile(_TS + " ")
-CRI_LINE = re.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
-COMPOSE_PREFIX = re.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
+TS_PREFIX = lazyre.compile(_TS + " ")
+CRI_LINE = lazyre.compile(_TS + r" (?:stdout|stderr) [PF](?: |$)")
+COMPOSE_PREFIX = lazyre.compile(r"(?:\[([A-Za-z0-9][\w.-]*)\]|([A-Za-z0-9][\w.-]*))\s+\|(?: |$)")
 # `journalctl` (the short, short-precise, short-iso, short-iso-precise and short-full formats): the
 # time, the host (none with --no-hostname: a first word that is itself "unit[pid]: " is the unit; a
 # hostless line without a pid is not told from an application's own "TIME word: " line), the unit or
@@ -77,22 +79,22 @@ JOURNAL_PREFIX = _journal_prefix(r"\[\d+\]")
 #: whose unit names no pid (``Dec 05 07:00:02 gateway: ...``, of ``--no-hostname``).
 JOURNAL_LINE = _journal_prefix(r"(?:\[\d+\])?")
 #: journalctl's own lines: ``-- Boot 0123 --``, ``-- Reboot --``, ``-- No entries --``, its header.
-JOURNAL_MARK = re.compile(r"-- [^\n]* --\Z")
+JOURNAL_MARK = lazyre.compile(r"-- [^\n]* --\Z")
 # `kubectl logs --prefix`: "[pod/NAME/CONTAINER] ". Group 1: NAME/CONTAINER.
-KUBECTL_PREFIX = re.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
+KUBECTL_PREFIX = lazyre.compile(r"\[pod/([a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9-]*)\] ")
 # `pm2 logs`: "ID|NAME" padded with at least one space, then "| " (pm2's own lines: "PM2"). Group 1
 # or 2: the app's name (which may hold a space: `pm2 start app.py --name "my app"`).
-PM2_PREFIX = re.compile(r"(?:\d+\|([^\s|](?:[^|\n]*?[^\s|])?)|(PM2)) +\| ")
+PM2_PREFIX = lazyre.compile(r"(?:\d+\|([^\s|](?:[^|\n]*?[^\s|])?)|(PM2)) +\| ")
 # The time pm2 writes before what an app prints when started with `--time` or a `log_date_format`
 # (`2026-12-05T07:00:00: `, or `2026-12-05 07:00:00 +00:00: ` of the format often set), in its log
 # files and in `pm2 logs`' output. pm2 writes it before each chunk the app wrote, so a line without
 # it continues the one above.
-PM2_TIME_PREFIX = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?: ")
+PM2_TIME_PREFIX = lazyre.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?: ")
 PATTERNS = {STAMPS: TS_PREFIX, "compose": COMPOSE_PREFIX, "journald": JOURNAL_PREFIX, "kubectl": KUBECTL_PREFIX,
             "pm2": PM2_PREFIX, PM2_TIME: PM2_TIME_PREFIX}
 # What `docker compose up` prints itself (before the first service line, and as containers stop);
 # skipped while detecting, in a stream and inside another layer.
-COMPOSE_PREAMBLE = re.compile(
+COMPOSE_PREAMBLE = lazyre.compile(
     r"Attaching to |\[\+\] |\s*[✔✘⠿] |\s*(?:Container|Network|Volume) \S+\s+[A-Z][a-z]+$"
     r"|[\w.-]+ exited with code \d+$|Gracefully stopping\.\.\.|Aborting on container exit\.\.\."
     r"|(?:Creating|Starting|Stopping|Recreating|Removing) [\w.-]+ \.\.\. |Error response from daemon: "

@@ -3,13 +3,13 @@ and a line cut at the cap without splitting a character."""
 
 from __future__ import annotations
 
-import re
+from logmetrics import lazyre
 
 # ECMA-48 escape sequences: CSI (colours, cursor movement), OSC terminated by BEL or ST (titles,
 # hyperlinks), and the two- or three-byte forms (charset selection, keypad modes); a lone ESC too.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])?")
-_SGR = re.compile(r"\x1b\[[0-9;]*m")
-_CR_AT_EOL = re.compile(r"\r+(?=\n)")
+_ANSI = lazyre.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])?")
+_SGR = lazyre.compile(r"\x1b\[[0-9;]*m")
+_CR_AT_EOL = lazyre.compile(r"\r+(?=\n)")
 
 
 def clean(text: str) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
 
+from logmetrics import lazyre
 from logmetrics.errors import UserError
 from logmetrics.records.logtime import LogClock, anchor_of
 from logmetrics.sources.chunks import SourceStats
@@ -29,8 +29,8 @@ BLOCK = 1 << 18  # bytes read at a time from each file
 #: that hold what every stated time holds are: a time of day, or a JSON or key=value time key (three
 #: scans, each with its own first character, are ten times quicker than one with the three forms).
 WALK = 16
-MAY_STATE = (re.compile(rb":\d\d:\d\d"), re.compile(rb'"(?:@timestamp|timestamp|time|ts)"'),
-             re.compile(rb"(?:timestamp|time|ts)="))
+MAY_STATE = (lazyre.compile(rb":\d\d:\d\d"), lazyre.compile(rb'"(?:@timestamp|timestamp|time|ts)"'),
+             lazyre.compile(rb"(?:timestamp|time|ts)="))
 LATEST = 8  # lines stamped earlier than the one before them, at the end of a block, passed over (``_latest``)
 MIN_SPAN = 512  # bytes after a step's start where its end is looked for first (``_boundary``)
 #: A step's lines are given in parts of about this many bytes (whole lines, in order): lines that

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -16,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from logmetrics import lazyre
 from logmetrics.envelopes.kinds import own_lines
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.errors import UserError
@@ -32,8 +32,8 @@ from logmetrics.store.store import Store
 log = logging.getLogger(__name__)
 
 SHAPES = (
-    (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
-    (re.compile(r"\b[0-9a-fA-F]{8,}\b|\b[\w-]*\d[\w-]*\b"), "#"),
+    (lazyre.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
+    (lazyre.compile(r"\b[0-9a-fA-F]{8,}\b|\b[\w-]*\d[\w-]*\b"), "#"),
 )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
+from logmetrics import lazyre
 from logmetrics.plugins.contract import PLUGIN_ERRORS, Parser, has_own_batch, own_attributes, sniff_patterns
 from logmetrics.plugins.fastpath import runs
 from logmetrics.records.shapes import Shape, compiled
@@ -28,8 +29,8 @@ from logmetrics.store.catalog import BY_NAME, COMMON_LABELS, Family
 log = logging.getLogger(__name__)
 
 GROUP = "logmetrics.parsers"
-NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
-LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+NAME_RE = lazyre.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+LABEL_RE = lazyre.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class PluginError(Exception):
 
 
 #: A pattern (or an alternative of one) that begins with ``^``: never true inside a shape's pattern.
-_ANCHORED = re.compile(r"(?:^|[(|])\^")
+_ANCHORED = lazyre.compile(r"(?:^|[(|])\^")
 
 
 def _shape_for(cls: type) -> str:

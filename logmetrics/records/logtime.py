@@ -40,6 +40,8 @@ import math
 import re
 from datetime import datetime, tzinfo
 
+from logmetrics import lazyre
+
 HEAD = 256  # characters of a line searched for a stamp (keys of key=value logs: the whole line)
 NEAR_KEPT = 4096  # yearless stamps whose times a clock keeps (``LogClock._near``)
 SLACK = 86400.0  # a yearless stamp may lie this far after the file's modification time
@@ -48,7 +50,7 @@ MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", 
                                        "Nov", "Dec"), 1)}
 _MON = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 _ZONE = r"(?:\s?(?P<{}>Z|UTC|GMT|[+-]\d\d(?::?\d\d)?))?"
-_STAMP = re.compile(
+_STAMP = lazyre.compile(
     r"(?<!\d)(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
     + _ZONE.format("z") + r"(?![\d:])"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<vmo>\d\d)-(?P<vd>\d\d) (?P<vh>\d\d):(?P<vmi>\d\d):(?P<vs>\d\d)\b"
@@ -60,20 +62,21 @@ _STAMP = re.compile(
 #: most before it such a stamp starts (``CRITICAL MM-DD hh`` of vLLM's): a line without one is turned
 #: away at once, and ``_STAMP`` is searched for only from just before the first (a search tries its
 #: five forms at every position).
-_TIME_OF_DAY = re.compile(r":\d\d:\d\d")
+_TIME_OF_DAY = lazyre.compile(r":\d\d:\d\d")
 _STAMP_LEAD = 17
-_JSON_KEY = re.compile(r'"(?:@timestamp|timestamp|time|ts)"\s*:\s*(?:"(?P<str>[^"]{1,64})"|(?P<num>-?\d+(?:\.\d+)?))')
-_KV = re.compile(r'(?<![\w.])(?:timestamp|time|ts)=(?:"(?P<str>[^"]{1,64})"|(?P<num>\d+(?:\.\d+)?)(?![\w:-])'
-                 r'|(?P<bare>\d{4}-\d\d-\d\dT\S+))')
-_RFC3339 = re.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
-                      r"(?:[.,](?P<f>\d{1,9}))?" + _ZONE.format("z") + r"$")
+_JSON_KEY = lazyre.compile(r'"(?:@timestamp|timestamp|time|ts)"\s*:\s*'
+                           r'(?:"(?P<str>[^"]{1,64})"|(?P<num>-?\d+(?:\.\d+)?))')
+_KV = lazyre.compile(r'(?<![\w.])(?:timestamp|time|ts)=(?:"(?P<str>[^"]{1,64})"|(?P<num>\d+(?:\.\d+)?)(?![\w:-])'
+                     r'|(?P<bare>\d{4}-\d\d-\d\dT\S+))')
+_RFC3339 = lazyre.compile(r"(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
+                          r"(?:[.,](?P<f>\d{1,9}))?" + _ZONE.format("z") + r"$")
 MIN_TIME, MAX_TIME = 0.0, 4102444800.0  # 1970 .. 2100: anything else is not a time
 
 
 #: llama.cpp's time since start before a level letter (``0.08.526.747 I``: minutes, seconds,
 #: milliseconds, microseconds), the only time its current log format prints.
-_ELAPSED = re.compile(r"(\d+)\.(\d\d)\.(\d\d\d)\.(\d\d\d) [IWEDT] ")
-_LAST_ELAPSED = re.compile(rb"(?:^|\n)(\d+)\.(\d\d)\.(\d\d\d)\.(\d\d\d) [IWEDT] ")
+_ELAPSED = lazyre.compile(r"(\d+)\.(\d\d)\.(\d\d\d)\.(\d\d\d) [IWEDT] ")
+_LAST_ELAPSED = lazyre.compile(rb"(?:^|\n)(\d+)\.(\d\d)\.(\d\d\d)\.(\d\d\d) [IWEDT] ")
 
 
 def elapsed(m: re.Match[str] | re.Match[bytes]) -> float:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from logmetrics import lazyre
+
 #: An exception's (dotted) name: ``[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)``, written with a
 #: possessive repeat and fixed-width lookbehinds, which ``re`` runs without backtracking; the last
 #: letter is tested first (a fifth of the time on lines that name no exception).
@@ -48,7 +50,7 @@ FRAME = '  File "'
 #: Python 3.11's exception group: its tracebacks and sub-exceptions are drawn in ``|`` and ``+-``
 #: lines, the last of which is a rule of dashes (``    +------------------------------------``).
 GROUP_OPENER = "Exception Group Traceback (most recent call last):"
-_GROUP_END = re.compile(r"\+-{10,}[ \t\r]*$")
+_GROUP_END = lazyre.compile(r"\+-{10,}[ \t\r]*$")
 
 
 def ends_in_traceback(text: str) -> bool:
@@ -220,8 +222,8 @@ class Shapes:
         return start
 
 
-_BACKREF = re.compile(r"\(\?P=\w+\)")
-_NL = re.compile(r"\n\n+")
+_BACKREF = lazyre.compile(r"\(\?P=\w+\)")
+_NL = lazyre.compile(r"\n\n+")
 _compiled: dict[tuple[Shape, ...], Shapes] = {}
 
 

@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from logmetrics import lazyre
 from logmetrics.sources import identity
 from logmetrics.sources.tailfile import Ident, TailFile, read_head
 
 COPY_WAIT = 10.0  # seconds a look-alike of a followed file waits for the truncation that makes it a copy
 TAIL_CHECK = 256  # bytes compared at the end of a presumed copy with the original at the same place
-_COPY_SUFFIX = re.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
-_DATE_BEFORE_EXT = re.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
+_COPY_SUFFIX = lazyre.compile(r"[.\-_][^/]+")  # x.log.1, x.log-20240101, x.log.2024-01-01, x.log.bak
+_DATE_BEFORE_EXT = lazyre.compile(r"[.\-_][0-9][0-9.\-_]*")  # x-20240101.log (dateext before the extension)
 _T = TypeVar("_T")
 
 

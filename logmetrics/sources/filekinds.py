@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
+
+from logmetrics import lazyre
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +26,11 @@ MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 #: Prometheus' text format: comments, at least one naming a metric (``# HELP``/``# TYPE``), and
 #: sample lines (``name{labels} value [timestamp]``), nothing else.
-_PROM_COMMENT = re.compile(rb"# (?:HELP|TYPE|UNIT) [a-zA-Z_:][\w:]* ")
-_PROM_SAMPLE = re.compile(rb"[a-zA-Z_:][\w:]*(?:\{.*\})? [-+]?(?:[\d.]+(?:e[-+]?\d+)?|NaN|[-+]?Inf)(?: \d+)?$")
+_PROM_COMMENT = lazyre.compile(rb"# (?:HELP|TYPE|UNIT) [a-zA-Z_:][\w:]* ")
+_PROM_SAMPLE = lazyre.compile(rb"[a-zA-Z_:][\w:]*(?:\{.*\})? [-+]?(?:[\d.]+(?:e[-+]?\d+)?|NaN|[-+]?Inf)(?: \d+)?$")
 #: Bytes that text hardly holds: NUL (past those a copytruncate leaves at a file's start) and the
 #: other control characters but tab, newlines, form feed and escape.
-_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+_CONTROL = lazyre.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
 #: (path, inode) -> what it is ("" for a log), the size it was decided at if it may change (else
 #: -1), and the listing it was last looked up in (``sweep`` forgets the files a listing no longer has)
 _decided: dict[tuple[str, int], tuple[str, int, int]] = {}

@@ -31,17 +31,19 @@ from typing import Any
 
 import orjson
 
+from logmetrics import lazyre
+
 log = logging.getLogger(__name__)
 
 CONFIG_MAX_BYTES = 1 << 20  # a Docker config.v2.json larger than this is not read (the id is used)
 CACHE_MAX = 4096  # paths (and containers) remembered; past this the cache starts again
 
 _POD_PART = r"(?P<ns>[^/_]+)_(?P<pod>[^/_]+)_[^/_]+/(?P<container>[^/_]+)/\d+\.log(?:\.\d{8}-\d{6})?"
-_PODS = re.compile(r"(?:^|/)pods/" + _POD_PART + r"\Z")
-_LINK = re.compile(r"(?:^|/)containers/(?P<pod>[^/_]+)_(?P<ns>[^/_]+)_(?P<container>[^/_]+)-[0-9a-f]{64}\.log\Z")
-_DOCKER = re.compile(r"(?:^|/)containers/(?P<id>[0-9a-f]{64})/(?P<rest>[^/].*)\Z", re.DOTALL)
-_DOCKER_LOG = re.compile(r"(?P<id>[0-9a-f]{64})-json\.log(?:\.\d+)?\Z")
-_IMAGE_TAG = re.compile(r":[\w][\w.-]*\Z")
+_PODS = lazyre.compile(r"(?:^|/)pods/" + _POD_PART + r"\Z")
+_LINK = lazyre.compile(r"(?:^|/)containers/(?P<pod>[^/_]+)_(?P<ns>[^/_]+)_(?P<container>[^/_]+)-[0-9a-f]{64}\.log\Z")
+_DOCKER = lazyre.compile(r"(?:^|/)containers/(?P<id>[0-9a-f]{64})/(?P<rest>[^/].*)\Z", re.DOTALL)
+_DOCKER_LOG = lazyre.compile(r"(?P<id>[0-9a-f]{64})-json\.log(?:\.\d+)?\Z")
+_IMAGE_TAG = lazyre.compile(r":[\w][\w.-]*\Z")
 
 
 @dataclass(frozen=True, slots=True)
