@@ -37,8 +37,9 @@ def test_every_built_in_pattern_compiles() -> None:
     would otherwise fail only when a log first needs it."""
     for name in _modules():
         importlib.import_module(name)
+    gc.unfreeze()  # (a watch run earlier in this process froze what it found: get_objects leaves that out)
     found = [obj for obj in gc.get_objects() if type(obj) is LazyPattern]
-    assert len(found) > 150  # (the modules define about 210)
+    assert len(found) >= 200  # (the modules define about 210)
     for pattern in found:
         assert isinstance(pattern.compiled(), re.Pattern), pattern
 
