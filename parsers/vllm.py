@@ -37,7 +37,9 @@ from .vllm_lines import (
     ends_after_exception,
     ends_in_error,
     headless,
+    prescan,
     record_head,
+    scanned,
     starts_with_rest,
 )
 from .vllm_outcomes import ROUTES, Generation, OkSource, access_outcomes
@@ -57,6 +59,8 @@ class VllmParser(Parser):
     process_names: ClassVar[tuple[str, ...]] = ("vllm", "VLLM::")  # VLLM::: the titles its engine processes set
     #: vLLM start-up, stats or process-prefixed lines; vLLM-style headers.
     sniffs = ((0.95, P.SNIFF_STRONG), (0.6, P.SNIFF_HEADER))
+    #: the access-and-error scan, run ahead where a core is free
+    prescan = staticmethod(prescan)
 
     def __init__(self) -> None:
         self.model = UNKNOWN_MODEL
@@ -153,7 +157,7 @@ class VllmParser(Parser):
         counted = self._caps.counted
         counted.passed = []
         caps = len(self._caps.caps)
-        events, matched = self._scan(batch.text, batch.time)
+        events, matched = self._scan(batch.text, batch.time, batch.pre)
         models = counted.passed if len(self._caps.caps) == caps else [*counted.models, *counted.passed]
         return events, matched, matched + self._more_lines, models
 
@@ -163,10 +167,9 @@ class VllmParser(Parser):
 
     # -- the scan ---------------------------------------------------------------------------
 
-    def _scan(self, text: str, now: float) -> tuple[list[Event], int]:
-        t = "\n" + text if text.endswith("\n") else "\n" + text + "\n"
-        if "\r" in t:
-            t = t.replace("\r\n", "\n")
+    def _scan(self, text: str, now: float, pre: object = None) -> tuple[list[Event], int]:
+        """The events of ``text`` and how many records matched; ``pre``: what ``prescan`` gave for it."""
+        t = scanned(text)
         self._stats.clock.at(now)
         rare, aborted = tally(Counter(self._rare.findall(t)))
         if any(key in P.STARTUP_KEYS or "\u2580" <= key[-1:] <= "\u259f" for key in rare):
@@ -185,7 +188,8 @@ class VllmParser(Parser):
         joined = self._error_open and not (self._after_exception and P.TRACEBACK_FIRST.match(t))
         self._error_open = ends_in_error(t, joined)
         self._after_exception = self._error_open and ends_after_exception(t)
-        matched = access_and_errors(t, events, records, self._routes, fatal, errors, joined)
+        matched = access_and_errors(t, events, records, self._routes, fatal, errors, joined,
+                                    pre if isinstance(pre, Counter) else None)
         ok, client = access_outcomes(events)
         if starts_with_rest(t, joined):  # the rest of a record: of the error record that ended the text
             error_type, more = headless(t)  # before (``joined``), else of one whose start was not read

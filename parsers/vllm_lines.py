@@ -82,13 +82,28 @@ class Records:
         return matched
 
 
+def scanned(text: str) -> str:
+    """A batch's text as the scans read it: after a newline (every line begins with one), ended by
+    one, with no ``\r`` before a newline."""
+    t = "\n" + text if text.endswith("\n") else "\n" + text + "\n"
+    return t.replace("\r\n", "\n") if "\r" in t else t
+
+
+def prescan(text: str) -> Counter[tuple[str, ...]]:
+    """The scan ``access_and_errors`` starts with, of a batch's text (``Parser.prescan``): run
+    ahead of the parser where a core is free, as it is the largest part of a batch's reading."""
+    return Counter(P.LINES.findall(scanned(text)))
+
+
 def access_and_errors(t: str, events: list[Event], records: Records, routes: RouteLabels,
-                      fatal: list[Fatal], errors: Counter[str], joined: bool = False) -> int:
+                      fatal: list[Fatal], errors: Counter[str], joined: bool = False,
+                      found: Counter[tuple[str, ...]] | None = None) -> int:
     """Access lines and errors of ``t``: their events, and how many records they make count.
 
     Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
     the parser to count once per crash (and then to count their records: ``Fatal``). The others
-    are counted by type in ``errors``, for the parser to label with the model.
+    are counted by type in ``errors``, for the parser to label with the model. ``found``: what
+    ``prescan`` gave for ``t``'s batch, if it ran.
     """
     access: Counter[tuple[str, str, str]] = Counter()
     final = routes.final
@@ -105,7 +120,9 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
     lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
     matched = 0
     multi = prefixed = False
-    for (key, source, inside, raw, text, more, life, http), n in Counter(P.LINES.findall(t)).items():
+    if found is None:
+        found = Counter(P.LINES.findall(t))
+    for (key, source, inside, raw, text, more, life, http), n in found.items():
         if http:
             prefixed = True
         elif life:

@@ -14,6 +14,7 @@ single process runs after all).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -25,6 +26,7 @@ from logmetrics.app import workers as w
 from logmetrics.app.options import Options, wanted
 from logmetrics.app.progress import Progress
 from logmetrics.app.runner import Runner
+from logmetrics.engine.ahead import Ahead
 from logmetrics.engine.settings import Settings
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.chunks import SourceStats
@@ -119,9 +121,37 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         runner.close()
         if progress is not None:
             progress.others = None  # (what the workers read is read again)
+    prescanner = None
+    if _prescans_pay(opts, workers):
+        from logmetrics.app.prescan import Prescanner  # (only where it runs: its imports cost start-up)
+
+        prescanner = Prescanner(entries)
+    if prescanner is not None and prescanner.running():
+        log.info("the parsers' prescans in a second process")
     runner = Runner(opts, entries)
-    runner.drain(progress)
+    if prescanner is not None:
+        runner.engine.applier.ahead = Ahead(prescanner)
+    try:
+        runner.drain(progress)
+    finally:
+        runner.engine.applier.ahead = None
+        if prescanner is not None:
+            prescanner.close()
     return runner, _failed(runner)
+
+
+def _prescans_pay(opts: Options, workers: int) -> bool:
+    """Whether a run in one process has the parsers' prescans run in a child (``app.prescan``): with
+    ``--workers`` 2 or more, or with a core to spare and ``workers.MIN_BYTES`` of files."""
+    if workers:
+        return workers > 1
+    if w.cores() < 2:
+        return False
+    total = 0
+    for path in discover([p for p in opts.paths if p != "-"], lambda _err: None, wanted(opts)):
+        with contextlib.suppress(OSError):
+            total += os.stat(path).st_size
+    return total >= w.MIN_BYTES
 
 
 def _first(opts: Options, entries: dict[str, ParserEntry], progress: Progress | None,

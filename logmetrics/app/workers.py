@@ -149,7 +149,7 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
     pid = os.fork()
     if pid == 0:  # the child: its result down the pipe, then out without the parent's cleanup
         os.close(read)
-        _end_with(parent)
+        end_with_parent(parent)
         code = 0
         if board is not None:
             board.slot = slot
@@ -168,7 +168,7 @@ def fork(work: Callable[[], object], board: Board | None = None, slot: int = 0) 
     return Child(pid, read)
 
 
-def _end_with(parent: int) -> None:
+def end_with_parent(parent: int) -> None:
     """Have this child killed when its parent ends, even by ``kill -9`` (Linux; elsewhere it reads
     its share to the end, and its result finds no reader)."""
     try:

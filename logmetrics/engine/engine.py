@@ -122,6 +122,7 @@ class Engine:
     def idle(self, force: bool = False) -> None:
         """The input went quiet: the held-back records of streams quiet for ``hold`` seconds (of
         all streams, with ``force``) are complete now, and time-outs may be due."""
+        self.applier.settle()
         now, mono = time.time(), time.monotonic()
         quiet = mono - self.hold + IDLE_SLACK
         unknown = 0
@@ -140,19 +141,26 @@ class Engine:
                 self._changed.add(key)
             if stream.assembler.pending and (force or (stream.fed_at <= quiet and (
                     not stream.assembler.unfinished() or stream.fed_at <= quiet - self._unfinished_extra()))):
-                self.applier.records(stream, *stream.assembler.flush())
+                self._flush(stream)
                 self._changed.add(key)
             parser = stream.parser
             if parser is not None and type(parser).tick is not Parser.tick and self.applier.tick(stream, parser, now):
                 self._changed.add(key)  # (a tick that gives no event leaves nothing worth a commit)
         self.store.set_self("logmetrics_streams_unrecognised", (), unknown)
 
+    def _flush(self, stream: Stream) -> None:
+        """Parse the record ``stream`` holds back, now: not kept for a prescan (``logmetrics.engine.ahead``),
+        as everything but ``feed`` leaves no batch unparsed where a parser or the store is read next."""
+        self.applier.records(stream, *stream.assembler.flush())
+        self.applier.settle()
+
     def flush_held(self, path: str | None = None) -> None:
         """Let every held-back record (of one raw stream, or of all) count now (``report``: at the
         end of each step of log time, so that a record counts at its own time, not at the next line's)."""
+        self.applier.settle()
         for key, stream in self.streams.items():
             if stream.assembler.pending and (path is None or stream.path == path):
-                self.applier.records(stream, *stream.assembler.flush())
+                self._flush(stream)
                 self._changed.add(key)
 
     def due(self) -> float | None:
@@ -172,6 +180,7 @@ class Engine:
 
     def finish(self, path: str | None = None) -> None:
         """End of input (of one raw stream, or of all): flush envelopes, route, flush records."""
+        self.applier.settle()
         for name, unwrapper in self.unwrappers.items():
             if path is None or name == path:
                 for piece in unwrapper.flush():
@@ -184,7 +193,8 @@ class Engine:
                 if not stream.routed and stream.held:
                     self._route(stream, final=True)
                 if stream.assembler.pending:
-                    self.applier.records(stream, *stream.assembler.flush())
+                    self._flush(stream)
+                self.applier.settle()  # (what routing it gave: parsed before its count is read)
                 if stream.unmatched > 0:
                     self.applier.no_match(stream)
 
@@ -207,6 +217,7 @@ class Engine:
     def expired(self, after: float) -> list[tuple[str, set[str]]]:
         """The sources orphaned (every stream gone) at least ``after`` seconds ago, with the raw
         streams that fed them, forgotten here: the caller forgets their series."""
+        self.applier.settle()
         now = time.monotonic()
         out = []
         for source, (since, paths) in self.orphans.items():  # in the order they were orphaned
@@ -221,6 +232,7 @@ class Engine:
         """What was logged before a file's read position (its head, its last start-up block, in
         file order, whole lines): routes its streams and gives each parser's ``learn`` the text.
         Nothing is counted."""
+        self.applier.settle()
         unwrapper = Unwrapper(self.settings.envelope_of(path), max_line_bytes=self.max_line_bytes)
         texts: dict[str | None, list[str]] = {}
         now = time.time()
@@ -248,6 +260,7 @@ class Engine:
         """Each stream's parser (``""`` if not routed yet), its state and the text it holds back
         uncounted (a record that may go on, lines still sniffed), to go on with after a restart; of
         the streams ``keys`` only, if given. Streams saved before and not seen again yet are kept."""
+        self.applier.settle()
         out: list[dict[str, object]] = []
         streams = self.streams
         for key in streams if keys is None else keys:
@@ -277,6 +290,7 @@ class Engine:
     def restore_streams(self, states: list[dict[str, object]]) -> None:
         """Streams seen again get the parser (and its state) they had, without routing anew; the
         text a stream held back uncounted is held again, so that it is counted once, whole."""
+        self.applier.settle()
         for item in states:
             key, name, state, held = item.get("key"), item.get("parser"), item.get("state"), item.get("held", "")
             if not (isinstance(key, str) and isinstance(name, str) and isinstance(state, dict)

@@ -9,6 +9,7 @@ import re
 import shlex
 from collections.abc import Callable
 
+from logmetrics.engine.ahead import Ahead
 from logmetrics.engine.streams import Stream
 from logmetrics.envelopes.unwrap import Unwrapper
 from logmetrics.events import Event
@@ -171,6 +172,8 @@ class Applier:
     def __init__(self, store: Store, unwrappers: dict[str, Unwrapper]) -> None:
         self.store = store
         self.unwrappers = unwrappers
+        #: where batches wait for their prescan (``logmetrics.engine.ahead``), if they do
+        self.ahead: Ahead | None = None
         self._warned: set[str] = set()
         # where the model label sits in each family's own labels, for --label model=...
         self._model_at = {f.name: f.labels.index("model") for f in store.families.values() if "model" in f.labels}
@@ -227,6 +230,24 @@ class Applier:
         if not text or parser is None:
             return
         batch = Batch(stream.source, text, stream.time, lines)
+        if self.ahead is not None:  # parsed one behind, its prescan run meanwhile
+            kept = self.ahead.put(stream, batch, type(parser).prescan is not None)
+            if kept is None:
+                return
+            stream, batch = kept
+        self._parse(stream, batch)
+
+    def settle(self) -> None:
+        """Parse the batch kept for its prescan, if any."""
+        if self.ahead:
+            kept = self.ahead.settle()
+            if kept is not None:
+                self._parse(*kept)
+
+    def _parse(self, stream: Stream, batch: Batch) -> None:
+        parser = stream.parser
+        assert parser is not None
+        lines = batch.lines
         # models: those of the records that gave events (record by record)
         events, matched, matched_lines, errors, models = run_parser(parser, batch, self.raised)
         if stream.announce is not None:

@@ -48,7 +48,7 @@ The finder (``logmetrics.plugins.finder``) loads and validates parsers.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import ClassVar
 
@@ -90,6 +90,13 @@ class Parser:
     #: for in the lines (``re.MULTILINE``: ``^`` and ``$`` are each line's); the first found gives
     #: its score, 0 to 1.
     sniffs: ClassVar[tuple[tuple[float, str], ...]] = ()
+    #: Optional, with ``parse_batch``: a pure function of a batch's text (no parser state, no I/O)
+    #: whose picklable result ``parse_batch`` finds in ``Batch.pre``. Where a run has a core to
+    #: spare, the engine runs it on each batch in another process while the parser reads the batch
+    #: before (``logmetrics.engine.ahead``); elsewhere, or where it failed, ``pre`` is None. The
+    #: events must be the same either way: a prescan does what the parser would do first itself
+    #: (a whole-text regex scan, counted), and ``parse_batch`` uses its result only for that text.
+    prescan: ClassVar[Callable[..., object] | None] = None  # (of a str: [str] would read as a method's self)
     #: Extra metric families of this plugin's own, each named ``<name>_...``.
     metrics: ClassVar[tuple[Family, ...]] = ()
     #: Substrings of a process's program that identify this backend's processes (psutil): the

@@ -108,6 +108,9 @@ def validate(cls: object, origin: str) -> ParserEntry:
         runs(cls.frequent, cls.shapes) if cls.frequent else None
     except re.error as exc:
         raise PluginError(f"{who}: frequent is not a regular expression: {exc}") from exc
+    if cls.prescan is not None and not (callable(cls.prescan) and has_own_batch(cls)):
+        raise PluginError(f"{who}: prescan must be a function of a batch's text (or None), for a parser with a "
+                          "parse_batch of its own (which finds its result in batch.pre)")
     for fam in cls.metrics:
         if not isinstance(fam, Family):
             raise PluginError(f"{who}: metrics must hold logmetrics.store.catalog.Family values, got {fam!r}")

@@ -39,13 +39,15 @@ class Batch:
 
     ``text`` holds complete records, each ending in ``\\n``; ``time`` is the envelope timestamp of
     the batch's last line (or the time it was read), in Unix seconds; ``lines`` counts the physical
-    lines in ``text``.
+    lines in ``text``. ``pre``: what the parser's ``prescan`` gave for ``text``, where the engine ran
+    it ahead of the parser (``logmetrics.engine.ahead``), else None.
     """
 
     source: str
     text: str
     time: float
     lines: int
+    pre: object = None
 
 
 def split_records(text: str, rule: Rule = DEFAULT_RULE) -> list[str]:

@@ -1,0 +1,182 @@
+"""Parsers' prescans run ahead in a child process: the same output as without, whatever the child does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+import logmetrics.app.prescan as prescan_module
+from logmetrics.app.prescan import Prescanner
+from logmetrics.engine.ahead import Ahead
+from logmetrics.engine.engine import Engine
+from logmetrics.engine.streams import Stream
+from logmetrics.events import Event
+from logmetrics.plugins import Parser, PluginError, discover
+from logmetrics.plugins.finder import validate
+from logmetrics.records import Batch, Record
+from logmetrics.sources.chunks import Chunk
+from logmetrics.store.render import StoreView, text
+from logmetrics.store.store import Store
+from tests.test_shards import RUN_TIMES, oneshot
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def corpus(path: Path, lines: int) -> Path:
+    """The benchmark's mixed vLLM corpus, ``lines`` long."""
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_corpus.py"), "-n", str(lines), "--seed", "3",
+                    "-o", str(path)], check=True, capture_output=True, timeout=300)
+    return path
+
+
+def exposition(engine_setup: Callable[[Engine], None], data: bytes, chunk: int = 1 << 20,
+               during: Callable[[int], None] | None = None) -> str:
+    """``data`` fed to a vLLM engine in chunks of about ``chunk`` bytes (whole lines), then
+    finished: its exposition, without the times of the run. ``during(i)`` is called before chunk i."""
+    store = Store()
+    engine = Engine(discover(), store, parser="vllm")
+    engine_setup(engine)
+    pos = i = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos + chunk)
+        end = len(data) if end < 0 else end + 1
+        if during is not None:
+            during(i)
+        engine.feed(Chunk("/logs/vllm.log", data[pos:end], 1.7e9 + i, None))
+        pos, i = end, i + 1
+    engine.finish()
+    assert not engine.applier.ahead  # nothing left unparsed
+    out = text(StoreView(store)).decode()
+    return "".join(line for line in out.splitlines(keepends=True) if not line.startswith(RUN_TIMES))
+
+
+def test_oneshot_with_prescans_prints_what_one_process_prints(tmp_path: Path) -> None:
+    """Each vLLM sample and a 5 MB mixed corpus (several batches), with the prescans in a child
+    (``--workers 2``, one file): byte for byte what one process alone prints."""
+    logs = [*sorted((ROOT / "samples" / "vllm").glob("*.log")), corpus(tmp_path / "mixed.log", 50_000)]
+    for log in logs:
+        one, _ = oneshot(str(log), workers=1, cwd=tmp_path)
+        two, said = oneshot(str(log), workers=2, cwd=tmp_path)
+        assert "prescans in a second process" in said, log
+        assert one == two, log
+    assert "backend_errors_total" in one and one.count("\n") > 100
+
+
+def test_a_prescan_child_killed_midway_changes_nothing(tmp_path: Path) -> None:
+    """The child killed (kill -9) after the second batch: the batches after it are read by the
+    parser alone, and the result is the same as without a child."""
+    data = corpus(tmp_path / "mixed.log", 30_000).read_bytes()
+    plain = exposition(lambda _e: None, data, chunk=1 << 18)
+    scanners: list[Prescanner] = []
+    taken: list[object] = []
+
+    class Counted(Prescanner):
+        def take(self) -> object:
+            taken.append(got := super().take())
+            return got
+
+    def ahead(engine: Engine) -> None:
+        scanners.append(Counted(discover()))
+        engine.applier.ahead = Ahead(scanners[0])
+
+    def kill(i: int) -> None:
+        if i == 2:
+            os.kill(scanners[0]._pid, signal.SIGKILL)
+            os.waitpid(scanners[0]._pid, 0)  # (dead before the next batch is sent: no race with its result)
+
+    try:
+        assert exposition(ahead, data, chunk=1 << 18, during=kill) == plain
+        assert not scanners[0].running()  # (it saw the child go, and sends nothing more)
+    finally:
+        scanners[0].close()
+    assert "backend_errors_total" in plain
+    # a result before the kill; then None for the batch sent before it, and nothing sent after it
+    assert len(taken) == 2 and isinstance(taken[0], Counter) and taken[1] is None
+
+
+class _Raising(Parser):
+    """A parser whose prescan raises on texts that hold ``boom``."""
+
+    name: ClassVar[str] = "raising"
+
+    @staticmethod
+    def prescan(t: str) -> object:
+        """The number of lines, or an error."""
+        if "boom" in t:
+            raise ValueError("boom")
+        return t.count("\n")
+
+    def parse(self, record: Record) -> Iterable[Event]:
+        """(Not used: parse_batch reads every batch.)"""
+        return ()
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
+        """Nothing counted: what the prescan gave is kept by the test."""
+        SEEN.append(batch.pre)
+        return [], 0
+
+
+SEEN: list[object] = []
+
+
+def test_a_prescan_that_raises_or_a_text_too_large_gives_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In order: a result, None for a prescan that raised, None for a text larger than a slot
+    (not sent), and the child goes on after both."""
+    monkeypatch.setattr(prescan_module, "SLOT_BYTES", 64)
+    entry = validate(_Raising, "test")
+    scanner = Prescanner({"raising": entry})
+    stream = Stream("s", "/s.log", parser=_Raising())
+    ahead = Ahead(scanner)
+    SEEN.clear()
+    parsed: list[Batch] = []
+    try:
+        for t in ("a\nb\n", "boom\n", "x" * 100 + "\n", "c\n"):
+            kept = ahead.put(stream, Batch("s", t, 0.0, t.count("\n")), True)
+            if kept is not None:
+                parsed.append(kept[1])
+        kept = ahead.settle()
+        assert kept is not None and not ahead
+        parsed.append(kept[1])
+    finally:
+        scanner.close()
+    assert [b.pre for b in parsed] == [2, None, None, 1]
+    assert [b.text[:1] for b in parsed] == ["a", "b", "x", "c"]
+
+
+def test_a_parser_refused_for_a_prescan_it_cannot_use() -> None:
+    """A prescan that is no function, or one on a parser with no parse_batch to read it: refused at load."""
+
+    class NotCallable(Parser):
+        name: ClassVar[str] = "notcallable"
+        prescan = "LINES"  # type: ignore[assignment]  # (the mistake the test is about)
+
+        def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
+            return [], 0
+
+    class NoBatch(Parser):
+        name: ClassVar[str] = "nobatch"
+        prescan = staticmethod(len)
+
+        def parse(self, record: Record) -> Iterable[Event]:
+            return ()
+
+    for cls in (NotCallable, NoBatch):
+        with pytest.raises(PluginError, match="prescan must be a function"):
+            validate(cls, "test")
+
+
+def test_without_a_spare_core_or_enough_bytes_no_child(tmp_path: Path) -> None:
+    """``--workers 1`` and a small file with the default: no child, and the run says why it is one process."""
+    log = ROOT / "samples" / "vllm" / "v1-0.10.log"
+    _, said = oneshot(str(log), workers=1, cwd=tmp_path)
+    _, said0 = oneshot(str(log), workers=0, cwd=tmp_path)
+    assert "prescans" not in said and "prescans" not in said0
+    assert "reading in one process" in said0
