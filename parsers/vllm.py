@@ -32,8 +32,10 @@ from .pairs import MAX_SAVED
 from .vllm_crashes import Crashes
 from .vllm_kinds import Control, Fatal, Item, Kind, Mark
 from .vllm_lines import (
+    Digest,
     Records,
     access_and_errors,
+    digest,
     ends_after_exception,
     ends_in_error,
     headless,
@@ -188,8 +190,8 @@ class VllmParser(Parser):
         joined = self._error_open and not (self._after_exception and P.TRACEBACK_FIRST.match(t))
         self._error_open = ends_in_error(t, joined)
         self._after_exception = self._error_open and ends_after_exception(t)
-        matched = access_and_errors(t, events, records, self._routes, fatal, errors, joined,
-                                    pre if isinstance(pre, Counter) else None)
+        matched = access_and_errors(t, pre if isinstance(pre, Digest) else digest(t), events, records,
+                                    self._routes, fatal, errors, joined)
         ok, client = access_outcomes(events)
         if starts_with_rest(t, joined):  # the rest of a record: of the error record that ended the text
             error_type, more = headless(t)  # before (``joined``), else of one whose start was not read

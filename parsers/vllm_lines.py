@@ -9,6 +9,7 @@ newline that begins a line in the scanned text (which starts with a newline).
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 from logmetrics import lazyre
 from logmetrics.events import Event
@@ -89,46 +90,49 @@ def scanned(text: str) -> str:
     return t.replace("\r\n", "\n") if "\r" in t else t
 
 
-def prescan(text: str) -> Counter[tuple[str, ...]]:
-    """The scan ``access_and_errors`` starts with, of a batch's text (``Parser.prescan``): run
-    ahead of the parser where a core is free, as it is the largest part of a batch's reading."""
-    return Counter(P.LINES.findall(scanned(text)))
+class Digest(NamedTuple):
+    """What the access-and-error scan reads of a text, which no parser state changes (``digest``):
+    run ahead of the parser where a core is free (``prescan``), as it is the largest part of a
+    batch's reading. ``access_and_errors`` makes the events of it."""
+
+    access: Counter[str]  # uvicorn access lines by key (``UVICORN_ACCESS``' group)
+    only_access: bool  # every line is one (``matched``: how many)
+    matched: int  # the access lines and the errors counted in ``errors``
+    errors: Counter[str]  # errors by type, but client errors and those of a ``FATAL_TYPES`` kind
+    fatal: list[Fatal]  # the fatal one-line errors, placed by their text (``locate``), in order
+    relocate: bool  # ... or some could not be: placed by a scan of the errors (``error_records``)
+    life: tuple[str, ...]  # the uvicorn lifecycle lines' texts
+    prefixed: bool  # a line holds ``HTTP/`` and no vLLM header: an access line behind a prefix, perhaps
+    multi: bool  # a multi-line error record: every error is counted again, record by record
 
 
-def access_and_errors(t: str, events: list[Event], records: Records, routes: RouteLabels,
-                      fatal: list[Fatal], errors: Counter[str], joined: bool = False,
-                      found: Counter[tuple[str, ...]] | None = None) -> int:
-    """Access lines and errors of ``t``: their events, and how many records they make count.
+def prescan(text: str) -> Digest:
+    """``digest`` of a batch's text (``Parser.prescan``)."""
+    return digest(scanned(text))
 
-    Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
-    the parser to count once per crash (and then to count their records: ``Fatal``). The others
-    are counted by type in ``errors``, for the parser to label with the model. ``found``: what
-    ``prescan`` gave for ``t``'s batch, if it ran.
-    """
-    access: Counter[tuple[str, str, str]] = Counter()
-    final = routes.final
+
+def digest(t: str) -> Digest:
+    """Access lines and errors of ``t``, as far as no parser state decides (``Digest``)."""
     # nothing but access lines, likely (a busy API server): its first and last lines tell at once
     # when not, sparing the two counts
     if t.startswith(ACCESS_START) and t.startswith(ACCESS_START, t.rfind("\n", 0, len(t) - 1)) \
             and t.count(ACCESS_START) == (n_lines := t.count("\n") - 1):
         keys = P.ACCESS.findall(t)  # a simpler scan, with one group, gives the same keys
         if len(keys) == n_lines:
-            for key, n in Counter(keys).items():
-                access[final.get(key) or routes.labels(key)] += n
-            events.extend(_access_events(access))
-            return n_lines
+            return Digest(Counter(keys), True, n_lines, Counter(), [], False, (), False, False)
+    access: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
     lines: dict[str, tuple[str, int]] = {}  # fatal single-line errors: message -> type, how many
+    life: list[str] = []
     matched = 0
     multi = prefixed = False
-    if found is None:
-        found = Counter(P.LINES.findall(t))
-    for (key, source, inside, raw, text, more, life, http), n in found.items():
+    for (key, source, inside, raw, text, more, life_text, http), n in Counter(P.LINES.findall(t)).items():
         if http:
             prefixed = True
-        elif life:
-            records.life.add(life)
+        elif life_text:
+            life.append(life_text)
         elif key:
-            access[final.get(key) or routes.labels(key)] += n
+            access[key] += n
             matched += n
         elif inside or raw or more:
             multi = True
@@ -141,14 +145,37 @@ def access_and_errors(t: str, events: list[Event], records: Records, routes: Rou
             else:
                 errors[kind] += n
                 matched += n
-    if prefixed:  # access lines behind a prefix, perhaps
-        matched += prefixed_access(t, access, routes)
-    if multi:  # a multi-line error record: count every error again, record by record
-        errors.clear()
-        matched = sum(access.values()) + error_records(t, errors, records, fatal, joined)
-    elif lines and not locate(t, lines, fatal):
-        fatal.clear()
-        error_records(t, Counter(), Records(), fatal)
+    fatal: list[Fatal] = []
+    relocate = bool(lines) and not multi and not locate(t, lines, fatal)
+    return Digest(access, False, matched, errors, [] if relocate else fatal, relocate, tuple(life), prefixed, multi)
+
+
+def access_and_errors(t: str, d: Digest, events: list[Event], records: Records, routes: RouteLabels,
+                      fatal: list[Fatal], errors: Counter[str], joined: bool = False) -> int:
+    """The events of the access lines and errors of ``t`` (its ``digest``, ``d``), and how many
+    records they make count.
+
+    Errors of a ``FATAL_TYPES`` kind give no event and no count here: they go to ``fatal``, for
+    the parser to count once per crash (and then to count their records: ``Fatal``). The others
+    are counted by type in ``errors``, for the parser to label with the model.
+    """
+    access: Counter[tuple[str, str, str]] = Counter()
+    final = routes.final
+    for key, n in d.access.items():
+        access[final.get(key) or routes.labels(key)] += n
+    matched = d.matched
+    if not d.only_access:
+        records.life.update(d.life)
+        errors.update(d.errors)
+        if d.prefixed:  # access lines behind a prefix, perhaps
+            matched += prefixed_access(t, access, routes)
+        if d.multi:  # a multi-line error record: count every error again, record by record
+            errors.clear()
+            matched = sum(access.values()) + error_records(t, errors, records, fatal, joined)
+        elif d.relocate:
+            error_records(t, Counter(), Records(), fatal)
+        else:
+            fatal += d.fatal
     events.extend(_access_events(access))
     return matched
 

@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from logmetrics_parsers.vllm_lines import Digest
 
 import logmetrics.app.prescan as prescan_module
 from logmetrics.app.prescan import Prescanner
@@ -99,7 +99,7 @@ def test_a_prescan_child_killed_midway_changes_nothing(tmp_path: Path) -> None:
         scanners[0].close()
     assert "backend_errors_total" in plain
     # a result before the kill; then None for the batch sent before it, and nothing sent after it
-    assert len(taken) == 2 and isinstance(taken[0], Counter) and taken[1] is None
+    assert len(taken) == 2 and isinstance(taken[0], Digest) and taken[1] is None
 
 
 class _Raising(Parser):
@@ -180,3 +180,17 @@ def test_without_a_spare_core_or_enough_bytes_no_child(tmp_path: Path) -> None:
     _, said0 = oneshot(str(log), workers=0, cwd=tmp_path)
     assert "prescans" not in said and "prescans" not in said0
     assert "reading in one process" in said0
+
+
+def test_no_process_to_spare_means_no_prescans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork refused (a process limit): no child, nothing sent, and no descriptor left open."""
+
+    def refused() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    before = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(prescan_module.os, "fork", refused)
+    scanner = Prescanner(discover())
+    assert not scanner.running() and not scanner.send("vllm", "INFO: x\n")
+    scanner.close()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import mmap
 import os
 import pickle
@@ -21,6 +22,8 @@ from collections.abc import Callable, Mapping
 
 from logmetrics.app.workers import end_with_parent
 from logmetrics.plugins import ParserEntry
+
+log = logging.getLogger("logmetrics.app.prescan")
 
 #: The largest text sent, in bytes (UTF-8); a slot's size. Memory is taken only as it is written.
 SLOT_BYTES = 32 << 20
@@ -41,12 +44,22 @@ class Prescanner:
         self._requests = self._results = -1
         if not fns:
             return
-        self._shm = mmap.mmap(-1, 2 * SLOT_BYTES)  # (shared with the child: MAP_SHARED)
-        req_r, self._requests = os.pipe()
-        self._results, res_w = os.pipe()
-        gc.freeze()  # (what the parent made stays in place: a collection in the child copies no page of it)
-        parent = os.getpid()
-        pid = os.fork()
+        fds: list[int] = []
+        try:
+            self._shm = mmap.mmap(-1, 2 * SLOT_BYTES)  # (shared with the child: MAP_SHARED)
+            req_r, self._requests = os.pipe()
+            fds += [req_r, self._requests]
+            self._results, res_w = os.pipe()
+            fds += [self._results, res_w]
+            gc.freeze()  # (what the parent made stays in place: a collection in the child copies no page of it)
+            parent = os.getpid()
+            pid = os.fork()
+        except OSError as exc:  # no descriptor, memory or process to spare: the parsers do it all
+            log.debug("no process for the prescans: %s", exc)
+            for fd in fds:
+                os.close(fd)
+            self._requests = self._results = -1
+            return
         if pid == 0:  # the child: never back into the parent's code
             code = 1
             try:
