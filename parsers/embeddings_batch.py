@@ -37,7 +37,7 @@ TOKENIZATION = "embeddings_tokenization_duration_seconds"
 TEI_RULE = "tei_success"
 #: A duration as ``embeddings_tei.duration`` reads it, in ASCII digits and with no exponent (others go
 #: to ``parse``). Possessive, and the commonest units first: a third of the time of the run scan.
-_DUR = r'"[0-9]++(?:\.[0-9]++)?+(?:ms|s|µs|ns|us|μs|m|h)"'
+_DUR = r'"[0-9]++(?>(?:\.[0-9]++)?)(?:ms|s|µs|ns|us|μs|m|h)"'
 #: A LeapfrogAI line's head up to its message, for levels that do not make it an error record.
 _HEAD = (rf"(?!{EXCEPTION_LINE})[\w.]++: [0-9]{{4}}-[0-9][0-9]-[0-9][0-9] "
          r"[0-9][0-9]:[0-9][0-9]:[0-9][0-9],[0-9]{3} \| (?:INFO|DEBUG|WARNING) \| [^:|\n>]++:[0-9]++ >>> ")
@@ -50,7 +50,7 @@ _BAR = r"Batches: ++[0-9]++%\|[█▏▎▍▌▋▊▉# ]*+\| *+[0-9]++/[0-9]++
 _NAME = "[A-Za-z0-9_]++"
 _TEI = (rf'[0-9]{{4}}-[0-9][0-9]-[0-9][0-9]T[0-9:.,+Z-]++ ++INFO ++{_NAME}\{{'
         rf"total_time={_DUR} tokenization_time={_DUR} queue_time={_DUR} inference_time={_DUR}"
-        rf"\}}: text_embeddings_{_NAME}(?:::{_NAME})*+: (?:[A-Za-z0-9_./-]++:[0-9]++: )?+Success(?![^\n])")
+        rf"\}}: text_embeddings_{_NAME}(?>(?:::{_NAME})*): (?>(?:[A-Za-z0-9_./-]++:[0-9]++: )?)Success(?![^\n])")
 _PAIR = rf"{_HEAD}{_START}\n(?:{_BAR}\n)*{_HEAD}{_DONE}"
 #: In a run of lines the pattern found: each TEI line's durations (number and unit), each
 #: LeapfrogAI line's minute, second, millisecond and (finish lines) embeddings made.

@@ -220,7 +220,7 @@ _CLIENT = (r'(?:[0-9]+\.[0-9][0-9]\.[0-9]{3}\.[0-9]{3} W )?srv +operator\(\): go
 _OTHER = rf"([^\n]*\n(?:\n*{_CONT}[^\n]*\n)*)"
 #: One match per record that counts (the records that say nothing are skipped inside the match).
 SCAN = lazyre.compile(
-    rf"^(?:\n|{_NOOP}{_ENDS})*+(?:(?:{_BLOCK}|{_PREFIXED}|{_CLIENT}){_ENDS}"
+    rf"^(?>(?:\n|{_NOOP}{_ENDS})*)(?:(?:{_BLOCK}|{_PREFIXED}|{_CLIENT}){_ENDS}"
     rf"|{_OTHER}|\Z)",
     re.M,
 )

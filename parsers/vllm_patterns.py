@@ -86,7 +86,7 @@ def _rare(v1_added: bool) -> str:
     if v1_added:
         added += f"|{_after('async_llm', 'Added request')}"
     return (
-        rf"\] (A(?:dded request(?:{added})|borted request(?=(?:\(s\))?( (?:[^\n.]++|\.(?!\n))*+)\.?\n)"
+        rf"\] (A(?:dded request(?:{added})|borted request(?=(?:\(s\))?( (?>(?:[^\n.]++|\.(?!\n))*))\.?\n)"
         r"|syncEngineDeadError)"
         # the engine's death: factored on their common starts
         r"|Engine(?:Core (?:encountered a fatal error|failed to start)| core proc(?= \S+ died unexpectedly)"

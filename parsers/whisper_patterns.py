@@ -168,7 +168,7 @@ _DURATION = r"Processing audio with duration (?:[0-9]++:)?[0-9]{1,2}:[0-9]{2}[.,
 #: LeapfrogAI messages that give nothing.
 _QUIET = r"Updated metadata: \S++|Temperature \S++ is set|Language \S++ is supported|Completed \S++"
 _PAIR = r"Task (?:transcribe|translate) is starting|(?:Transcription|Translation) complete!"
-_LFAI_TAIL = (r": [0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:,[0-9]{3})?+ "
+_LFAI_TAIL = (r": [0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9](?>(?:,[0-9]{3})?) "
               r"\| (?:INFO|DEBUG|WARNING) \| [\w.-]++:[0-9]++ >>> ")
 _PY_HEAD = r"(?:INFO|DEBUG|WARNING):faster_whisper:"
 
