@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import ClassVar
@@ -189,8 +190,52 @@ def test_no_process_to_spare_means_no_prescans(monkeypatch: pytest.MonkeyPatch) 
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     before = len(os.listdir("/proc/self/fd"))
-    monkeypatch.setattr(prescan_module.os, "fork", refused)
+    monkeypatch.setattr(os, "fork", refused)
     scanner = Prescanner(discover())
     assert not scanner.running() and not scanner.send("vllm", "INFO: x\n")
     scanner.close()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+class _Odd(Parser):
+    """A parser whose prescan hangs on ``hang``, prints on ``print`` and raises on ``boom``."""
+
+    name: ClassVar[str] = "odd"
+
+    @staticmethod
+    def prescan(t: str) -> object:
+        """The number of lines, after what the text asks for."""
+        if "hang" in t:
+            time.sleep(60)
+        if "print" in t:
+            print("PRINTED BY A PRESCAN", flush=True)
+        if "boom" in t:
+            raise ValueError("boom")
+        return t.count("\n")
+
+    def parse_batch(self, batch: Batch) -> tuple[list[Event], int]:
+        """Nothing counted."""
+        return [], 0
+
+
+def test_a_prescan_that_prints_raises_or_hangs_neither_corrupts_nor_hangs_the_run(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """What a prescan prints goes to stderr, not to the run's output; one that raises is said once
+    (per parser); one that hangs is stopped after ``ANSWER_SECONDS``, said, and nothing more is sent."""
+    monkeypatch.setattr(prescan_module, "ANSWER_SECONDS", 0.5)
+    scanner = Prescanner({"odd": validate(_Odd, "test")})
+    try:
+        got = []
+        for t in ("print\n", "boom\n", "boom\n", "a\nb\n", "hang\n", "c\n"):
+            assert scanner.send("odd", t) == scanner.running()
+            got.append(scanner.take())
+        began = time.monotonic()
+    finally:
+        scanner.close()
+    assert time.monotonic() - began < 5  # (close stops a child that hangs: it does not wait for it)
+    assert got == [1, None, None, 2, None, None] and not scanner.running()
+    out, err = capfd.readouterr()
+    assert "PRINTED BY A PRESCAN" in err and "PRINTED" not in out
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("its prescan failed (ValueError: boom)" in m for m in said) == 1
+    assert any("did not answer in 0.5 s" in m for m in said)

@@ -530,6 +530,33 @@ def test_oneshot_unreadable_named_file_exits_2(shared_dir: Path) -> None:
     assert total(parse(proc.stdout), "logmetrics_lines_read_total") == 1
 
 
+_NO_DESCRIPTOR = """
+import errno, os, sys
+from logmetrics.cli.main import main
+real = os.open
+def refused(path, flags, *args, **kwargs):  # every descriptor in use, as under a tiny ulimit -n
+    if str(path).endswith("starved.log"):
+        raise OSError(errno.EMFILE, "Too many open files")
+    return real(path, flags, *args, **kwargs)
+os.open = refused
+main(sys.argv[1:])
+"""
+
+
+def test_oneshot_file_that_never_gets_a_descriptor_exits_2(tmp_path: Path) -> None:
+    """A file that no descriptor was ever free for is not read: --oneshot says so and exits 2,
+    with what the other files held printed (it printed nothing and exited 0)."""
+    ok, starved = tmp_path / "vllm.log", tmp_path / "starved.log"
+    ok.write_text(access_line(1))
+    starved.write_text(access_line(2))
+    proc = subprocess.run([sys.executable, "-c", _NO_DESCRIPTOR, "watch", "--oneshot", "--workers", "1", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"logmetrics: error: cannot read {starved}: no file descriptor is left for it "
+                                  "(the open-file limit, ulimit -n, is "), proc.stderr
+    assert total(parse(proc.stdout), "logmetrics_lines_read_total") == 1
+
+
 _LATER_READABLE = """
 import json, os, sys
 from logmetrics.sources.chunks import SourceStats

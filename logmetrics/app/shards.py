@@ -121,23 +121,29 @@ def run(opts: Options, entries: dict[str, ParserEntry], workers: int,
         runner.close()
         if progress is not None:
             progress.others = None  # (what the workers read is read again)
-    prescanner = None
-    if _prescans_pay(opts, workers):
-        from logmetrics.app.prescan import Prescanner  # (only where it runs: its imports cost start-up)
-
-        prescanner = Prescanner(entries)
-    if prescanner is not None and prescanner.running():
-        log.info("the parsers' prescans in a second process")
-    runner = Runner(opts, entries)
-    if prescanner is not None:
-        runner.engine.applier.ahead = Ahead(prescanner)
-    try:
-        runner.drain(progress)
-    finally:
-        runner.engine.applier.ahead = None
-        if prescanner is not None:
-            prescanner.close()
+    runner = _one_process(opts, entries, workers, progress)
     return runner, _failed(runner)
+
+
+def _one_process(opts: Options, entries: dict[str, ParserEntry], workers: int, progress: Progress | None) -> Runner:
+    """Every input read in this process; the parsers' prescans in a child, where it pays."""
+    if not _prescans_pay(opts, workers):
+        runner = Runner(opts, entries)
+        runner.drain(progress)
+        return runner
+    from logmetrics.app.prescan import Prescanner  # (only where it runs: its imports cost start-up)
+
+    prescanner = Prescanner(entries)  # (forked before the runner opens a file)
+    try:
+        runner = Runner(opts, entries)
+        if prescanner.running():
+            log.info("the parsers' prescans in a second process")
+            runner.engine.applier.ahead = Ahead(prescanner)
+        runner.drain(progress)
+        runner.engine.applier.ahead = None  # (drained: nothing is kept)
+        return runner
+    finally:
+        prescanner.close()
 
 
 def _prescans_pay(opts: Options, workers: int) -> bool:
@@ -163,7 +169,9 @@ def _first(opts: Options, entries: dict[str, ParserEntry], progress: Progress | 
 
 
 def _failed(runner: Runner) -> list[str]:
-    failed = runner.tailer.failed_args() if runner.tailer is not None else []
+    """The inputs that could not be read, each as a one-line message: PATH arguments, and files
+    that never had a descriptor."""
+    failed = runner.tailer.failed_args() + runner.tailer.starved() if runner.tailer is not None else []
     if runner.stdin is not None and runner.stdin.failure is not None:
         failed.append(runner.stdin.failure)
     return failed

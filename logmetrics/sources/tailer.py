@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import resource
 import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -294,6 +295,14 @@ class FileTailer:
         """The PATH arguments that could not be read, each as a one-line message."""
         return [f"cannot read {path}: {reason}" for path, reason in self._reported.items()
                 if os.path.normpath(path) in self._args]
+
+    def starved(self) -> list[str]:
+        """The files that found no descriptor in the last pass (after the files read to their end
+        were closed for room), each as a one-line message: where no more can be opened, what
+        they hold is never read."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return [f"cannot read {path}: no file descriptor is left for it (the open-file limit, ulimit -n, is {soft})"
+                for path in sorted(self._followed.waiting)]
 
     def _walk_error(self, err: OSError) -> None:
         if out_of_descriptors(err):
