@@ -143,16 +143,10 @@ class Prescanner:
     def _read(self, size: int) -> bytes:
         """Exactly ``size`` bytes of the results; TimeoutError if they do not come in time, EOFError
         if the child ended."""
-        parts: list[bytes] = []
-        while size:
-            if not select.select([self._results], [], [], ANSWER_SECONDS)[0]:
-                raise TimeoutError
-            part = os.read(self._results, min(size, 1 << 20))
-            if not part:
-                raise EOFError
-            parts.append(part)
-            size -= len(part)
-        return b"".join(parts)
+        data = _read_all(self._results, size, ANSWER_SECONDS)
+        if data is None:
+            raise EOFError
+        return data
 
     def _lost(self, why: str) -> None:
         """The child failed: said once, stopped, and sent nothing more."""
@@ -190,10 +184,13 @@ def _serve(fns: list[Callable[..., object]], shm: mmap.mmap, requests: int, resu
             view = view[os.write(results, view):]
 
 
-def _read_all(fd: int, size: int) -> bytes | None:
-    """Exactly ``size`` bytes from ``fd``; None at its end."""
+def _read_all(fd: int, size: int, wait: float | None = None) -> bytes | None:
+    """Exactly ``size`` bytes from ``fd``; None at its end; TimeoutError if none come for ``wait``
+    seconds (None: no limit)."""
     parts: list[bytes] = []
     while size:
+        if wait is not None and not select.select([fd], [], [], wait)[0]:
+            raise TimeoutError
         part = os.read(fd, min(size, 1 << 20))
         if not part:
             return None
