@@ -254,3 +254,24 @@ def test_a_backend_that_stops_zeroes_its_own_gauges_only() -> None:
     store.apply([Event("llm_requests_running", ("m",), 5), Event("backend_ready", ("m",), 0)], "vllm", "a.log")
     running = {k[1][1]: v for k, v in store.gauges.items() if k[0] == "llm_requests_running"}
     assert running == {"a.log": 0.0, "b.log": 3.0}
+
+
+def test_a_kept_order_takes_new_series_in_place_and_drops_gone_ones() -> None:
+    """Scrape after scrape, with series added (a few, then more than are put in place one by one)
+    and a source expired, the served text is prometheus_client's for the same samples."""
+    from prometheus_client import generate_latest
+
+    store = Store()
+    reg = make_registry(store)
+    steps = [[("m", "b")], [("a", "a"), ("z", "c")], [(f"m{i:03d}", f"s{i % 7}") for i in range(150, 0, -1)],
+             [("b", "s3")], []]
+    for i, step in enumerate(steps):
+        for model, source in step:
+            store.apply([Event("llm_prompt_tokens_total", (model,), 1),
+                         Event("llm_request_duration_seconds", (model,), 0.5)], "vllm", source)
+        if i == 4:
+            assert store.expire(["s3"])
+        body, _ = render(reg, "")
+        assert body == generate_latest(reg)
+        assert body.count(b"llm_prompt_tokens_total{") == len({k for k in store.snapshot().counters
+                                                               if k[0] == "llm_prompt_tokens_total"})

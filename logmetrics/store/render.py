@@ -10,8 +10,10 @@ loading it and the HTTP modules it brings (a sixth of the start-up). The registr
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Callable
 from itertools import accumulate
+from operator import itemgetter
 
 from logmetrics.store.catalog import COMMON_LABELS, SELF_BY_NAME, SELF_FAMILIES, Family
 from logmetrics.store.store import Store
@@ -19,6 +21,8 @@ from logmetrics.store.values import Key, Snapshot
 
 # Samples computed at scrape time (tailer gauges, process metrics): (family, label values, value).
 ExtraSource = Callable[[], list[tuple[str, tuple[str, ...], float]]]
+#: Series new to a family at one scrape that are put in place one by one; more sort the family anew.
+INSERT_MAX = 64
 
 
 def go_float(value: float) -> str:
@@ -87,19 +91,24 @@ class Renderer:
         self._orders: dict[str, tuple[frozenset[Key], list[tuple[Key, tuple[str, ...]]]]] = {}
 
     def _order(self, fam: Family, own: bool, keys: list[Key]) -> list[tuple[Key, tuple[str, ...]]]:
-        """A family's series in prometheus_client's order, with their line prefixes."""
+        """A family's series in prometheus_client's order, with their line prefixes. Series new
+        since the last scrape are put in their places in the order kept; one gone sorts anew."""
         cached = self._orders.get(fam.name)
-        if cached is not None and len(cached[1]) == len(keys) and cached[0].issuperset(keys):
-            return cached[1]
+        if cached is not None:
+            have, kept = cached
+            if len(kept) == len(keys) and have.issuperset(keys):
+                return kept
+            new = [key for key in keys if key not in have]
+            if len(kept) + len(new) == len(keys) and len(new) <= INSERT_MAX:  # only added, and few
+                order = kept.copy()  # (a render on another thread may be reading the kept one)
+                names = label_names(fam, own)
+                for key in new:
+                    insort(order, (key, _prefixes(fam, names, key)), key=itemgetter(0))
+                self._orders[fam.name] = (have.union(new), order)
+                return order
         known = dict(cached[1]) if cached is not None else {}
         names = label_names(fam, own)
-        order = []
-        for key in sorted(keys):
-            pre = known.get(key)
-            if pre is None:
-                pre = (_histogram_prefixes(fam, names, key[1]) if fam.kind == "histogram"
-                       else (fam.name + _labels(names, key[1]) + " ",))
-            order.append((key, pre))
+        order = [(key, known.get(key) or _prefixes(fam, names, key)) for key in sorted(keys)]
         self._orders[fam.name] = (frozenset(keys), order)  # a race with another render stores the same
         return order
 
@@ -150,6 +159,13 @@ def _labels(names: list[str], values: tuple[str, ...], extra: tuple[str, str] | 
     if not pairs:
         return ""
     return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in sorted(pairs)) + "}"
+
+
+def _prefixes(fam: Family, names: list[str], key: Key) -> tuple[str, ...]:
+    """The line prefixes of a series: one for a counter or gauge, those of ``_histogram_prefixes``."""
+    if fam.kind == "histogram":
+        return _histogram_prefixes(fam, names, key[1])
+    return (fam.name + _labels(names, key[1]) + " ",)
 
 
 def _histogram_prefixes(fam: Family, names: list[str], values: tuple[str, ...]) -> tuple[str, ...]:
