@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from logmetrics.sources import discovery, notify
 from logmetrics.sources import tailer as sources
@@ -223,3 +225,74 @@ def test_writes_to_files_in_turn_name_each_file_once(tmp_path: Path) -> None:
         assert w.changes() == Changes(frozenset(), False)
     finally:
         w.stop()
+
+
+def _event(wd: int, mask: int, cookie: int, name: bytes, size: int) -> bytes:
+    """One ``struct inotify_event`` as the kernel writes it: the name NUL-padded to ``size`` bytes."""
+    return notify.EVENT_HEAD.pack(wd, mask, cookie, size) + name.ljust(size, b"\0")
+
+
+def _events_one_by_one(data: bytes) -> tuple[set[tuple[int, bytes]], list[notify.Event]]:
+    """The events of ``data`` read one after the other, as the man page describes them."""
+    writes: set[tuple[int, bytes]] = set()
+    other: list[notify.Event] = []
+    pos = 0
+    while pos < len(data):
+        wd, mask, cookie, size = notify.EVENT_HEAD.unpack_from(data, pos)
+        name = data[pos + 16:pos + 16 + size].split(b"\0", 1)[0]
+        pos += 16 + size
+        if mask == notify.IN_MODIFY:
+            writes.add((wd, name))
+        else:
+            other.append((wd, mask, cookie, os.fsdecode(name)))
+    return writes, other
+
+
+NAME = st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b"\0", b"\x02").replace(b"/", b"\x10"))
+
+
+@st.composite
+def event_reads(draw: st.DrawFn) -> bytes:
+    """What one read(2) of an inotify descriptor may give: often only writes with names of one
+    padded size (the case cut apart by slicing), names holding the bytes of an event's head."""
+    uniform = draw(st.booleans())
+    size = draw(st.sampled_from([16, 32, 48]))
+    events = []
+    for _ in range(draw(st.integers(1, 30))):
+        name = draw(NAME)[:size - 1]
+        if uniform:
+            events.append(_event(draw(st.integers(1, 3)), notify.IN_MODIFY, 0, name, size))
+        else:
+            mask = draw(st.sampled_from([notify.IN_MODIFY, notify.IN_CREATE, notify.IN_MOVED_TO,
+                                         notify.IN_Q_OVERFLOW]))
+            cookie = draw(st.sampled_from([0, 0, 7])) if mask != notify.IN_MODIFY else 0
+            own = draw(st.sampled_from([16, 32, 48, 64]))
+            events.append(_event(draw(st.integers(-1, 3)), mask, cookie, name[:own - 1], own))
+    return b"".join(events)
+
+
+@given(event_reads())
+@settings(max_examples=300, deadline=None)
+def test_events_cut_apart_at_once_are_those_read_one_by_one(data: bytes) -> None:
+    """Whether a read is cut apart by slicing (only writes, of one size) or read event by event,
+    the files written and the other events are those of the events read one after the other."""
+    modified: set[bytes] = set()
+    other: list[notify.Event] = []
+    notify.take_events(data, modified, other)
+    writes = {(notify.EVENT_HEAD.unpack_from(e)[0], e[16:].split(b"\0", 1)[0]) for e in modified}
+    assert (writes, other) == _events_one_by_one(data)
+
+
+def test_a_name_that_holds_an_event_head_does_not_cut_events_apart_wrongly() -> None:
+    """Writes of two sizes whose bytes add up to a whole number of the first one's, with names
+    ending in a write's mask (then padding) just where cuts by the first size would look for an
+    event's mask and cookie: each event is still read whole (the sizes are checked too)."""
+    fake = b"y" * 20 + b"\x02"  # 36 bytes into its event: 4 into the slot a cut every 32 bytes makes
+    other = b"abcd\x02"  # 20 bytes into its event: 4 into the next such slot
+    data = (_event(1, notify.IN_MODIFY, 0, b"a.log", 16) + _event(1, notify.IN_MODIFY, 0, fake, 32)
+            + _event(2, notify.IN_MODIFY, 0, other, 32) + _event(3, notify.IN_MODIFY, 0, b"c.log", 16))
+    assert len(data) % 32 == 0
+    modified: set[bytes] = set()
+    notify.take_events(data, modified, [])
+    assert {(notify.EVENT_HEAD.unpack_from(e)[0], e[16:].split(b"\0", 1)[0]) for e in modified} == \
+        _events_one_by_one(data)[0] == {(1, b"a.log"), (1, fake), (2, other), (3, b"c.log")}

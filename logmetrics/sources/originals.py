@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import lru_cache
 
 from logmetrics.sources.copies import (
     Cut,
@@ -26,6 +27,13 @@ from logmetrics.sources.copies import (
 )
 from logmetrics.sources.followed import Followed, ident_at
 from logmetrics.sources.tailfile import TailFile, read_head
+
+
+@lru_cache(maxsize=4096)
+def original_names(path: str) -> frozenset[str]:
+    """The names of the files ``path`` is named like a rotated copy of: a pure function of the
+    path, asked for every busy file at every pass, so answered once per path."""
+    return frozenset(os.path.basename(o) for o in originals(path))
 
 
 def _stream(f: TailFile) -> str:
@@ -46,7 +54,7 @@ class Originals:
         """The followed files of the streams that ``path`` is named like a rotated copy of, those in
         its directory first, in the order they were followed: looked up by name in an index made
         once a listing (each new file would compare its name with every followed one's otherwise)."""
-        names = {os.path.basename(o) for o in originals(path)}
+        names = original_names(path)
         if not names:
             return []
         index = self.followed.name_index
@@ -55,6 +63,8 @@ class Originals:
             for f in self.followed.files.values():
                 index.setdefault(os.path.basename(f.stream), []).append(f)
         found = [f for name in names for f in index.get(name, ()) if self.followed.files.get(f.ident) is f]
+        if not found:
+            return found
         found.sort(key=_seq)
         return nearest_first(path, found, _stream)
 
