@@ -159,9 +159,21 @@ class Tool:
         self.conn = Conn(self.port)
 
     def cpu(self) -> float:
-        """CPU seconds (user + system, every thread) so far, from /proc."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        """CPU seconds (user + system, every thread) so far, from /proc: the process', its child
+        processes' now (logmetrics' prescans, say) and those of the children it waited for."""
+        pid = self.proc.pid
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:  # (no such file without CONFIG_PROC_CHILDREN)
+            children = []
+        total = 0
+        for i, p in enumerate([str(pid), *children]):
+            try:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # a child just ended: its time is its parent's once waited for
+                continue
+            total += sum(int(x) for x in fields[11:15 if i == 0 else 13])
+        return total / TICK
 
     def rss_mib(self) -> float:
         """Peak resident set size (VmHWM) in MiB."""

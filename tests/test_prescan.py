@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from logmetrics_parsers.vllm_lines import Digest
 
 import logmetrics.app.prescan as prescan_module
 from logmetrics.app.prescan import Prescanner
+from logmetrics.app.watch import LIVE_PRESCAN_CHARS
 from logmetrics.engine.ahead import Ahead
 from logmetrics.engine.engine import Engine
 from logmetrics.engine.streams import Stream
@@ -26,6 +28,7 @@ from logmetrics.records import Batch, Record
 from logmetrics.sources.chunks import Chunk
 from logmetrics.store.render import StoreView, text
 from logmetrics.store.store import Store
+from tests.helpers import Samples, Server, total
 from tests.test_shards import RUN_TIMES, oneshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,3 +242,49 @@ def test_a_prescan_that_prints_raises_or_hangs_neither_corrupts_nor_hangs_the_ru
     said = [r.getMessage() for r in caplog.records]
     assert sum("its prescan failed (ValueError: boom)" in m for m in said) == 1
     assert any("did not answer in 0.5 s" in m for m in said)
+
+
+def _served_after(logs: Path, data: bytes, cpus: set[int] | None) -> tuple[Samples, str, float]:
+    """``data`` appended at once to a file followed by a serving ``watch`` (on ``cpus`` only, if
+    given): its catalog series once every line is parsed, what it said on stderr, and the CPU
+    seconds its child processes took."""
+    log = logs / "vllm.log"
+    log.write_bytes(b"")
+    lines = data.count(b"\n")
+    server = Server("--parser", "vllm", str(logs), global_args=["-v"],
+                    preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
+    try:
+        with open(log, "ab") as f:
+            f.write(data)
+
+        def parsed(s: Samples) -> bool:
+            return total(s, "logmetrics_lines_matched_total") + total(s, "logmetrics_lines_unmatched_total") == lines
+
+        got = server.wait_for(parsed, timeout=120)
+        pid = server.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ticks = sum(sum(map(int, Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[11:13]))
+                    for c in children)
+    finally:
+        server.stop()
+    assert server.proc.stderr is not None
+    said = "".join(server.startup) + server.proc.stderr.read().decode(errors="replace")
+    return ({k: v for k, v in got.items() if not k[0].startswith("logmetrics_")}, said,
+            ticks / os.sysconf("SC_CLK_TCK"))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the child runs only with a core to spare")
+def test_a_burst_served_with_prescans_shows_what_one_core_shows(tmp_path: Path) -> None:
+    """8 MB of the mixed vLLM corpus appended at once to a followed file: read in batches of
+    megabytes, prescanned in a child while serving, every catalog series is what a run held to one
+    core (no child) shows."""
+    data = corpus(tmp_path / "mixed.log", 60_000).read_bytes()
+    assert len(data) > 2 * LIVE_PRESCAN_CHARS
+    logs = tmp_path / "logs"  # (the same source label in both runs)
+    logs.mkdir()
+    two, said, child_cpu = _served_after(logs, data, None)
+    assert "prescans of large batches in a second process" in said and child_cpu > 0.0  # (it scanned)
+    one, said, child_cpu = _served_after(logs, data, {min(os.sched_getaffinity(0))})
+    assert "second process" not in said and child_cpu == 0.0
+    assert two.keys() == one.keys() and len(two) > 30
+    assert all(math.isclose(two[k], one[k], rel_tol=1e-9) for k in two)

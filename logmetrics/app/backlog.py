@@ -30,17 +30,20 @@ SCRAPE_BYTES = DEFER_BYTES  # a scrape parses at most about this much (more, rea
 class Backlog:
     """Chunks kept for ``feed``, per stream in the order of their reads."""
 
-    __slots__ = ("_chunks", "_clock", "_feed", "_full", "_read", "_scraped", "_since", "_size", "_sizes", "_wake",
-                 "lock", "reading", "reads")
+    __slots__ = ("_chunks", "_clock", "_feed", "_full", "_read", "_scraped", "_settle", "_since", "_size", "_sizes",
+                 "_wake", "lock", "reading", "reads")
 
     def __init__(self, feed: Callable[[Chunk], None], wake: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, read: Callable[[], bool] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, read: Callable[[], bool] | None = None,
+                 settle: Callable[[], None] | None = None) -> None:
         self.lock = threading.RLock()
         #: chunks kept so far: a scrape that finds it moved renders afresh (its store may move)
         self.reads = 0
         self._feed = feed
         self._wake = wake  # the poll loop's: a scrape parsed the backlog it did not read to the end
         self._read = read  # a pass over the sources that puts what it reads here (lock held): whether it ran
+        # parses what the feeds left for later (a batch kept for its prescan): before a scrape shows the store
+        self._settle = settle
         #: a scrape reads the sources first (set by the poll loop, where ``read`` is given: not before
         #: its first pass, nor while the files are read behind their writers): what it shows may
         #: have moved since the last scrape
@@ -104,6 +107,8 @@ class Backlog:
                 self.flush()
                 # Read by a pass of the poll loop, not this one: the poll loop reads on at once.
                 self._scraped = wake = not read
+            if self._settle is not None:
+                self._settle()
         finally:
             self.lock.release()
         if wake and self._wake is not None:

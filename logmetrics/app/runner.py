@@ -157,7 +157,8 @@ class Runner:
         self.web: LiveWebConfig | None = None  # set by run() when serving with --web-config
         self.waker = Waker()
         # chunks read and not parsed yet, while following; a scrape reads before it parses them
-        self.backlog = Backlog(self.engine.feed, self.waker.wake, read=self._read_for_scrape)
+        self.backlog = Backlog(self.engine.feed, self.waker.wake, read=self._read_for_scrape,
+                               settle=self.engine.applier.settle)
         self.deferring = False
         self.stop = threading.Event()
         self._polled_at = time.time()

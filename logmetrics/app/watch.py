@@ -9,18 +9,42 @@ import signal
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from logmetrics.app import shards
 from logmetrics.app.options import Options
 from logmetrics.app.progress import Progress
 from logmetrics.app.runner import Runner, settle_collector, tune_allocator
+from logmetrics.app.workers import cores
+from logmetrics.engine.ahead import Ahead
 from logmetrics.errors import StateNotSaved, UserError
 from logmetrics.plugins import ParserEntry
 from logmetrics.sources.descriptors import low_limit_warning, raise_open_file_limit
 from logmetrics.sources.discovery import left_out
 from logmetrics.store.render import text
 
+if TYPE_CHECKING:
+    from logmetrics.app.prescan import Prescanner
+
 log = logging.getLogger(__name__)
+
+#: While serving, batches of this many characters or more (a backlog being read, a burst) are
+#: prescanned in a second process; live tailing's batches, far smaller, are parsed at once.
+LIVE_PRESCAN_CHARS = 1 << 20
+
+
+def live_prescans(opts: Options, entries: dict[str, ParserEntry]) -> Prescanner | None:
+    """The parsers' prescans in a child for a serving ``watch`` (started before its runner opens a
+    file), with a core to spare and no ``--state-file`` (its passes are parsed and committed at once)."""
+    if opts.state_file is not None or cores() < 2:
+        return None
+    from logmetrics.app.prescan import Prescanner  # (its imports cost start-up: only where it runs)
+
+    prescanner = Prescanner(entries)
+    if prescanner.running():
+        return prescanner
+    prescanner.close()
+    return None
 
 
 def _say(line: str) -> None:
@@ -52,7 +76,16 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
         if failed:  # what could be read is printed; a named input that could not be read fails the run
             raise UserError("; ".join(dict.fromkeys(failed)))
         return
-    runner = Runner(opts, entries, reloader)
+    prescanner = live_prescans(opts, entries)
+    try:
+        runner = Runner(opts, entries, reloader)
+    except BaseException:
+        if prescanner is not None:
+            prescanner.close()
+        raise
+    if prescanner is not None:
+        log.info("the parsers' prescans of large batches in a second process")
+        runner.engine.applier.ahead = Ahead(prescanner, least=LIVE_PRESCAN_CHARS)
     try:
         host, port = opts.listen
         from logmetrics.serve.server import MetricsServer  # not needed by --oneshot
@@ -98,3 +131,5 @@ def run(opts: Options, entries: dict[str, ParserEntry], reloader: Callable[[], O
                                 f"counted since its last good save is not kept")
     finally:
         runner.close()
+        if prescanner is not None:
+            prescanner.close()

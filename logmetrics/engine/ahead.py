@@ -28,12 +28,15 @@ class Prescans(Protocol):
 
 
 class Ahead:
-    """The batch kept for its turn (one at most), and whether its prescan was sent."""
+    """The batch kept for its turn (one at most), and whether its prescan was sent. Batches of
+    fewer than ``least`` characters are not kept: the engine parses them at once, after the one kept
+    (where a prescan costs more than it saves, as the small batches of live tailing)."""
 
-    __slots__ = ("_kept", "prescans")
+    __slots__ = ("_kept", "least", "prescans")
 
-    def __init__(self, prescans: Prescans) -> None:
+    def __init__(self, prescans: Prescans, least: int = 0) -> None:
         self.prescans = prescans
+        self.least = least
         self._kept: tuple[Stream, Batch, bool] | None = None
 
     def __bool__(self) -> bool:

@@ -230,11 +230,14 @@ class Applier:
         if not text or parser is None:
             return
         batch = Batch(stream.source, text, stream.time, lines)
-        if self.ahead is not None:  # parsed one behind, its prescan run meanwhile
-            kept = self.ahead.put(stream, batch, type(parser).prescan is not None)
-            if kept is None:
-                return
-            stream, batch = kept
+        if self.ahead is not None:
+            if len(text) < self.ahead.least:
+                self.settle()  # parsed at once, after the batch kept
+            else:  # parsed one behind, its prescan run meanwhile
+                kept = self.ahead.put(stream, batch, type(parser).prescan is not None)
+                if kept is None:
+                    return
+                stream, batch = kept
         self._parse(stream, batch)
 
     def settle(self) -> None:
