@@ -333,3 +333,14 @@ def test_oneshot_with_globs_that_leave_out_every_file_says_so(vllm_log: Path) ->
     line = one_error_line(run("watch", "--oneshot", str(vllm_log.parent), "--include", "nomatch*"))
     assert line == (f"logmetrics: error: no log file found in {vllm_log.parent} "
                     "(the include and exclude globs leave out every one)")
+
+
+def test_a_file_name_holding_a_newline_keeps_each_log_record_on_one_line(tmp_path: Path) -> None:
+    """``-v`` names each stream in a log record; a file name with a newline or a control character
+    in it is written escaped, so that every stderr line is a whole record."""
+    (tmp_path / "new\nline\x1b[31m.log").write_text(ACCESS.format(port=1) + "\n")
+    run = subprocess.run([sys.executable, "-m", "logmetrics", "-v", "watch", "--oneshot", str(tmp_path)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert run.returncode == 0, run.stderr
+    assert "new\\nline\\x1b[31m.log" in run.stderr
+    assert all(line.startswith("logmetrics: ") for line in run.stderr.splitlines()), run.stderr

@@ -288,3 +288,38 @@ def test_a_burst_served_with_prescans_shows_what_one_core_shows(tmp_path: Path) 
     assert "second process" not in said and child_cpu == 0.0
     assert two.keys() == one.keys() and len(two) > 30
     assert all(math.isclose(two[k], one[k], rel_tol=1e-9) for k in two)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the child runs only with a core to spare")
+def test_a_stop_sent_to_the_whole_group_during_a_burst_is_no_failure(tmp_path: Path) -> None:
+    """SIGTERM to the process group (a Ctrl-C, systemd's stop) while the child scans a burst: the
+    run stops cleanly, and the child, which leaves signals to its parent, is not said to have failed."""
+    data = corpus(tmp_path / "mixed.log", 60_000).read_bytes()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "vllm.log").write_bytes(b"")
+    server = Server("--parser", "vllm", str(logs), preexec_fn=os.setsid)
+    try:
+        with open(logs / "vllm.log", "ab") as f:
+            f.write(data * 3)
+        server.wait_for(lambda s: total(s, "logmetrics_lines_read_total") > 0, timeout=60)
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.stop()
+    assert server.proc.stderr is not None
+    said = server.proc.stderr.read().decode(errors="replace")
+    assert "Traceback" not in said and "prescans is stopped" not in said, said
+
+
+def test_without_a_child_while_serving_v_says_why(tmp_path: Path) -> None:
+    """A serving ``watch`` with ``--state-file`` parses every pass at once, without the prescans'
+    child, and ``-v`` says so."""
+    (tmp_path / "vllm.log").write_bytes(b"")
+    server = Server("--parser", "vllm", str(tmp_path / "vllm.log"), "--state-file", str(tmp_path / "state.db"),
+                    global_args=["-v"])
+    try:
+        said = "".join(server.startup)
+    finally:
+        server.stop()
+    assert "the parsers' prescans in this process: with --state-file" in said, said

@@ -48,7 +48,9 @@ class Prescanner:
     """A child process that runs the prescans of ``entries`` on the texts it is sent, in order
     (the engine's ``logmetrics.engine.ahead.Prescans``)."""
 
-    def __init__(self, entries: Mapping[str, ParserEntry]) -> None:
+    def __init__(self, entries: Mapping[str, ParserEntry], answer_seconds: float | None = None) -> None:
+        #: how long a result may take (``ANSWER_SECONDS`` unless given): then the child is stopped
+        self.answer_seconds = ANSWER_SECONDS if answer_seconds is None else answer_seconds
         fns = {name: e.cls.prescan for name, e in entries.items() if e.cls.prescan is not None}
         self._index = {name: i for i, name in enumerate(fns)}
         self._sent = 0
@@ -57,7 +59,11 @@ class Prescanner:
         self._pid = -1
         self._requests = self._results = -1
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if not fns or 0 <= soft < MIN_OPEN_FILES:
+        if not fns:
+            return
+        if 0 <= soft < MIN_OPEN_FILES:
+            log.info("no process for the parsers' prescans: the open-file limit (%d) is below %d", soft,
+                     MIN_OPEN_FILES)
             return
         fds: list[int] = []
         try:
@@ -81,7 +87,10 @@ class Prescanner:
                 os.close(self._requests)
                 os.close(self._results)
                 end_with_parent(parent)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C is the parent's to handle)
+                for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    # (the parent's to handle, sent to the whole process group by a Ctrl-C or
+                    # systemd's stop: the parent stops the child, or the child ends with it)
+                    signal.signal(signum, signal.SIG_IGN)
                 os.dup2(2, 1)  # what a prescan prints is no metric
                 sys.stdout = sys.stderr
                 _serve(list(fns.values()), self._shm, req_r, res_w)
@@ -133,7 +142,7 @@ class Prescanner:
                 return None
             return pickle.loads(self._read(size))
         except TimeoutError:
-            self._lost(f"it did not answer in {ANSWER_SECONDS:g} s")
+            self._lost(f"it did not answer in {self.answer_seconds:g} s")
         except EOFError:
             self._lost("it ended")
         except (OSError, pickle.UnpicklingError, ValueError) as exc:
@@ -143,7 +152,7 @@ class Prescanner:
     def _read(self, size: int) -> bytes:
         """Exactly ``size`` bytes of the results; TimeoutError if they do not come in time, EOFError
         if the child ended."""
-        data = _read_all(self._results, size, ANSWER_SECONDS)
+        data = _read_all(self._results, size, self.answer_seconds)
         if data is None:
             raise EOFError
         return data

@@ -31,16 +31,22 @@ log = logging.getLogger(__name__)
 #: While serving, batches of this many characters or more (a backlog being read, a burst) are
 #: prescanned in a second process; live tailing's batches, far smaller, are parsed at once.
 LIVE_PRESCAN_CHARS = 1 << 20
+#: While serving, a prescan's result that has not come within this many seconds (a child stopped,
+#: a prescan that hangs) stops the child: the engine, and every file with it, waits no longer.
+LIVE_ANSWER_SECONDS = 2.0
 
 
 def live_prescans(opts: Options, entries: dict[str, ParserEntry]) -> Prescanner | None:
     """The parsers' prescans in a child for a serving ``watch`` (started before its runner opens a
     file), with a core to spare and no ``--state-file`` (its passes are parsed and committed at once)."""
     if opts.state_file is not None or cores() < 2:
+        log.info("the parsers' prescans in this process: %s",
+                 "with --state-file, every pass is parsed at once" if opts.state_file is not None
+                 else "no second core")
         return None
     from logmetrics.app.prescan import Prescanner  # (its imports cost start-up: only where it runs)
 
-    prescanner = Prescanner(entries)
+    prescanner = Prescanner(entries, answer_seconds=LIVE_ANSWER_SECONDS)
     if prescanner.running():
         return prescanner
     prescanner.close()

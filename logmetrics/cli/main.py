@@ -20,6 +20,20 @@ from logmetrics.cli.report import report
 from logmetrics.cli.watch import watch
 from logmetrics.errors import EXIT_STATE_NOT_SAVED, StateNotSaved, UserError
 
+#: Control characters as a log line writes them (a tab stays a tab): escaped, as stderr escapes
+#: what is not UTF-8.
+ESCAPES = {c: ("\\n" if c == 10 else "\\r" if c == 13 else f"\\x{c:02x}") for c in [*range(32), 127] if c != 9}
+
+
+class OneLine(logging.Formatter):
+    """Each record on its own line: a control character in the message (from a file name holding
+    a newline, say) is written as an escape. What follows the message (a traceback, with -vv)
+    keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = record.message.translate(ESCAPES)
+        return super().formatMessage(record)
+
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="logmetrics")
@@ -33,7 +47,9 @@ def cli(verbose: int) -> None:
     request, error and cache metrics on /metrics for Prometheus. Start with 'logmetrics watch --help'.
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="logmetrics: %(levelname)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLine("logmetrics: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     if verbose < 2:  # the libraries' own notes (a TLS client that hung up oddly, watchdog stopping a
         # thread at exit) say nothing an operator can act on; -vv shows them
         for name in ("asyncio", "watchdog"):
