@@ -1,14 +1,16 @@
 """The parsers' prescans (``Parser.prescan``) run in a forked child process, on a core the run does
-not use otherwise: ``--oneshot`` over one file, or over several that one process reads.
+not use otherwise: ``--oneshot`` over one file, or over several that one process reads; and the
+large batches of a serving ``watch`` (a backlog, a burst: ``logmetrics.app.watch``).
 
 A text goes to the child through shared memory (two slots: the batch being parsed and the next
 one), with a 16-byte request down a pipe; its result comes back pickled up another. A text larger
-than a slot is not sent, and a child that failed, ended or did not answer within ``ANSWER_SECONDS``
-is stopped and sent nothing more: each such batch is read by its parser alone, as without a child,
-and the result is the same. A prescan that raised is said once per parser, as is a child that
-failed. The child writes what a prescan prints to stderr (stdout is the run's output), and ends
-with its parent (``workers.end_with_parent``), when the request pipe closes, or when the parent
-stops it (``close``).
+than a slot is not sent, and a child that failed, ended or did not answer in time
+(``ANSWER_SECONDS``, or what the run gives) is stopped and sent nothing more: each such batch is
+read by its parser alone, as without a child, and the result is the same. A prescan that raised
+is said once per parser, as is a child that failed. The child writes what a prescan prints to
+stderr (stdout is the run's output), leaves the signals a process group is sent to its parent,
+and ends with its parent (``workers.end_with_parent``), when the request pipe closes, or when the
+parent stops it (``close``).
 """
 
 from __future__ import annotations
